@@ -1,0 +1,81 @@
+"""The pure scheduling engine: frozen dataclasses in, decisions out. Standard library only.
+
+``decide(snapshot, config) -> Decision`` orders pending jobs by priority, then their team's
+weighted dominant share (recomputed after every admission), then submit time; chooses a model
+(policy order, fallback) and a cluster (best fit) for each gang; reclaims nominal quota by
+preemption; and explains every admission and every wait. See ``docs/scheduling.md``.
+"""
+
+from __future__ import annotations
+
+from scheduling.engine.candidates import Candidates, requirement_failures, resolve_candidates
+from scheduling.engine.decide import DEFAULT_CONFIG, decide
+from scheduling.engine.decision import (
+    Admission,
+    CandidateNote,
+    CapacityHold,
+    ClusterNote,
+    Decision,
+    Explanation,
+    NotConsidered,
+    PendingReason,
+    Preemption,
+    TeamShare,
+)
+from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
+from scheduling.engine.snapshot import (
+    ANY_GPU,
+    Backlog,
+    Cluster,
+    ClusterState,
+    CohortQuota,
+    EngineConfig,
+    GpuModel,
+    Node,
+    PendingJob,
+    Policy,
+    Quota,
+    Requirement,
+    RunningAllocation,
+    Snapshot,
+    Team,
+    Usage,
+)
+
+__all__ = [
+    "ANY_GPU",
+    "DEFAULT_CONFIG",
+    "Admission",
+    "Backlog",
+    "CandidateNote",
+    "Candidates",
+    "CapacityHold",
+    "Cluster",
+    "ClusterNote",
+    "ClusterNoteCode",
+    "ClusterState",
+    "CohortQuota",
+    "Decision",
+    "EngineConfig",
+    "Explanation",
+    "GpuModel",
+    "Node",
+    "NotConsidered",
+    "PendingJob",
+    "PendingReason",
+    "Policy",
+    "Preemption",
+    "PreemptionCode",
+    "Quota",
+    "ReasonCode",
+    "Requirement",
+    "RunningAllocation",
+    "SkipCode",
+    "Snapshot",
+    "Team",
+    "TeamShare",
+    "Usage",
+    "decide",
+    "requirement_failures",
+    "resolve_candidates",
+]

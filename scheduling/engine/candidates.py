@@ -1,0 +1,107 @@
+"""Which catalog models a requirement matches, in the order a policy tries them.
+
+Pure and cheap: the submit form calls :func:`resolve_candidates` to show, before submitting,
+which models match and which the policy would try first; the engine calls it (memoised per
+cycle) for every pending job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduling.engine import reasons
+from scheduling.engine.decision import CandidateNote
+from scheduling.engine.reasons import SkipCode
+from scheduling.engine.snapshot import GpuModel, Policy, Requirement
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidates:
+    """The result of resolving a requirement against the catalog."""
+
+    matched: tuple[GpuModel, ...]
+    """Models meeting the requirement, in the order the policy tries them (first = first choice)."""
+    rejected: tuple[CandidateNote, ...]
+    """Models the requirement names or the catalog holds that do not qualify, with why."""
+
+
+def requirement_failures(model: GpuModel, requirement: Requirement) -> list[str]:
+    """The reasons ``model`` does not meet ``requirement`` (empty when it does)."""
+    failures: list[str] = []
+    if requirement.min_memory_gib and model.memory_gib < requirement.min_memory_gib:
+        failures.append(
+            f"{reasons.fmt_num(model.memory_gib)} GiB < "
+            f"{reasons.fmt_num(requirement.min_memory_gib)} GiB"
+        )
+    if requirement.min_tflops_fp16 and model.tflops_fp16 < requirement.min_tflops_fp16:
+        failures.append(
+            f"{reasons.fmt_num(model.tflops_fp16)} TFLOPS < "
+            f"{reasons.fmt_num(requirement.min_tflops_fp16)} TFLOPS"
+        )
+    if requirement.bf16 and not model.bf16:
+        failures.append("no bf16")
+    if requirement.fp8 and not model.fp8:
+        failures.append("no fp8")
+    return failures
+
+
+def _cheapest_key(m: GpuModel) -> tuple[float, float, float, str]:
+    return (m.cost_factor, m.memory_gib, m.tflops_fp16, m.key)
+
+
+def _fastest_key(m: GpuModel) -> tuple[float, float, str]:
+    return (-m.tflops_fp16, m.cost_factor, m.key)
+
+
+def resolve_candidates(
+    requirement: Requirement, policy: Policy, catalog: Sequence[GpuModel]
+) -> Candidates:
+    """Resolve a requirement into ordered candidate models.
+
+    Rule: a model is a candidate when it is in the explicit list (or the list is empty) and meets
+    every constraint. ``cheapest`` orders by cost factor (then memory, TFLOPS, key), so a 12 GiB
+    inference job tries T4/L4 before an A100; ``fastest`` by TFLOPS descending (then cost, key);
+    ``ordered`` keeps the user's list order, or catalog order without a list. A model named twice
+    counts once, at its first place.
+    """
+    by_key = {m.key: m for m in catalog}
+    rejected: list[CandidateNote] = []
+    pool: list[GpuModel] = []
+    if requirement.models:
+        seen: set[str] = set()
+        for key in requirement.models:
+            if key in seen:
+                continue
+            seen.add(key)
+            found = by_key.get(key)
+            if found is None:
+                rejected.append(
+                    CandidateNote(
+                        model=key,
+                        code=SkipCode.NOT_IN_CATALOG,
+                        message=reasons.note(key, reasons.detail_not_in_catalog()),
+                    )
+                )
+            else:
+                pool.append(found)
+    else:
+        pool = list(catalog)
+    matched: list[GpuModel] = []
+    for m in pool:
+        failures = requirement_failures(m, requirement)
+        if failures:
+            rejected.append(
+                CandidateNote(
+                    model=m.key,
+                    code=SkipCode.REQUIREMENT_NOT_MET,
+                    message=reasons.note(m.label, reasons.detail_requirement_not_met(failures)),
+                )
+            )
+        else:
+            matched.append(m)
+    if policy is Policy.CHEAPEST:
+        matched.sort(key=_cheapest_key)
+    elif policy is Policy.FASTEST:
+        matched.sort(key=_fastest_key)
+    return Candidates(matched=tuple(matched), rejected=tuple(rejected))

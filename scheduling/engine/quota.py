@@ -1,0 +1,154 @@
+"""In-cycle quota accounting: nominal, borrowing within the cohort, lending limits.
+
+Per (team, model): ``used`` GPUs against ``nominal`` and ``borrowing_limit``. Per (cohort,
+model) the book keeps three sums so that every check is O(1):
+
+- ``own``: the cohort's own quota (:class:`CohortQuota`);
+- ``lendable``: Σ over members of ``min(lending_limit, max(0, nominal - used))``;
+- ``borrowed``: Σ over members of ``max(0, used - nominal)``.
+
+What the cohort can lend to team *t* is ``own + lendable - lendable_t - borrowed``: the idle
+quota of the others, minus what is already borrowed (by anyone, *t* included). Without lending
+limits this is exactly "the cohort's total use stays within its total quota".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduling.engine.snapshot import CohortQuota, Quota
+
+
+class QuotaRow:
+    """One (team, model) quota line and its in-cycle use."""
+
+    __slots__ = ("borrowing_limit", "cohort", "lending_limit", "nominal", "used", "used_at_start")
+
+    def __init__(
+        self, cohort: str, nominal: int, borrowing_limit: int | None, lending_limit: int | None
+    ) -> None:
+        self.cohort = cohort
+        self.nominal = max(0, nominal)
+        self.borrowing_limit = None if borrowing_limit is None else max(0, borrowing_limit)
+        self.lending_limit = None if lending_limit is None else max(0, lending_limit)
+        self.used = 0
+        self.used_at_start = 0
+
+    def lendable(self) -> int:
+        idle = self.nominal - self.used
+        if idle <= 0:
+            return 0
+        if self.lending_limit is not None and self.lending_limit < idle:
+            return self.lending_limit
+        return idle
+
+    def borrowed(self) -> int:
+        over = self.used - self.nominal
+        return over if over > 0 else 0
+
+    def limit(self) -> int | None:
+        """nominal + borrowing limit, or None when borrowing is unlimited."""
+        if self.borrowing_limit is None:
+            return None
+        return self.nominal + self.borrowing_limit
+
+
+class CohortSums:
+    __slots__ = ("borrowed", "lendable", "own")
+
+    def __init__(self) -> None:
+        self.own = 0
+        self.lendable = 0
+        self.borrowed = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheck:
+    """The outcome of asking for ``need`` GPUs of a model for a team."""
+
+    ok: bool
+    borrowed: int
+    """GPUs of the request above nominal (0 = fully on nominal)."""
+    cohort_short: bool
+    """False: blocked by the team's own limit. True: blocked because the cohort cannot lend."""
+    used: int
+    nominal: int
+    borrowing_limit: int | None
+    can_lend: int
+    """What the cohort can lend the team right now."""
+
+
+class QuotaBook:
+    """Quota rows of every (team, model) and the cohort sums, updated as the cycle decides."""
+
+    def __init__(
+        self,
+        team_cohort: dict[str, str],
+        quotas: tuple[Quota, ...],
+        cohort_quotas: tuple[CohortQuota, ...],
+    ) -> None:
+        self._team_cohort = team_cohort
+        self._rows: dict[tuple[str, str], QuotaRow] = {}
+        self._sums: dict[tuple[str, str], CohortSums] = {}
+        for q in quotas:
+            cohort = team_cohort.get(q.team, "default")
+            row = QuotaRow(cohort, q.nominal, q.borrowing_limit, q.lending_limit)
+            old = self._rows.get((q.team, q.model))
+            if old is not None:  # a duplicated row: the later one wins, deterministically
+                self._sums_for(cohort, q.model).lendable -= old.lendable()
+            self._rows[(q.team, q.model)] = row
+            self._sums_for(cohort, q.model).lendable += row.lendable()
+        for cq in cohort_quotas:
+            self._sums_for(cq.cohort, cq.model).own += max(0, cq.nominal)
+
+    def _sums_for(self, cohort: str, model: str) -> CohortSums:
+        s = self._sums.get((cohort, model))
+        if s is None:
+            s = self._sums[(cohort, model)] = CohortSums()
+        return s
+
+    def row(self, team: str, model: str) -> QuotaRow:
+        r = self._rows.get((team, model))
+        if r is None:
+            r = QuotaRow(self._team_cohort.get(team, "default"), 0, None, None)
+            self._rows[(team, model)] = r
+        return r
+
+    def can_lend(self, team: str, model: str) -> int:
+        r = self.row(team, model)
+        s = self._sums_for(r.cohort, model)
+        return s.own + s.lendable - r.lendable() - s.borrowed
+
+    def check(self, team: str, model: str, need: int) -> QuotaCheck:
+        """Whether ``need`` more GPUs of ``model`` fit the team's quota (nominal first)."""
+        r = self.row(team, model)
+        after = r.used + need
+        if after <= r.nominal:
+            return QuotaCheck(True, 0, False, r.used, r.nominal, r.borrowing_limit, 0)
+        borrowed_after = after - r.nominal
+        extra = borrowed_after - r.borrowed()
+        lend = self.can_lend(team, model)
+        if r.borrowing_limit is not None and borrowed_after > r.borrowing_limit:
+            return QuotaCheck(False, 0, False, r.used, r.nominal, r.borrowing_limit, lend)
+        if extra > lend:
+            return QuotaCheck(False, 0, True, r.used, r.nominal, r.borrowing_limit, lend)
+        borrowed = min(need, borrowed_after)
+        return QuotaCheck(True, borrowed, False, r.used, r.nominal, r.borrowing_limit, lend)
+
+    def add(self, team: str, model: str, gpus: int) -> None:
+        """Charge ``gpus`` (negative to release) to the team's row and the cohort sums."""
+        r = self.row(team, model)
+        s = self._sums_for(r.cohort, model)
+        s.lendable -= r.lendable()
+        s.borrowed -= r.borrowed()
+        r.used += gpus
+        s.lendable += r.lendable()
+        s.borrowed += r.borrowed()
+
+    def start(self) -> None:
+        """Record the use at the start of the cycle (after running allocations are charged)."""
+        for r in self._rows.values():
+            r.used_at_start = r.used
+
+    def rows(self) -> dict[tuple[str, str], QuotaRow]:
+        return self._rows

@@ -1,0 +1,288 @@
+"""Reason codes and the one place where their human messages are assembled.
+
+Codes are stable API: the cycle stores them, the UI filters on them, users search for them.
+Messages carry the numbers that block a job; their wording may change, their codes may not.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import timedelta
+
+
+class ReasonCode(enum.StrEnum):
+    """Why a job is still pending after a cycle (one per pending job)."""
+
+    TEAM_HELD = "TEAM_HELD"
+    """An admin holds the team's queue."""
+    INVALID_JOB = "INVALID_JOB"
+    """The job asks for no GPUs, or names a team the snapshot does not know."""
+    NO_MODEL_MATCHES = "NO_MODEL_MATCHES"
+    """The requirement matches no model in the catalog."""
+    JOB_TOO_LARGE = "JOB_TOO_LARGE"
+    """No enabled cluster could ever host the gang, even empty (node or node-count too small)."""
+    NO_ENABLED_CLUSTER = "NO_ENABLED_CLUSTER"
+    """No enabled cluster has nodes of any candidate model."""
+    CLUSTER_DRAINING = "CLUSTER_DRAINING"
+    """The only clusters with a candidate model are draining."""
+    QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
+    """The team's nominal plus borrowing limit is used on every candidate model."""
+    COHORT_HAS_NOTHING_TO_LEND = "COHORT_HAS_NOTHING_TO_LEND"
+    """The team may borrow more, but its cohort has no idle quota to lend."""
+    NO_CAPACITY = "NO_CAPACITY"
+    """Quota allows it, but no enabled cluster has room for the gang now."""
+    WAITING_BEHIND = "WAITING_BEHIND"
+    """It would have fit at the start of the cycle; jobs ahead in line took the room."""
+    CAPACITY_HELD = "CAPACITY_HELD"
+    """The room it would fit in is held for an older job (starvation guard)."""
+    HOLDING_CAPACITY = "HOLDING_CAPACITY"
+    """This job waited past the starvation guard; capacity is being held for it."""
+    PREEMPTING = "PREEMPTING"
+    """Jobs on borrowed quota are being preempted so that this job fits next cycle."""
+    NOT_CONSIDERED = "NOT_CONSIDERED"
+    """Beyond the per-team lookback; not considered this cycle."""
+
+
+class SkipCode(enum.StrEnum):
+    """Why one candidate model was not (or could not be) chosen for a job."""
+
+    NOT_IN_CATALOG = "NOT_IN_CATALOG"
+    REQUIREMENT_NOT_MET = "REQUIREMENT_NOT_MET"
+    FALLBACK_NOT_ALLOWED = "FALLBACK_NOT_ALLOWED"
+    QUOTA_FULL = "QUOTA_FULL"
+    COHORT_CANNOT_LEND = "COHORT_CANNOT_LEND"
+    NO_ENABLED_CLUSTER = "NO_ENABLED_CLUSTER"
+    TOO_LARGE = "TOO_LARGE"
+    NO_NODE_FITS = "NO_NODE_FITS"
+    HELD_FOR_OTHER_JOB = "HELD_FOR_OTHER_JOB"
+    NOT_TRIED = "NOT_TRIED"
+    """An earlier candidate fitted, so this one was not needed."""
+
+
+class ClusterNoteCode(enum.StrEnum):
+    """Why a cluster was not chosen for the chosen model."""
+
+    DRAINING = "DRAINING"
+    DISABLED = "DISABLED"
+    NO_ROOM = "NO_ROOM"
+    WORSE_FIT = "WORSE_FIT"
+
+
+class PreemptionCode(enum.StrEnum):
+    """Why a running job is preempted."""
+
+    RECLAIM_NOMINAL = "RECLAIM_NOMINAL"
+    """A team within its nominal quota reclaims GPUs this job had borrowed."""
+
+
+TIMES = " \u00d7 "
+"""The multiplication sign of messages ("8 \u00d7 A100-80GB"), spaced; escaped for ruff."""
+
+
+# --- formatting helpers -------------------------------------------------------------------------
+
+
+def fmt_num(x: float) -> str:
+    """12 → "12", 12.5 → "12.5" (no trailing ".0")."""
+    return f"{x:g}"
+
+
+def fmt_limit(limit: int | None) -> str:
+    return "none" if limit is None else str(limit)
+
+
+def fmt_wait(wait: timedelta) -> str:
+    minutes = int(wait.total_seconds() // 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m"
+
+
+def fmt_gang(replicas: int, gpus_per_replica: int, label: str) -> str:
+    """1 x 8 → "8 x A100"; 2 x 4 → "2 replicas x 4 A100"."""
+    if replicas == 1:
+        return f"{gpus_per_replica}{TIMES}{label}"
+    return f"{replicas} replicas{TIMES}{gpus_per_replica} {label}"
+
+
+# --- details: one sentence per skip code, shared by candidate notes and pending messages -------
+
+
+def detail_not_in_catalog() -> str:
+    return "not in the catalog"
+
+
+def detail_requirement_not_met(failures: list[str]) -> str:
+    return f"does not meet the requirement ({'; '.join(failures)})"
+
+
+def detail_fallback_not_allowed() -> str:
+    return "not tried, the job does not allow fallback"
+
+
+def detail_not_tried() -> str:
+    return "not tried, an earlier candidate fitted"
+
+
+def detail_quota_full(need: int, used: int, nominal: int, borrowing_limit: int | None) -> str:
+    return (
+        f"team quota full: team uses {used} of {nominal} nominal, borrowing limit "
+        f"{fmt_limit(borrowing_limit)}, needs {need} more"
+    )
+
+
+def detail_cohort_cannot_lend(
+    used: int, nominal: int, borrow_need: int, borrowing_limit: int | None, can_lend: int
+) -> str:
+    return (
+        f"cohort has nothing to lend: team uses {used} of {nominal} nominal and would borrow "
+        f"{borrow_need} (borrowing limit {fmt_limit(borrowing_limit)}); cohort can lend "
+        f"{max(0, can_lend)}"
+    )
+
+
+def detail_no_enabled_cluster(draining: list[str], disabled: list[str]) -> str:
+    if draining:
+        return f"its clusters are draining ({', '.join(draining)}) and take nothing new"
+    if disabled:
+        return f"its clusters are disabled ({', '.join(disabled)})"
+    return "no cluster has nodes of this model"
+
+
+def detail_too_large(replicas: int, gpr: int, largest_node: int, slots: int) -> str:
+    if gpr > largest_node:
+        return f"needs {gpr} GPUs per replica; the largest node has {largest_node}"
+    return f"needs {replicas} replicas of {gpr}; even an empty cluster holds only {slots}"
+
+
+def detail_no_node_fits(replicas: int, gpr: int, largest_block: int, free: int) -> str:
+    where = (
+        f"no node with {gpr} free"
+        if replicas == 1
+        else f"no cluster with {replicas} slots of {gpr} free"
+    )
+    return f"{where} (largest free block {largest_block}, {free} free in enabled clusters)"
+
+
+def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:
+    return (
+        f"waiting behind {ahead} jobs ahead in line (higher priority or lower team share); "
+        f"{admitted_ahead} admitted this cycle took the room it would have fitted"
+    )
+
+
+def detail_held_for_other(holder: str, held: int) -> str:
+    return f"the room is held for older job {holder} (starvation guard, {held} GPUs held)"
+
+
+def detail_holding(
+    held: int, need: int, nodes: int, cluster: str, waited: timedelta, guard: timedelta
+) -> str:
+    return (
+        f"waited {fmt_wait(waited)} (guard {fmt_wait(guard)}): holding {held} of {need} GPUs on "
+        f"{nodes} nodes in {cluster} until running jobs there finish; later jobs may not use them"
+    )
+
+
+def detail_preempting(victims: int, inflight: int, cluster: str, used: int, nominal: int) -> str:
+    parts = []
+    if victims:
+        parts.append(f"preempting {victims} jobs on borrowed quota")
+    if inflight:
+        parts.append(f"waiting for {inflight} jobs already being preempted")
+    return (
+        f"{' and '.join(parts)} in {cluster} to reclaim nominal quota (team uses {used} of "
+        f"{nominal} nominal, this job included); admitted once they stop"
+    )
+
+
+# --- whole messages -----------------------------------------------------------------------------
+
+
+def note(label: str, detail: str) -> str:
+    """A candidate note: "T4: no node with 4 free (...)"."""
+    return f"{label}: {detail}"
+
+
+def pending(replicas: int, gpr: int, label: str, detail: str, others: list[str]) -> str:
+    """A pending message: "needs 8 x A100-80GB; <detail> [also tried: ...]"."""
+    msg = f"needs {fmt_gang(replicas, gpr, label)}; {detail}"
+    if others:
+        msg += f" [also tried: {'; '.join(others)}]"
+    return msg
+
+
+def msg_team_held(team: str) -> str:
+    return f"team {team}'s queue is held by an admin; running jobs continue"
+
+
+def msg_invalid(why: str) -> str:
+    return f"the job cannot be scheduled: {why}"
+
+
+def msg_no_model_matches(n_catalog: int, rejected: list[str]) -> str:
+    msg = f"the requirement matches none of the {n_catalog} models in the catalog"
+    if rejected:
+        msg += f" ({'; '.join(rejected)})"
+    return msg
+
+
+def msg_admitted(
+    replicas: int,
+    gpr: int,
+    label: str,
+    cluster: str,
+    first_choice: bool,
+    policy: str,
+    leftover: int,
+    borrowed: int,
+    used: int,
+    nominal: int,
+) -> str:
+    why = f"first {policy} candidate" if first_choice else "first fitting fallback candidate"
+    quota = (
+        f"on borrowed quota ({borrowed} GPUs above nominal {nominal})"
+        if borrowed
+        else f"within nominal ({used} of {nominal})"
+    )
+    return (
+        f"admitted {fmt_gang(replicas, gpr, label)} in {cluster} ({why}; best fit leaves "
+        f"{leftover} free on the nodes used; {quota})"
+    )
+
+
+def msg_cluster_state(state: str) -> str:
+    return f"{state}, takes nothing new"
+
+
+def msg_cluster_no_room(largest_block: int) -> str:
+    return f"no room (largest free block {largest_block})"
+
+
+def msg_cluster_worse_fit(leftover: int, chosen_leftover: int) -> str:
+    return (
+        f"worse fit (would leave {leftover} free on the nodes used, chosen leaves "
+        f"{chosen_leftover})"
+    )
+
+
+def msg_preempted(
+    victim_team: str, label: str, for_job: str, for_team: str, used: int, nominal: int
+) -> str:
+    return (
+        f"preempted: ran on {label} quota team {victim_team} had borrowed; team {for_team} "
+        f"reclaims its nominal quota ({used} of {nominal} with the new job) for job {for_job}; "
+        f"requeued with its submit time"
+    )
+
+
+def msg_not_considered(lookback: int, position_from: int, unloaded: int) -> str:
+    tail = f"; {unloaded} more not loaded" if unloaded else ""
+    return (
+        f"not considered this cycle: only the first {lookback} queued jobs of a team are "
+        f"considered per cycle; position at least {position_from}{tail}"
+    )

@@ -1,0 +1,313 @@
+"""The engine's input: a frozen picture of the pool at one instant.
+
+The cycle (``scheduling/cycle.py``) builds one :class:`Snapshot` from the database in a handful of
+queries and hands it to :func:`scheduling.engine.decide`. Nothing here is mutated by the engine;
+the engine copies what it needs into its own in-cycle state.
+
+Units are stated on every field: GPUs are whole devices (or whole MIG slices when a model is a
+MIG profile), memory is GiB, compute is dense fp16 TFLOPS per GPU, usage is cost-weighted,
+decayed GPU-hours, and every datetime is timezone-aware.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+
+class ClusterState(enum.StrEnum):
+    """Whether a cluster takes new work.
+
+    ``DRAINING`` and ``DISABLED`` both get nothing new; their running jobs keep running and keep
+    counting against quota. They differ only in what the pending reason says.
+    """
+
+    ENABLED = "enabled"
+    DRAINING = "draining"
+    DISABLED = "disabled"
+
+
+class Policy(enum.StrEnum):
+    """How a job's candidate models are ordered (see :func:`resolve_candidates`)."""
+
+    CHEAPEST = "cheapest"
+    """Lowest cost factor first; ties: less memory, then lower TFLOPS, then key (the default)."""
+    FASTEST = "fastest"
+    """Highest dense fp16 TFLOPS first; ties: lower cost factor, then key."""
+    ORDERED = "ordered"
+    """The order of ``Requirement.models``; without a list, the order of ``Snapshot.models``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuModel:
+    """One GPU model of the catalog (the unit of capacity, like a Kueue ResourceFlavor)."""
+
+    key: str
+    """Stable catalog key, e.g. ``"a100-80gb"``; every other record names models by this key."""
+    name: str = ""
+    """Display name used in messages, e.g. ``"A100-80GB"``; empty means use ``key``."""
+    cost_factor: float = 1.0
+    """Relative price of one GPU-hour on this model (> 0). Orders ``cheapest``; the caller also
+    uses it to weight the usage ledger."""
+    tflops_fp16: float = 0.0
+    """Dense fp16 TFLOPS of one GPU. Orders ``fastest``; matched by ``min_tflops_fp16``."""
+    memory_gib: float = 0.0
+    """Memory of one GPU in GiB. Matched by ``min_memory_gib``."""
+    bf16: bool = False
+    """Whether the model computes in bfloat16."""
+    fp8: bool = False
+    """Whether the model computes in fp8."""
+
+    @property
+    def label(self) -> str:
+        """The name shown to users."""
+        return self.name or self.key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Team:
+    """A team: the unit of quota and fair share."""
+
+    id: str
+    """Stable identifier (the team slug or primary key as a string)."""
+    weight: float = 1.0
+    """Fair-share weight (> 0). A team of weight 2 is entitled to twice the share of weight 1."""
+    cohort: str = "default"
+    """The cohort: the set of teams that lend each other idle nominal quota."""
+    held: bool = False
+    """An admin has held this team's queue: nothing new is admitted; running jobs continue."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quota:
+    """A team's quota on one GPU model, pool-wide (the engine picks the cluster).
+
+    A team with no row for a model has nominal 0 and no borrowing limit: it may run there only on
+    idle quota of its cohort. To forbid a model, give the team a row with nominal 0, borrowing 0.
+    """
+
+    team: str
+    """``Team.id``."""
+    model: str
+    """``GpuModel.key``."""
+    nominal: int
+    """Guaranteed GPUs (>= 0). Jobs within nominal are never preempted for another team."""
+    borrowing_limit: int | None = None
+    """Extra GPUs above nominal the team may take from idle cohort quota; ``None`` = no limit
+    other than what the cohort has idle."""
+    lending_limit: int | None = None
+    """At most this many of the team's unused nominal GPUs are lent to the cohort; ``None`` = all
+    of them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortQuota:
+    """Quota owned by a cohort rather than by any team: lendable to every member.
+
+    Optional. Kueue's Cohort resource offers the same; it is how an admin makes capacity that is
+    nobody's guarantee usable by fair share alone.
+    """
+
+    cohort: str
+    """``Team.cohort``."""
+    model: str
+    """``GpuModel.key``."""
+    nominal: int
+    """GPUs (>= 0) the cohort's members may borrow, on top of their idle nominal quota."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """One node's GPUs of one model, as the cycle sees them at snapshot time."""
+
+    name: str
+    """Node name, unique within its cluster."""
+    model: str
+    """``GpuModel.key`` of the node's GPUs (nodes with mixed GPUs are one Node per model)."""
+    total_gpus: int
+    """Allocatable GPUs of this model on the node. Pool capacity (the fair-share denominator)
+    is the sum of these."""
+    free_gpus: int
+    """GPUs free for new work: ``total_gpus`` minus every ``RunningAllocation`` placed here
+    (admitted-but-unbound ones included, by their node plan) and minus foreign pods. The engine
+    does not subtract running allocations again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """A registered cluster and its GPU nodes."""
+
+    id: str
+    """Stable cluster identifier (slug)."""
+    state: ClusterState = ClusterState.ENABLED
+    """Enabled clusters take new work; draining and disabled ones take none."""
+    nodes: tuple[Node, ...] = ()
+    """Every GPU node of the cluster."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningAllocation:
+    """A job that holds GPUs: admitted, submitted, running or being preempted.
+
+    Whether it runs on borrowed quota is not an input: the engine derives it every cycle (a job
+    is on borrowed quota when, counting its team's allocations on that model oldest start first,
+    any of its GPUs lies above the team's nominal), so a flag recorded at admission cannot go
+    stale.
+    """
+
+    job_id: str
+    """The job's identifier."""
+    team: str
+    """``Team.id``."""
+    cluster: str
+    """``Cluster.id`` it was admitted to."""
+    model: str
+    """``GpuModel.key`` it was admitted on."""
+    replicas: int
+    """Number of replicas (pods) of the gang."""
+    gpus_per_replica: int
+    """GPUs each replica holds on its node."""
+    priority: int = 0
+    """The job's priority; lower priority is preempted first."""
+    started_at: datetime
+    """When it was admitted (aware). Most recently started is preempted first."""
+    nodes: tuple[str, ...] = ()
+    """Node name per replica (actual binding when known, else the engine's plan). Preemption
+    what-ifs need it to know where GPUs come free; an allocation without nodes is never chosen
+    as a victim."""
+    preempting: bool = False
+    """A preemption is already under way; it still holds its GPUs until it stops."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs held in total."""
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """A team's decayed usage of one GPU model, from the usage ledger."""
+
+    team: str
+    """``Team.id``."""
+    model: str
+    """``GpuModel.key``."""
+    weighted_gpu_hours: float
+    """GPU-hours already multiplied by the model's cost factor and decayed with
+    ``EngineConfig.usage_half_life`` (the engine neither weights nor decays it again)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Requirement:
+    """What a job needs from a GPU; resolved against the catalog by :func:`resolve_candidates`.
+
+    Constraints combine with AND. With an explicit ``models`` list only those models are
+    candidates, and the constraints still apply to them.
+    """
+
+    models: tuple[str, ...] = ()
+    """Explicit candidate ``GpuModel.key`` values; empty = every catalog model."""
+    min_memory_gib: float = 0.0
+    """Minimum memory per GPU in GiB (0 = any)."""
+    min_tflops_fp16: float = 0.0
+    """Minimum dense fp16 TFLOPS per GPU (0 = any)."""
+    bf16: bool = False
+    """Requires bfloat16 support."""
+    fp8: bool = False
+    """Requires fp8 support."""
+
+
+ANY_GPU = Requirement()
+"""The requirement that every catalog model meets."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingJob:
+    """A queued job asking for a gang of ``replicas`` x ``gpus_per_replica`` on one model."""
+
+    id: str
+    """The job's identifier."""
+    team: str
+    """``Team.id``."""
+    submitted_at: datetime
+    """Submit time (aware); kept across preemption. FIFO within a team, and the starvation
+    guard's clock."""
+    gpus_per_replica: int
+    """GPUs each replica needs on one node (>= 1)."""
+    replicas: int = 1
+    """Replicas of the gang (>= 1); all start at once on one model in one cluster, or none."""
+    priority: int = 0
+    """Higher goes first, before fair share."""
+    requirement: Requirement = ANY_GPU
+    """Which models qualify."""
+    policy: Policy = Policy.CHEAPEST
+    """How the qualifying models are ordered."""
+    fallback: bool = True
+    """Whether later candidates may be tried when the first has no room."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs needed in total."""
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backlog:
+    """Queued jobs of a team that the cycle did not load (beyond the lookback).
+
+    The cycle should load only the first ``EngineConfig.lookback_per_team`` queued jobs of each
+    team (ordered by priority desc, submit time, id) and count the rest here, so that a million
+    queued jobs cost one count per team, not a million rows.
+    """
+
+    team: str
+    """``Team.id``."""
+    count: int
+    """Number of queued jobs of the team not in ``Snapshot.pending``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Tunables of the decision, the same for every team."""
+
+    lookback_per_team: int = 1000
+    """At most this many queued jobs per team are considered per cycle (like Armada's queue
+    lookback); later ones are reported as not considered."""
+    starvation_wait: timedelta = timedelta(hours=2)
+    """After waiting this long, a job at the head of its team's line is served first in its
+    priority band and, when it does not fit, capacity is held for it."""
+    max_capacity_holds: int = 4
+    """At most this many jobs get capacity held per cycle (oldest first)."""
+    usage_half_life: timedelta = timedelta(days=7)
+    """Half-life the caller decayed ``Usage`` with; normalises usage into a share."""
+    usage_weight: float = 1.0
+    """How much decayed usage counts against current allocation in the share (0 = none)."""
+    preemption: bool = True
+    """Whether a team within nominal may reclaim from borrowers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """Everything one decision depends on, at instant ``now``."""
+
+    now: datetime
+    """The cycle's clock (aware); the engine never reads the wall clock."""
+    models: tuple[GpuModel, ...]
+    """The catalog, in admin order (``ordered`` without a list uses this order)."""
+    teams: tuple[Team, ...]
+    """Every team that has pending or running jobs (others may be included)."""
+    quotas: tuple[Quota, ...] = ()
+    """Per (team, model) quota rows; missing rows mean nominal 0, no borrowing limit."""
+    clusters: tuple[Cluster, ...] = ()
+    """Every registered cluster with its nodes."""
+    running: tuple[RunningAllocation, ...] = ()
+    """Every job holding GPUs (admitted, submitted, running, preempting)."""
+    usage: tuple[Usage, ...] = ()
+    """Decayed usage per (team, model)."""
+    pending: tuple[PendingJob, ...] = ()
+    """Queued jobs, in any order (the engine sorts each team's queue)."""
+    cohort_quotas: tuple[CohortQuota, ...] = ()
+    """Quota owned by cohorts (optional)."""
+    backlog: tuple[Backlog, ...] = field(default=())
+    """Per team, queued jobs the cycle did not load."""
