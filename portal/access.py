@@ -1,0 +1,89 @@
+"""Team isolation: every page, API view and dashboard query goes through these functions.
+
+Another team's job is a 404, never a 403, so its existence does not leak; a viewer who tries to
+change something in their own team gets a 403. Platform admins (``is_staff``) see every team.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from portal.errors import Forbidden, NotFound
+from portal.models import Job, Membership, Role, Team
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+SUBMIT_ROLES = frozenset({Role.MEMBER, Role.ADMIN})
+
+
+def team_roles_of(user: AnyUser) -> dict[int, str]:
+    """The caller's role per team id (one query)."""
+    if not user.is_authenticated:
+        return {}
+    return dict(Membership.objects.filter(user_id=user.pk).values_list("team_id", "role"))
+
+
+def teams_visible_to(user: AnyUser) -> QuerySet[Team]:
+    if not user.is_authenticated:
+        return Team.objects.none()
+    if user.is_staff:
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user_id=user.pk)
+
+
+def jobs_visible_to(user: AnyUser) -> QuerySet[Job]:
+    if not user.is_authenticated:
+        return Job.objects.none()
+    if user.is_staff:
+        return Job.objects.all()
+    member_teams = Membership.objects.filter(user_id=user.pk).values("team_id")
+    return Job.objects.filter(team_id__in=member_teams)
+
+
+def job_get_for_user(user: AnyUser, public_id: object) -> Job:
+    """The job if the caller may see it, else NotFound (also for a malformed id)."""
+    try:
+        return (
+            jobs_visible_to(user)
+            .select_related("team", "owner", "cluster", "gpu_model")
+            .get(public_id=public_id)
+        )
+    except (Job.DoesNotExist, ValidationError, ValueError, TypeError) as exc:
+        # A malformed UUID is just another job that is not there.
+        raise NotFound("Job not found.") from exc
+
+
+def team_for_submit(user: AnyUser, slug: str) -> Team:
+    """The team the caller submits to; unknown and not-a-member read the same."""
+    team = teams_visible_to(user).filter(slug=slug).first() if slug else None
+    if team is None:
+        raise NotFound(
+            "You are not a member of this team.",
+            fields={"team": [f"You are not a member of a team {slug!r}."]},
+        )
+    role = team_roles_of(user).get(team.pk)
+    if role not in SUBMIT_ROLES:
+        raise Forbidden(
+            f"Your role in {team.name} is {role or 'none'}; only members and team admins submit.",
+            fields={"team": ["Your role in this team does not allow submitting jobs."]},
+        )
+    return team
+
+
+def can_cancel(user: AnyUser, job: Job, roles: dict[int, str] | None = None) -> bool:
+    """Owners (still members), team admins, and platform admins may cancel a job."""
+    if not user.is_authenticated:
+        return False
+    if user.is_staff:
+        return True
+    role = (roles if roles is not None else team_roles_of(user)).get(job.team_id)
+    if role == Role.ADMIN:
+        return True
+    return role == Role.MEMBER and job.owner_id == user.pk
+
+
+def require_cancel(user: AnyUser, job: Job) -> None:
+    if not can_cancel(user, job):
+        raise Forbidden("Only the job's owner, a team admin or a platform admin can cancel it.")

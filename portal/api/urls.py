@@ -1,0 +1,13 @@
+from django.urls import path
+
+from portal.api import views
+
+urlpatterns = [
+    path("jobs/", views.JobListCreateView.as_view(), name="api-jobs"),
+    path("jobs/batch/", views.JobBatchView.as_view(), name="api-jobs-batch"),
+    path("jobs/<str:job_id>/", views.JobDetailView.as_view(), name="api-job"),
+    path("jobs/<str:job_id>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
+    path("jobs/<str:job_id>/events/", views.JobEventsView.as_view(), name="api-job-events"),
+    path("gpu-models/", views.GpuModelListView.as_view(), name="api-gpu-models"),
+    path("teams/", views.TeamListView.as_view(), name="api-teams"),
+]

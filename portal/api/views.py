@@ -1,0 +1,163 @@
+"""REST API views: thin wrappers that parse, call a service or selector, and serialize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import generics, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.access import job_get_for_user, jobs_visible_to, team_roles_of, teams_visible_to
+from portal.api.filters import JobFilter
+from portal.api.pagination import EventCursorPagination
+from portal.api.serializers import (
+    BatchInputSerializer,
+    GpuModelSerializer,
+    JobEventSerializer,
+    JobInputSerializer,
+    JobSerializer,
+    TeamSerializer,
+)
+from portal.api.throttles import SubmitThrottle
+from portal.jobs.services import job_cancel, job_submit, job_submit_batch
+from scheduling.models import GpuModel
+
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description="Repeat a submission safely: the same key from the same user returns the "
+    "original job(s), never new ones.",
+)
+ERROR = inline_serializer(
+    "Error",
+    {
+        "message": serializers.CharField(),
+        "extra": inline_serializer(
+            "ErrorExtra",
+            {
+                "fields": serializers.DictField(
+                    child=serializers.ListField(child=serializers.CharField())
+                )
+            },
+        ),
+    },
+)
+
+
+def _job_queryset(request: Request) -> Any:
+    return jobs_visible_to(request.user).select_related("team", "owner", "cluster", "gpu_model")
+
+
+class JobListCreateView(generics.ListAPIView):
+    """List the jobs of your teams, newest first; submit a job."""
+
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+
+    def get_queryset(self) -> Any:
+        return _job_queryset(self.request)
+
+    def get_throttles(self) -> list[Any]:
+        return [SubmitThrottle()] if self.request.method == "POST" else super().get_throttles()
+
+    @extend_schema(
+        request=JobInputSerializer,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses={
+            201: JobSerializer,
+            200: OpenApiResponse(JobSerializer, description="Replay of an earlier Idempotency-Key"),
+            400: ERROR,
+            403: ERROR,
+            404: ERROR,
+            409: ERROR,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        result = job_submit(
+            user=request.user,
+            data=request.data,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        return Response(JobSerializer(result.job).data, status=code)
+
+
+class JobBatchView(APIView):
+    """Submit up to 1,000 jobs at once; one invalid job rejects the whole batch."""
+
+    throttle_classes = [SubmitThrottle]
+
+    @extend_schema(
+        request=BatchInputSerializer,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses={
+            201: JobSerializer(many=True),
+            200: JobSerializer(many=True),
+            400: ERROR,
+            409: ERROR,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        items = request.data.get("jobs") if isinstance(request.data, dict) else None
+        jobs, created = job_submit_batch(
+            user=request.user, items=items, idempotency_key=request.headers.get("Idempotency-Key")
+        )
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(
+            {"jobs": [{"id": str(j.public_id), "state": j.state} for j in jobs]}, status=code
+        )
+
+
+class JobDetailView(APIView):
+    @extend_schema(responses={200: JobSerializer, 404: ERROR})
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(JobSerializer(job_get_for_user(request.user, job_id)).data)
+
+
+class JobCancelView(APIView):
+    @extend_schema(request=None, responses={202: JobSerializer, 403: ERROR, 404: ERROR, 409: ERROR})
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_cancel(job=job_get_for_user(request.user, job_id), by=request.user)
+        return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobEventsView(generics.ListAPIView):
+    """A job's timeline, oldest first."""
+
+    serializer_class = JobEventSerializer
+    pagination_class = EventCursorPagination
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> Any:
+        job = job_get_for_user(self.request.user, self.kwargs["job_id"])
+        return job.events.select_related("actor")
+
+
+class GpuModelListView(generics.ListAPIView):
+    serializer_class = GpuModelSerializer
+    pagination_class = None
+    filter_backends: list[Any] = []
+    queryset = GpuModel.objects.all()
+
+
+class TeamListView(generics.ListAPIView):
+    """Your teams and your role in each (platform admins see every team)."""
+
+    serializer_class = TeamSerializer
+    pagination_class = None
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> Any:
+        return teams_visible_to(self.request.user).distinct()
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "roles": team_roles_of(self.request.user)}

@@ -1,0 +1,51 @@
+"""Demo data: three teams, users with known passwords, the GPU catalog. Idempotent."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from portal.models import Membership, Role, Team
+from scheduling.catalog import catalog_seed
+
+DEMO_PASSWORD = "gpupool-demo"
+
+DEMO_TEAMS = (
+    ("Vision", "vision", "Image models"),
+    ("Language", "language", "LLM fine-tuning and serving"),
+    ("Robotics", "robotics", "Policy learning"),
+)
+# username, staff, [(team slug, role)]
+DEMO_USERS = (
+    ("admin", True, []),
+    ("alice", False, [("vision", Role.ADMIN)]),
+    ("bob", False, [("vision", Role.MEMBER), ("language", Role.MEMBER)]),
+    ("charlie", False, [("language", Role.ADMIN)]),
+    ("dana", False, [("robotics", Role.MEMBER)]),
+    ("viewer", False, [("vision", Role.VIEWER)]),
+)
+
+
+@transaction.atomic
+def demo_seed() -> list[tuple[str, str]]:
+    """Create (or refresh) the demo users and teams; returns (username, password) pairs."""
+    catalog_seed(path=settings.GPUPOOL_GPU_CATALOG_CSV)
+    teams = {}
+    for name, slug, description in DEMO_TEAMS:
+        teams[slug], _ = Team.objects.get_or_create(
+            slug=slug, defaults={"name": name, "description": description}
+        )
+    user_model = get_user_model()
+    credentials = []
+    for username, staff, memberships in DEMO_USERS:
+        user, _ = user_model.objects.get_or_create(username=username)
+        user.is_staff = user.is_superuser = staff
+        user.set_password(DEMO_PASSWORD)
+        user.save()
+        for slug, role in memberships:
+            Membership.objects.update_or_create(
+                user=user, team=teams[slug], defaults={"role": role}
+            )
+        credentials.append((username, DEMO_PASSWORD))
+    return credentials

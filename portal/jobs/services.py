@@ -1,0 +1,255 @@
+"""Job writers: submit (one or a batch) and cancel. Views, the API and tasks call only these."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.access import AnyUser, require_cancel, team_for_submit
+from portal.errors import ApplicationError, Conflict
+from portal.jobs.spec import JobSpec, SpecError, SpecLimits, parse_job_spec
+from portal.jobs.state import job_transition
+from portal.models import TERMINAL_STATES, Job, JobEvent, JobState, Team
+from scheduling.catalog import catalog_entries
+
+# Called on commit after jobs are queued or freed (the scheduling cycle hooks in here).
+on_jobs_changed: list[Callable[[], None]] = []
+
+
+def _notify_jobs_changed() -> None:
+    for hook in on_jobs_changed:
+        transaction.on_commit(hook)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job: Job
+    created: bool
+
+
+def submit_limits() -> SpecLimits:
+    return SpecLimits(
+        max_gpus_per_replica=settings.GPUPOOL_MAX_GPUS_PER_REPLICA,
+        max_replicas=settings.GPUPOOL_MAX_REPLICAS,
+    )
+
+
+def _fingerprint(spec: JobSpec) -> str:
+    """A stable digest of what was asked, to tell a retry from a reused Idempotency-Key."""
+    canonical = json.dumps(asdict(spec), sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _new_job(*, spec: JobSpec, team: Team, user: AnyUser, key: str | None, now: dt.datetime) -> Job:
+    return Job(
+        team=team,
+        owner_id=user.pk,
+        state=JobState.QUEUED,
+        state_changed_at=now,
+        submitted_at=now,
+        idempotency_key=key,
+        request_fingerprint=_fingerprint(spec),
+        **spec.as_model_fields(),
+    )
+
+
+def _submitted_event(job: Job, user: AnyUser, now: dt.datetime) -> JobEvent:
+    return JobEvent(
+        job=job,
+        created_at=now,
+        from_state="",
+        to_state=JobState.QUEUED,
+        reason="Submitted",
+        message=f"Submitted by {user.get_username()}: {job.replicas} × {job.gpus_per_replica} GPU.",
+        actor_id=user.pk,
+    )
+
+
+def _replay(*, user: AnyUser, key: str, spec: JobSpec) -> Job | None:
+    """The job an earlier request with this key created, if any; a different body is an error."""
+    job = Job.objects.filter(owner_id=user.pk, idempotency_key=key).first()
+    if job is not None and job.request_fingerprint != _fingerprint(spec):
+        raise Conflict(
+            "This Idempotency-Key was already used for a different request.",
+            fields={"Idempotency-Key": ["Reused with a different body; use a new key."]},
+        )
+    return job
+
+
+def _validate_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key) > 200 or not key.isprintable():
+        raise ApplicationError(
+            "Invalid Idempotency-Key.",
+            fields={"Idempotency-Key": ["Use 1–200 printable characters."]},
+        )
+    return key
+
+
+def job_submit(
+    *,
+    user: AnyUser,
+    data: Mapping[str, Any],
+    idempotency_key: str | None = None,
+    now: dt.datetime | None = None,
+) -> SubmitResult:
+    """Validate and queue one job; with an Idempotency-Key, a repeat returns the first job.
+
+    Nothing is stored when validation fails. Two concurrent requests with the same key race on
+    a unique constraint: the loser's insert rolls back to its savepoint and it returns the
+    winner's job.
+    """
+    key = _validate_key(idempotency_key)
+    spec = parse_job_spec(data, catalog=catalog_entries(), limits=submit_limits())
+    team = team_for_submit(user, spec.team)
+    if key is not None and (existing := _replay(user=user, key=key, spec=spec)) is not None:
+        return SubmitResult(existing, created=False)
+    now = now or timezone.now()
+    job = _new_job(spec=spec, team=team, user=user, key=key, now=now)
+    try:
+        with transaction.atomic():
+            job.save(force_insert=True)
+            _submitted_event(job, user, now).save(force_insert=True)
+            _notify_jobs_changed()
+    except IntegrityError:
+        if key is None:
+            raise
+        existing = _replay(user=user, key=key, spec=spec)
+        if existing is None:
+            raise
+        return SubmitResult(existing, created=False)
+    return SubmitResult(job, created=True)
+
+
+def _parse_batch(items: Sequence[Any]) -> list[JobSpec]:
+    limit = settings.GPUPOOL_BATCH_MAX
+    if not isinstance(items, list | tuple) or not items:
+        raise ApplicationError(
+            "Expected a non-empty list.", fields={"jobs": ["Give 1 or more jobs."]}
+        )
+    if len(items) > limit:
+        raise ApplicationError(
+            f"At most {limit} jobs per batch.", fields={"jobs": [f"At most {limit} jobs."]}
+        )
+    catalog, limits = catalog_entries(), submit_limits()
+    specs: list[JobSpec] = []
+    errors: dict[str, list[str]] = {}
+    for i, item in enumerate(items):
+        try:
+            specs.append(parse_job_spec(item, catalog=catalog, limits=limits))
+        except SpecError as exc:
+            for name, messages in exc.fields.items():
+                errors[f"jobs[{i}].{name}"] = messages
+    if errors:
+        raise ApplicationError(
+            f"{len({k.split('.')[0] for k in errors})} job(s) are invalid; none were submitted.",
+            fields=errors,
+        )
+    return specs
+
+
+def job_submit_batch(
+    *,
+    user: AnyUser,
+    items: Sequence[Any],
+    idempotency_key: str | None = None,
+    now: dt.datetime | None = None,
+) -> tuple[list[Job], bool]:
+    """Queue up to GPUPOOL_BATCH_MAX jobs all-or-nothing; (jobs, created).
+
+    Job *i* of a keyed batch carries the key ``<key>#<i>``, so a retried batch returns the same
+    jobs, and a concurrent duplicate loses on the unique constraint as a whole.
+    """
+    key = _validate_key(idempotency_key)
+    specs = _parse_batch(items)
+    teams: dict[str, Team] = {}
+    for i, spec in enumerate(specs):
+        if spec.team not in teams:
+            try:
+                teams[spec.team] = team_for_submit(user, spec.team)
+            except ApplicationError as exc:
+                exc.fields = {f"jobs[{i}].{k}": v for k, v in exc.fields.items()}
+                raise
+    keys = [f"{key}#{i}" for i in range(len(specs))] if key else [None] * len(specs)
+    if key is not None:
+        existing = _replay_batch(user=user, keys=keys, specs=specs)
+        if existing is not None:
+            return existing, False
+    now = now or timezone.now()
+    jobs = [
+        _new_job(spec=s, team=teams[s.team], user=user, key=k, now=now)
+        for s, k in zip(specs, keys, strict=True)
+    ]
+    try:
+        with transaction.atomic():
+            Job.objects.bulk_create(jobs)
+            JobEvent.objects.bulk_create([_submitted_event(j, user, now) for j in jobs])
+            _notify_jobs_changed()
+    except IntegrityError:
+        if key is None:
+            raise
+        existing = _replay_batch(user=user, keys=keys, specs=specs)
+        if existing is None:
+            raise
+        return existing, False
+    return jobs, True
+
+
+def _replay_batch(
+    *, user: AnyUser, keys: list[str | None], specs: list[JobSpec]
+) -> list[Job] | None:
+    found = {
+        j.idempotency_key: j for j in Job.objects.filter(owner_id=user.pk, idempotency_key__in=keys)
+    }
+    if not found:
+        return None
+    if len(found) != len(keys) or any(
+        found[k].request_fingerprint != _fingerprint(s) for k, s in zip(keys, specs, strict=True)
+    ):
+        raise Conflict(
+            "This Idempotency-Key was already used for a different batch.",
+            fields={"Idempotency-Key": ["Reused with a different body; use a new key."]},
+        )
+    return [found[k] for k in keys]
+
+
+def job_cancel(*, job: Job, by: AnyUser) -> Job:
+    """Cancel a job: a queued one at once, one holding a reservation or a cluster object via
+    CANCELLING (the clusters side deletes the Volcano Job, then marks it CANCELLED).
+
+    Cancelling a finished job is a Conflict, not a silent success; cancelling one that is
+    already being cancelled returns it unchanged.
+    """
+    require_cancel(by, job)
+    for _ in range(5):  # the scheduler may move the job between our read and our write
+        job.refresh_from_db(fields=["state"])
+        if job.state in TERMINAL_STATES:
+            raise Conflict(f"Job is already {job.state}; there is nothing to cancel.")
+        if job.state == JobState.CANCELLING:
+            return job
+        if job.state == JobState.PREEMPTING:
+            raise Conflict("Job is being preempted and requeued; cancel it again in a moment.")
+        to = JobState.CANCELLED if job.state == JobState.QUEUED else JobState.CANCELLING
+        if job_transition(
+            job_id=job.pk,
+            expected=job.state,
+            to=to,
+            reason="CancelRequested",
+            message=f"Cancelled by {by.get_username()}.",
+            actor_id=by.pk,
+        ):
+            if to == JobState.CANCELLED:
+                _notify_jobs_changed()
+            job.refresh_from_db()
+            return job
+    raise Conflict("Job state keeps changing; try again.")

@@ -1,0 +1,138 @@
+"""The job state machine: the one place that changes ``Job.state``.
+
+Every change is a compare-and-set: ``UPDATE … WHERE id = … AND state IN (expected)``. A worker
+that loses the race (a duplicated or reordered message, a cancel that got there first) sees
+``False`` and does nothing, so at-least-once delivery is harmless. The edges below are exactly
+the ones drawn in ``shared/design/ARCHITECTURE.md``; asking for any other edge raises before the
+database is touched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.models import TERMINAL_STATES, Job, JobEvent, JobState
+
+S = JobState
+
+_NON_TERMINAL = (S.QUEUED, S.ADMITTED, S.SUBMITTED, S.RUNNING, S.PREEMPTING, S.CANCELLING)
+
+LEGAL_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
+    S.QUEUED: frozenset({S.ADMITTED, S.CANCELLING, S.CANCELLED, S.FAILED}),
+    S.ADMITTED: frozenset({S.SUBMITTED, S.PREEMPTING, S.CANCELLING, S.FAILED}),
+    S.SUBMITTED: frozenset({S.RUNNING, S.PREEMPTING, S.CANCELLING, S.FAILED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTING, S.CANCELLING}),
+    S.PREEMPTING: frozenset({S.QUEUED, S.FAILED}),
+    S.CANCELLING: frozenset({S.CANCELLED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+assert all(S.FAILED in LEGAL_TRANSITIONS[s] for s in _NON_TERMINAL)
+
+# Fields a transition may set alongside the state (assignment, timestamps, reasons).
+_UPDATABLE = frozenset(
+    {
+        "cluster_id",
+        "gpu_model_id",
+        "admitted_at",
+        "started_at",
+        "finished_at",
+        "pending_reason_code",
+        "pending_reason",
+        "queue_position",
+        "volcano_job_name",
+        "dispatch_attempts",
+    }
+)
+
+
+class IllegalTransition(ValueError):
+    """Raised for an edge the state machine does not have; nothing was changed."""
+
+
+def is_legal(from_state: str, to_state: str) -> bool:
+    return JobState(to_state) in LEGAL_TRANSITIONS[JobState(from_state)]
+
+
+def _check_edges(expected: tuple[JobState, ...], to: JobState) -> None:
+    illegal = [e for e in expected if to not in LEGAL_TRANSITIONS[e]]
+    if illegal:
+        raise IllegalTransition(f"no transition from {', '.join(illegal)} to {to}")
+
+
+def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
+    """Timestamps that follow from the target state, so callers cannot forget them."""
+    if to in TERMINAL_STATES:
+        return {"finished_at": now}
+    if to == S.ADMITTED:
+        return {"admitted_at": now}
+    if to == S.RUNNING:
+        return {"started_at": now}
+    if to == S.QUEUED:
+        # Requeued (after preemption): the reservation is gone, the place in line is kept.
+        return {"cluster_id": None, "gpu_model_id": None, "admitted_at": None, "started_at": None}
+    return {}
+
+
+def job_transition(
+    *,
+    job_id: int,
+    expected: JobState | Iterable[JobState],
+    to: JobState,
+    reason: str,
+    message: str = "",
+    actor_id: int | None = None,
+    updates: Mapping[str, Any] | None = None,
+    now: dt.datetime | None = None,
+) -> bool:
+    """Move one job from one of ``expected`` to ``to`` and record a JobEvent; True if we won.
+
+    Returns False, changing nothing, when the job is no longer in an expected state (someone
+    else moved it first). Raises :class:`IllegalTransition` for an edge that does not exist.
+    """
+    expected_states = (
+        (JobState(expected),) if isinstance(expected, str) else tuple(JobState(e) for e in expected)
+    )
+    to = JobState(to)
+    _check_edges(expected_states, to)
+    extra = dict(updates or {})
+    unknown = set(extra) - _UPDATABLE
+    if unknown:
+        raise ValueError(f"job_transition cannot set {sorted(unknown)}")
+    now = now or timezone.now()
+    fields = {**_timestamp_updates(to, now), **extra, "state": to, "state_changed_at": now}
+
+    with transaction.atomic():
+        if len(expected_states) == 1:
+            from_state = expected_states[0]
+            won = Job.objects.filter(id=job_id, state=from_state).update(**fields) == 1
+        else:
+            # Several possible origins: lock the row to learn which one the event records.
+            current = (
+                Job.objects.select_for_update()
+                .filter(id=job_id, state__in=expected_states)
+                .values_list("state", flat=True)
+                .first()
+            )
+            if current is None:
+                return False
+            from_state = JobState(current)
+            won = Job.objects.filter(id=job_id, state=from_state).update(**fields) == 1
+        if not won:
+            return False
+        JobEvent.objects.create(
+            job_id=job_id,
+            created_at=now,
+            from_state=from_state,
+            to_state=to,
+            reason=reason,
+            message=message,
+            actor_id=actor_id,
+        )
+    return True

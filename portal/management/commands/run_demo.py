@@ -1,0 +1,77 @@
+"""Run the demo: web server, a real Celery worker and beat, in the foreground.
+
+Each child runs in its own process group, so Ctrl-C (or SIGTERM) here stops every process this
+command started, and nothing is left behind. Later parts (kubesim, the scheduler) hook in by
+appending to ``demo_processes``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+
+def demo_processes(host: str, port: int) -> list[tuple[str, list[str]]]:
+    py = sys.executable
+    return [
+        ("web", [py, "manage.py", "runserver", "--noreload", f"{host}:{port}"]),
+        ("worker", [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", "2"]),
+        ("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info"]),
+    ]
+
+
+class Command(BaseCommand):
+    help = "Start the demo portal (web, Celery worker and beat); Ctrl-C stops everything."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("DEMO_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8000")))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        children: dict[str, subprocess.Popen[bytes]] = {}
+        stopping = False
+
+        def stop(*_: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        for name, cmd in demo_processes(options["host"], options["port"]):
+            children[name] = subprocess.Popen(cmd, start_new_session=True)  # noqa: S603
+            self.stdout.write(f"started {name} (pid {children[name].pid})")
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\ngpupool demo: http://{options['host']}:{options['port']}/  "
+                "(Ctrl-C stops everything)\n"
+            )
+        )
+        try:
+            while not stopping:
+                for name, proc in children.items():
+                    if proc.poll() is not None:
+                        self.stderr.write(
+                            f"{name} exited with {proc.returncode}; stopping the demo"
+                        )
+                        stopping = True
+                time.sleep(0.5)
+        finally:
+            self._stop_all(children)
+
+    def _stop_all(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
+        for proc in children.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in children.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.stdout.write("demo stopped")

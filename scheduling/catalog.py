@@ -1,0 +1,119 @@
+"""The GPU model catalog: seeding it from the reference CSV and reading it for validation."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from portal.jobs.spec import CatalogEntry
+from scheduling.models import GpuModel
+
+# The reference card for cost factors: an A100-80GB GPU-hour costs 1.0.
+REFERENCE_MODEL_KEY = "a100-80gb"
+
+# MIG slices worth offering out of the box (mixed strategy: one resource per profile).
+# (parent key, profile, memory GiB, fraction of the parent's compute)
+MIG_SLICES = (
+    ("a100-80gb", "1g.10gb", 10, 1 / 7),
+    ("a100-80gb", "3g.40gb", 40, 3 / 7),
+    ("h100-sxm", "1g.10gb", 10, 1 / 7),
+)
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() == "true"
+
+
+def _product_labels(row: dict[str, str]) -> list[str]:
+    """GFD label values that mean this model, incl. the older form without the vendor prefix."""
+    label = row["gfd_product_label"].strip()
+    if not label:
+        return []
+    labels = [label]
+    if label.startswith("NVIDIA-"):
+        labels.append(label.removeprefix("NVIDIA-"))
+    return labels
+
+
+def read_catalog_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``gpu-models.csv`` as GpuModel field dicts, MIG slices appended."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    prices = {r["key"]: float(r["typical_cloud_usd_per_hour"]) for r in rows}
+    reference = prices.get(REFERENCE_MODEL_KEY) or max(prices.values())
+    models: list[dict[str, Any]] = []
+    for r in rows:
+        resource = "amd.com/gpu" if r["vendor"] == "AMD" else "nvidia.com/gpu"
+        models.append(
+            {
+                "key": r["key"],
+                "vendor": r["vendor"],
+                "display_name": r["product_name"],
+                "product_labels": _product_labels(r),
+                "architecture": r["architecture"],
+                "memory_gib": int(float(r["memory_gib"])),
+                "fp16_tflops": float(r["fp16_tflops_dense"]),
+                "bf16": _truthy(r["bf16_supported"]),
+                "fp8": _truthy(r["fp8_supported"]),
+                "mig_capable": _truthy(r["mig_capable"]),
+                "resource_name": resource,
+                "cost_factor": round(prices[r["key"]] / reference, 3),
+                "price_per_hour_usd": prices[r["key"]],
+            }
+        )
+    by_key = {m["key"]: m for m in models}
+    for parent_key, profile, memory, fraction in MIG_SLICES:
+        parent = by_key.get(parent_key)
+        if parent is None:
+            continue
+        labels = [f"{label}-MIG-{profile}" for label in parent["product_labels"]]
+        models.append(
+            {
+                **parent,
+                "key": f"{parent_key}-mig-{profile}",
+                "display_name": f"{parent['display_name']} MIG {profile}",
+                "product_labels": labels,
+                "memory_gib": memory,
+                "fp16_tflops": round(float(parent["fp16_tflops"]) * fraction, 1),
+                "mig_capable": False,
+                "resource_name": f"nvidia.com/mig-{profile}",
+                "cost_factor": round(float(parent["cost_factor"]) * fraction, 3),
+                "price_per_hour_usd": round(float(parent["price_per_hour_usd"]) * fraction, 2),
+            }
+        )
+    return models
+
+
+@transaction.atomic
+def catalog_seed(*, path: str | Path, update_existing: bool = False) -> tuple[int, int]:
+    """Create missing catalog entries (and refresh existing ones if asked); (created, updated).
+
+    Existing rows are left alone by default: admins edit cost factors and labels in the admin,
+    and a re-seed must not undo that.
+    """
+    created = updated = 0
+    existing = {m.key: m for m in GpuModel.objects.all()}
+    for fields in read_catalog_csv(path):
+        key = str(fields["key"])
+        if key not in existing:
+            GpuModel.objects.create(**fields)
+            created += 1
+        elif update_existing:
+            GpuModel.objects.filter(key=key).update(
+                **{k: v for k, v in fields.items() if k != "key"}
+            )
+            updated += 1
+    return created, updated
+
+
+def catalog_entries() -> dict[str, CatalogEntry]:
+    """Active models, as submit validation sees them (one query)."""
+    return {
+        key: CatalogEntry(key=key, memory_gib=mem, fp16_tflops=tf, bf16=bf16, fp8=fp8)
+        for key, mem, tf, bf16, fp8 in GpuModel.objects.filter(active=True).values_list(
+            "key", "memory_gib", "fp16_tflops", "bf16", "fp8"
+        )
+    }

@@ -1,0 +1,138 @@
+"""The job state machine: every edge of the architecture page, and nothing else."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+from django.db import connection
+
+from portal.jobs.state import LEGAL_TRANSITIONS, IllegalTransition, job_transition
+from portal.models import Job, JobEvent, JobState
+from tests.factories import JobFactory
+
+S = JobState
+# Drawn from shared/design/ARCHITECTURE.md, written out by hand so the table is checked
+# against the picture rather than against itself.
+EXPECTED_EDGES = {
+    (S.QUEUED, S.ADMITTED),
+    (S.QUEUED, S.CANCELLING),
+    (S.QUEUED, S.CANCELLED),
+    (S.QUEUED, S.FAILED),
+    (S.ADMITTED, S.SUBMITTED),
+    (S.ADMITTED, S.PREEMPTING),
+    (S.ADMITTED, S.CANCELLING),
+    (S.ADMITTED, S.FAILED),
+    (S.SUBMITTED, S.RUNNING),
+    (S.SUBMITTED, S.PREEMPTING),
+    (S.SUBMITTED, S.CANCELLING),
+    (S.SUBMITTED, S.FAILED),
+    (S.RUNNING, S.SUCCEEDED),
+    (S.RUNNING, S.FAILED),
+    (S.RUNNING, S.PREEMPTING),
+    (S.RUNNING, S.CANCELLING),
+    (S.PREEMPTING, S.QUEUED),
+    (S.PREEMPTING, S.FAILED),
+    (S.CANCELLING, S.CANCELLED),
+    (S.CANCELLING, S.FAILED),
+}
+ALL_PAIRS = list(itertools.product(S, S))
+
+
+def test_the_table_is_the_architecture_picture():
+    table = {(a, b) for a, targets in LEGAL_TRANSITIONS.items() for b in targets}
+    assert table == EXPECTED_EDGES
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("from_state", "to_state"), ALL_PAIRS, ids=[f"{a}->{b}" for a, b in ALL_PAIRS]
+)
+def test_each_edge_is_allowed_or_refused_without_side_effects(from_state, to_state):
+    job = JobFactory(state=from_state)
+    before = Job.objects.values().get(pk=job.pk)
+    if (from_state, to_state) in EXPECTED_EDGES:
+        assert job_transition(job_id=job.pk, expected=from_state, to=to_state, reason="Test")
+        job.refresh_from_db()
+        assert job.state == to_state
+        event = JobEvent.objects.get(job=job)
+        assert (event.from_state, event.to_state, event.reason) == (from_state, to_state, "Test")
+    else:
+        with pytest.raises(IllegalTransition):
+            job_transition(job_id=job.pk, expected=from_state, to=to_state, reason="Test")
+        assert Job.objects.values().get(pk=job.pk) == before
+        assert not JobEvent.objects.filter(job=job).exists()
+
+
+@pytest.mark.django_db
+def test_a_stale_expectation_loses_and_changes_nothing():
+    job = JobFactory(state=S.RUNNING)
+    assert not job_transition(job_id=job.pk, expected=S.QUEUED, to=S.ADMITTED, reason="Late")
+    job.refresh_from_db()
+    assert job.state == S.RUNNING
+    assert not JobEvent.objects.filter(job=job).exists()
+
+
+@pytest.mark.django_db
+def test_several_expected_states_record_the_actual_origin():
+    job = JobFactory(state=S.SUBMITTED)
+    assert job_transition(
+        job_id=job.pk, expected=(S.ADMITTED, S.SUBMITTED, S.RUNNING), to=S.CANCELLING, reason="X"
+    )
+    assert JobEvent.objects.get(job=job).from_state == S.SUBMITTED
+
+
+@pytest.mark.django_db
+def test_timestamps_follow_the_state():
+    job = JobFactory(state=S.QUEUED)
+    job_transition(job_id=job.pk, expected=S.QUEUED, to=S.ADMITTED, reason="Admitted")
+    job_transition(job_id=job.pk, expected=S.ADMITTED, to=S.SUBMITTED, reason="Created")
+    job_transition(job_id=job.pk, expected=S.SUBMITTED, to=S.RUNNING, reason="Running")
+    job_transition(job_id=job.pk, expected=S.RUNNING, to=S.SUCCEEDED, reason="Completed")
+    job.refresh_from_db()
+    assert job.admitted_at <= job.started_at <= job.finished_at
+    assert [e.to_state for e in job.events.all()] == [
+        S.ADMITTED,
+        S.SUBMITTED,
+        S.RUNNING,
+        S.SUCCEEDED,
+    ]
+
+
+@pytest.mark.django_db
+def test_requeue_after_preemption_clears_the_reservation_but_keeps_submit_time(catalog):
+    from scheduling.models import GpuModel
+
+    job = JobFactory(state=S.RUNNING, gpu_model=GpuModel.objects.get(key="t4"))
+    submitted = job.submitted_at
+    job_transition(job_id=job.pk, expected=S.RUNNING, to=S.PREEMPTING, reason="Preempted")
+    job_transition(job_id=job.pk, expected=S.PREEMPTING, to=S.QUEUED, reason="Requeued")
+    job.refresh_from_db()
+    assert (job.state, job.gpu_model, job.started_at) == (S.QUEUED, None, None)
+    assert job.submitted_at == submitted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_racing_workers_move_a_job_once():
+    """Both workers try QUEUED → ADMITTED at the same moment: exactly one wins, one event."""
+    job = JobFactory(state=S.QUEUED)
+    barrier = threading.Barrier(2)
+    results: list[bool] = []
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            results.append(
+                job_transition(job_id=job.pk, expected=S.QUEUED, to=S.ADMITTED, reason="R")
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, True]
+    assert JobEvent.objects.filter(job=job).count() == 1
