@@ -11,7 +11,7 @@ the issue left room; each is a constant or a small helper so it can be changed i
 Naming
     The Volcano Job is named ``gp-`` + the 32 hex digits of the portal job's UUID
     (:func:`volcano_job_name`). The full UUID costs nothing (the longest pod name, at 4096
-    replicas, is 46 characters, well inside Volcano's rule
+    replicas, is 47 characters, well inside Volcano's rule
     ``len(job) + len(task) + digits + 2 <= 63``) and makes a name collision impossible, so a
     ``409 AlreadyExists`` always means "this job, dispatched before". The ``gp-`` prefix makes
     the name start with a letter, which the ``svc`` plugin's Service (a DNS-1035 label) needs.

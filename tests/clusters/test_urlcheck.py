@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import ipaddress
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -326,3 +329,19 @@ def test_unresolvable_is_still_a_refusal():
 )
 def test_classify_address(address, verdict):
     assert classify_address(ipaddress.ip_address(address)) == verdict
+
+
+def test_the_url_check_imports_the_standard_library_only():
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "clusters" / "urlcheck.py").read_text())
+    imported = {
+        node.module.partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    } | {
+        alias.name.partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+
+    assert imported - {"__future__"} <= sys.stdlib_module_names

@@ -8,9 +8,11 @@ input space; named tests pin the decisions a reader should be able to find.
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -974,3 +976,23 @@ def test_closing_a_queue_is_a_command_targeting_it():
         build_queue_command(
             queue_name="gp-vision", queue_uid="u", action="DeleteQueue", namespace="ns", name="c"
         )
+
+
+# --- Purity -----------------------------------------------------------------------------------
+
+
+def imported_top_level_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_the_builder_imports_the_standard_library_only():
+    imported = imported_top_level_modules(REPO_ROOT / "clusters" / "volcano.py")
+
+    assert imported - {"__future__"} <= sys.stdlib_module_names, imported - sys.stdlib_module_names
