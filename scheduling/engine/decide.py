@@ -133,6 +133,7 @@ class _Cycle:
         self._held_by: dict[int, str] = {}  # id(pool) -> holder job id
         self._free_cache: dict[str, tuple[int, int]] = {}
         self._final = False
+        self.claimed: set[str] = set()  # running jobs already preempted or claimed this cycle
 
     # -- step 1 -------------------------------------------------------------------------------
 
@@ -211,25 +212,29 @@ class _Cycle:
         grouped: dict[str, list[PendingJob]] = {}
         for job in self.snap.pending:
             grouped.setdefault(job.team, []).append(job)
-        self.lines: dict[str, list[PendingJob]] = {}
+        # bands[priority][team] = that team's considered jobs of that priority, in line order.
+        self.bands: dict[int, dict[str, list[PendingJob]]] = {}
         self.beyond: dict[str, tuple[str, ...]] = {}
-        self.starving: list[PendingJob] = []
+        self.starving: dict[int, list[PendingJob]] = {}
         guard = self.config.starvation_wait
         now = self.snap.now
         for team in sorted(grouped):
             jobs = grouped[team]
             jobs.sort(key=_line_key)
-            line = jobs[:lookback]
-            self.lines[team] = line
             if len(jobs) > lookback:
                 self.beyond[team] = tuple(j.id for j in jobs[lookback:])
-            band: int | None = None
-            for job in line:
-                if job.priority != band:
-                    band = job.priority
+                del jobs[lookback:]
+            for job in jobs:
+                band = self.bands.setdefault(job.priority, {})
+                line = band.get(team)
+                if line is None:
+                    line = band[team] = []
+                    # The head of the team's line in this band: the starvation guard's subject.
                     if now - job.submitted_at >= guard:
-                        self.starving.append(job)
-        self.starving.sort(key=lambda j: (-j.priority, j.submitted_at, j.id))
+                        self.starving.setdefault(job.priority, []).append(job)
+                line.append(job)
+        for heads in self.starving.values():
+            heads.sort(key=lambda j: (j.submitted_at, j.id))
         self.decided: set[str] = set()
 
     # -- step 3 -------------------------------------------------------------------------------
@@ -237,48 +242,52 @@ class _Cycle:
     def run(self) -> Decision:
         self._index()
         self._lines()
-        self.cursor = dict.fromkeys(self.lines, 0)
-        self.heap_version = dict.fromkeys(self.lines, 0)
-        self.heap: list[tuple[tuple[int, float, datetime, str], int, str]] = []
-        for team in self.lines:
-            self._push(team)
-        starving = self.starving
-        s = 0
-        while self.heap:
-            top = self.heap[0]
-            if s < len(starving) and starving[s].priority >= -top[0][0]:
-                # A priority band starts: its starving heads go first.
-                touched: set[str] = set()
-                while s < len(starving) and starving[s].priority >= -top[0][0]:
-                    job = starving[s]
-                    s += 1
-                    self._visit(job, starving=True)
-                    touched.add(job.team)
-                for team in sorted(touched):
-                    self._push(team)
-                continue
-            _, version, team = heapq.heappop(self.heap)
-            if version != self.heap_version[team]:
-                continue  # stale: the team was re-pushed with a newer share or head
-            line = self.lines[team]
-            job = line[self.cursor[team]]
-            self.cursor[team] += 1
-            self._visit(job, starving=False)
-            self._push(team)
+        for priority in sorted(self.bands, reverse=True):
+            # (a) heads past the starvation guard, oldest first: admitted or capacity held;
+            for job in self.starving.get(priority, ()):
+                self._visit(job, starving=True, nominal_only=False)
+            # (b) progressive filling on nominal quota only, so that a team's guarantee is
+            #     served before anyone borrows it (as Kueue orders non-borrowing entries first);
+            deferred = self._fill(self.bands[priority], nominal_only=True)
+            # (c) then the jobs that need to borrow, again by share.
+            self._fill(deferred, nominal_only=False)
         return self._assemble()
 
-    def _push(self, team: str) -> None:
-        line = self.lines[team]
-        i = self.cursor[team]
-        while i < len(line) and line[i].id in self.decided:
-            i += 1
-        self.cursor[team] = i
-        self.heap_version[team] += 1
-        if i == len(line):
-            return
-        job = line[i]
-        key = (-job.priority, self.shares.share(team), job.submitted_at, job.id)
-        heapq.heappush(self.heap, (key, self.heap_version[team], team))
+    def _fill(
+        self, lines: dict[str, list[PendingJob]], *, nominal_only: bool
+    ) -> dict[str, list[PendingJob]]:
+        """Visit ``lines`` (one priority band) lowest weighted share first, FIFO within a team.
+
+        A heap of teams keyed by (share, head submit time, head id): after each visit only the
+        visited team's share can change, so it alone is pushed back — O(n log teams). Returns the
+        jobs deferred because they need to borrow (only when ``nominal_only``).
+        """
+        deferred: dict[str, list[PendingJob]] = {}
+        heap: list[tuple[float, datetime, str, str]] = []
+        cursor = dict.fromkeys(lines, 0)
+        share = self.shares.share
+
+        def push(team: str) -> None:
+            line = lines[team]
+            i = cursor[team]
+            decided = self.decided
+            while i < len(line) and line[i].id in decided:
+                i += 1
+            cursor[team] = i
+            if i < len(line):
+                head = line[i]
+                heapq.heappush(heap, (share(team), head.submitted_at, head.id, team))
+
+        for team in lines:
+            push(team)
+        while heap:
+            team = heapq.heappop(heap)[3]
+            job = lines[team][cursor[team]]
+            cursor[team] += 1
+            if not self._visit(job, starving=False, nominal_only=nominal_only):
+                deferred.setdefault(team, []).append(job)
+            push(team)
+        return deferred
 
     # -- step 4 -------------------------------------------------------------------------------
 
@@ -297,31 +306,32 @@ class _Cycle:
             setattr(w, k, v)
         self.waiting.append(w)
 
-    def _visit(self, job: PendingJob, *, starving: bool) -> None:
+    def _visit(self, job: PendingJob, *, starving: bool, nominal_only: bool) -> bool:
+        """Decide one job; False when it was deferred to the borrowing pass."""
         if job.id in self.decided:
-            return
+            return True
+        if not self._evaluate(job, starving, nominal_only):
+            return False
         self.decided.add(job.id)
-        try:
-            self._evaluate(job, starving)
-        finally:
-            self.visited += 1
+        self.visited += 1
+        return True
 
-    def _evaluate(self, job: PendingJob, starving: bool) -> None:
+    def _evaluate(self, job: PendingJob, starving: bool, nominal_only: bool) -> bool:
         team = self.teams.get(job.team)
         if team is None:
             self._wait(job, ReasonCode.INVALID_JOB, detail=f"team {job.team!r} is unknown")
-            return
+            return True
         g, r = job.gpus_per_replica, job.replicas
         if g < 1 or r < 1:
             self._wait(job, ReasonCode.INVALID_JOB, detail="it asks for no GPUs")
-            return
+            return True
         if team.held:
             self._wait(job, ReasonCode.TEAM_HELD)
-            return
+            return True
         cands = self._resolve(job)
         if not cands.matched:
             self._wait(job, ReasonCode.NO_MODEL_MATCHES, rejected=cands.rejected)
-            return
+            return True
         tried = cands.matched if job.fallback else cands.matched[:1]
         need = g * r
         failures: list[_Failure] = []
@@ -346,20 +356,23 @@ class _Cycle:
             if best is None:
                 failures.append(self._capacity_failure(model, g, r))
                 continue
+            if nominal_only and check.borrowed:
+                return False  # would borrow: wait for the borrowing pass of this band
             pool, plan, leftover = best
             self._admit(job, model, pool, plan, leftover, check.borrowed, cands, failures, starving)
-            return
+            return True
         skipped = cands.matched[len(tried) :]
         # Reclaim: a team within nominal takes back what borrowers hold.
         if self.config.preemption:
             for f in failures:
                 if f.code is SkipCode.NO_NODE_FITS and self._try_preempt(job, f.model):
-                    return
+                    return True
         if starving:
             for f in failures:
                 if f.code is SkipCode.NO_NODE_FITS and self._try_hold(job, f.model):
-                    return
+                    return True
         self._wait_for_capacity(job, failures, cands, skipped)
+        return True
 
     def _best_fit(
         self, pools: Sequence[Pool], g: int, r: int, need: int
@@ -441,7 +454,13 @@ class _Cycle:
                         cluster=other.cluster,
                         code=ClusterNoteCode.WORSE_FIT,
                         message=reasons.note(
-                            other.cluster, reasons.msg_cluster_worse_fit(planned[1], leftover)
+                            other.cluster,
+                            reasons.msg_cluster_worse_fit(
+                                planned[1],
+                                other.free_total - job.gpus,
+                                leftover,
+                                pool.free_total - job.gpus,
+                            ),
                         ),
                     )
                 )
@@ -532,11 +551,12 @@ class _Cycle:
             if pool.max_total < g:
                 continue
             key = (pool.cluster, model.key)
-            inflight = [v for v in self.inflight.get(key, ()) if v.alloc.job_id not in self.decided]
+            claimed = self.claimed
+            inflight = [v for v in self.inflight.get(key, ()) if v.alloc.job_id not in claimed]
             victims = [
                 v
                 for v in self.victims.get(key, ())
-                if v.alloc.job_id not in self.decided and v.alloc.team != job.team
+                if v.alloc.job_id not in claimed and v.alloc.team != job.team
             ]
             if not inflight and not victims:
                 continue
@@ -568,7 +588,7 @@ class _Cycle:
         used_after = row.used + need
         self._charge(job.team, model.key, need)
         for v in (*used_inflight, *used_victims):
-            self.decided.add(v.alloc.job_id)
+            self.claimed.add(v.alloc.job_id)
         for v in used_victims:
             a = v.alloc
             self.preemptions.append(

@@ -263,10 +263,12 @@ def msg_cluster_no_room(largest_block: int) -> str:
     return f"no room (largest free block {largest_block})"
 
 
-def msg_cluster_worse_fit(leftover: int, chosen_leftover: int) -> str:
+def msg_cluster_worse_fit(
+    leftover: int, cluster_left: int, chosen_leftover: int, chosen_cluster_left: int
+) -> str:
     return (
-        f"worse fit (would leave {leftover} free on the nodes used, chosen leaves "
-        f"{chosen_leftover})"
+        f"worse fit (would leave {leftover} free on the nodes used and {cluster_left} in the "
+        f"cluster; chosen leaves {chosen_leftover} and {chosen_cluster_left})"
     )
 
 

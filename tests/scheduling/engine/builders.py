@@ -14,14 +14,17 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from scheduling.engine import (
+    Admission,
     Backlog,
     Cluster,
     ClusterState,
     CohortQuota,
+    Decision,
     EngineConfig,
     GpuModel,
     Node,
     PendingJob,
+    PendingReason,
     Policy,
     Quota,
     Requirement,
@@ -288,10 +291,28 @@ __all__ = [
     "NOW",
     "T4",
     "V100",
+    "ClusterBuilder",
     "Requirement",
+    "SnapshotBuilder",
     "a_cluster",
     "a_job",
     "a_snapshot",
+    "admitted",
     "fast_guard",
+    "preempted",
+    "reasons_by_job",
     "running",
 ]
+
+
+def admitted(decision: Decision) -> dict[str, Admission]:
+    """Admissions by job id."""
+    return {a.job_id: a for a in decision.admissions}
+
+
+def reasons_by_job(decision: Decision) -> dict[str, PendingReason]:
+    return {p.job_id: p for p in decision.pending}
+
+
+def preempted(decision: Decision) -> set[str]:
+    return {p.job_id for p in decision.preemptions}

@@ -1,0 +1,128 @@
+"""The starvation guard: a large job waiting past the guard gets capacity held for it."""
+
+from __future__ import annotations
+
+from scheduling.engine import EngineConfig, ReasonCode, decide
+from tests.scheduling.engine.builders import (
+    SnapshotBuilder,
+    a_cluster,
+    a_job,
+    a_snapshot,
+    admitted,
+    fast_guard,
+    reasons_by_job,
+    running,
+)
+
+
+def half_busy_pool() -> SnapshotBuilder:
+    """Two 8-GPU A100 nodes, each with 4 GPUs busy: no node has 8 free."""
+    return (
+        a_snapshot()
+        .with_clusters(a_cluster().with_nodes("a100-80gb", 2, gpus=8))
+        .with_cohort_quota("default", "a100-80gb", 16)
+        .with_running(
+            running(
+                "r0",
+                team="carol",
+                cluster="east",
+                model="a100-80gb",
+                nodes=["east-a100-80gb-0"],
+                gpus=4,
+                started_minutes_ago=10,
+            ),
+            running(
+                "r1",
+                team="carol",
+                cluster="east",
+                model="a100-80gb",
+                nodes=["east-a100-80gb-1"],
+                gpus=2,
+                started_minutes_ago=10,
+            ),
+        )
+    )
+
+
+def test_before_the_guard_small_jobs_overtake_the_large_one() -> None:
+    snap = (
+        half_busy_pool()
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(30))
+        .with_pending(a_job("small", team="bob", gpus=2).on_models("a100-80gb").submitted(1))
+        .build()
+    )
+    decision = decide(snap, fast_guard(60))
+    assert "small" in admitted(decision)
+    assert reasons_by_job(decision)["large"].code is ReasonCode.NO_CAPACITY
+    assert not decision.holds
+
+
+def test_after_the_guard_capacity_is_held_and_shown_in_both_reasons() -> None:
+    snap = (
+        half_busy_pool()
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(90))
+        .with_pending(a_job("small", team="bob", gpus=2).on_models("a100-80gb").submitted(1))
+        .build()
+    )
+    decision = decide(snap, fast_guard(60))
+    (hold,) = decision.holds
+    # held on the node closest to fitting: node 1 has 6 free
+    assert hold.job_id == "large" and hold.nodes == (("east-a100-80gb-1", 6),)
+    large = reasons_by_job(decision)["large"]
+    assert large.code is ReasonCode.HOLDING_CAPACITY
+    assert "waited 1h 30m (guard 1h 0m): holding 6 of 8 GPUs on 1 nodes in east" in large.message
+    # the small job may still use GPUs the large one cannot use yet (node 0)
+    assert admitted(decision)["small"].node_plan == ("east-a100-80gb-0",)
+
+
+def test_a_job_that_only_fits_in_held_room_says_so() -> None:
+    snap = (
+        half_busy_pool()
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(90))
+        .with_pending(a_job("medium", team="bob", gpus=6).on_models("a100-80gb").submitted(1))
+        .build()
+    )
+    decision = decide(snap, fast_guard(60))
+    medium = reasons_by_job(decision)["medium"]
+    assert medium.code is ReasonCode.CAPACITY_HELD
+    assert "held for older job large" in medium.message
+
+
+def test_the_starving_head_goes_first_in_its_band_despite_a_larger_share() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster().with_nodes("a100-80gb", 1, gpus=8))
+        .with_cohort_quota("default", "a100-80gb", 8)
+        .with_usage("alice", "a100-80gb", 50_000)
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(500))
+        .with_pending(a_job("small", team="bob", gpus=2).on_models("a100-80gb").submitted(1))
+        .build()
+    )
+    decision = decide(snap, fast_guard(60))
+    assert admitted(decision)["large"].starvation_guard
+    assert "small" not in admitted(decision)
+
+
+def test_higher_priority_work_is_not_blocked_by_a_hold() -> None:
+    snap = (
+        half_busy_pool()
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(90))
+        .with_pending(a_job("urgent", team="bob", gpus=6).on_models("a100-80gb").priority(5))
+        .build()
+    )
+    decision = decide(snap, fast_guard(60))
+    assert "urgent" in admitted(decision)
+
+
+def test_the_number_of_holds_is_bounded() -> None:
+    snap = half_busy_pool()
+    for i in range(5):
+        snap.with_pending(
+            a_job(f"large{i}", team=f"t{i}", gpus=8).on_models("a100-80gb").submitted(100 + i)
+        )
+    config = EngineConfig(starvation_wait=fast_guard(60).starvation_wait, max_capacity_holds=1)
+    decision = decide(snap.build(), config)
+    assert [h.job_id for h in decision.holds] == ["large4"]  # the oldest
+    codes = {p.job_id: p.code for p in decision.pending}
+    assert codes["large4"] is ReasonCode.HOLDING_CAPACITY
+    assert codes["large0"] is not ReasonCode.HOLDING_CAPACITY
