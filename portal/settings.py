@@ -140,6 +140,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Cache: local memory by default; Redis in production so throttles are shared by all workers
 # ---------------------------------------------------------------------------------------------
 CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://gpupool")}
+# Parallel test workers share one Redis: keep their keys apart.
+CACHES["default"]["KEY_PREFIX"] = env.str("CACHE_KEY_PREFIX", default="gpupool") + os.environ.get(
+    "PYTEST_XDIST_WORKER", ""
+)
 
 # ---------------------------------------------------------------------------------------------
 # Auth, i18n, static
@@ -212,6 +216,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "portal.models.JobState"},
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""Deployment files: settings hold up in production, docker-compose is wired to real things."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION_ENV = {
+    "DEBUG": "false",
+    "SECRET_KEY": "x" * 20 + "-a-long-random-production-secret-" + "y" * 20,
+    "ALLOWED_HOSTS": "gpupool.example.org",
+    "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool"),
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    "CACHE_URL": "redis://127.0.0.1:6379/1",
+}
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEBUG", "SECRET_KEY"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_production_settings_pass_the_deploy_check():
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_production_without_a_secret_key_fails_loudly():
+    env = {**PRODUCTION_ENV, "SECRET_KEY": ""}
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("DEBUG", "maybe"), ("GPUPOOL_MAX_GPUS_PER_REPLICA", "eight"), ("DB_CONN_MAX_AGE", "-1")],
+)
+def test_a_malformed_setting_names_the_variable(name, value):
+    result = _manage("check", env={name: value})
+    assert result.returncode != 0
+    assert name in result.stderr
+
+
+def test_a_secret_can_come_from_a_file(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("file-secret-" + "".join(chr(97 + i % 26) for i in range(60)) + "\n")
+    env = {**PRODUCTION_ENV, "SECRET_KEY": "", "SECRET_KEY_FILE": str(secret)}
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 0, result.stderr
+
+
+def _settings_variables() -> set[str]:
+    source = (ROOT / "portal" / "settings.py").read_text()
+    names = set(re.findall(r'env(?:\.\w+|_int|_bool|_secret)\(\s*"([A-Z_]+)"', source))
+    names |= set(re.findall(r'os\.environ\.get\(\s*"([A-Z_]+)"', source))
+    return names
+
+
+def test_compose_services_run_commands_of_this_project_and_set_only_read_variables():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    known = _settings_variables()
+    for name in ("web", "worker", "beat"):
+        service = services[name]
+        assert "healthcheck" in service, name
+        unknown = set(service["environment"]) - known
+        assert not unknown, f"{name} sets variables the settings never read: {unknown}"
+        command = " ".join(service["command"])
+        for module in re.findall(r"gunicorn (\S+)", command):
+            assert (ROOT / (module.split(".")[0])).is_dir()
+            assert (ROOT / module.replace(".", "/")).with_suffix(".py").exists()
+        if "celery" in command:
+            assert re.search(r"-A portal\b", command) and (ROOT / "portal" / "celery.py").exists()
+        for sub in re.findall(r"manage\.py (\w+)", command):
+            result = _manage("help", sub, env={})
+            assert result.returncode == 0, f"{name}: manage.py {sub} does not exist"
+    for name in ("postgres", "redis"):
+        assert "healthcheck" in services[name]
+
+
+def test_celery_worker_and_beat_commands_exist():
+    assert shutil.which("celery", path=str(Path(sys.executable).parent))
