@@ -24,7 +24,8 @@ PRODUCTION_ENV = {
 
 
 def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEBUG", "SECRET_KEY"))}
+    leaked = ("DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE")  # test-only, not production
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(leaked)}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
