@@ -67,7 +67,7 @@ class Command(BaseCommand):
     def _stop_all(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
         for proc in children.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                proc.terminate()  # the leader shuts its own children down (Celery's pool)
         deadline = time.monotonic() + 10
         for proc in children.values():
             try:
