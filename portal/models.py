@@ -136,6 +136,12 @@ class Job(models.Model):
     pending_reason_code = models.CharField(max_length=40, blank=True)
     pending_reason = models.TextField(blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
+    node_plan = models.JSONField(
+        default=list, blank=True, help_text="Node name per replica (planned, then as bound)"
+    )
+    placement = models.JSONField(
+        default=dict, blank=True, help_text="Why this model and cluster: the engine's explanation"
+    )
     volcano_job_name = models.CharField(max_length=63, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
 

@@ -22,6 +22,9 @@ from scheduling.catalog import catalog_entries
 
 # Called on commit after jobs are queued or freed (the scheduling cycle hooks in here).
 on_jobs_changed: list[Callable[[], None]] = []
+# Called on commit with the job's id once it is CANCELLING (the clusters side deletes the
+# Volcano Job and then marks it CANCELLED).
+on_job_cancelling: list[Callable[[int], None]] = []
 
 
 def _notify_jobs_changed() -> None:
@@ -250,6 +253,9 @@ def job_cancel(*, job: Job, by: AnyUser) -> Job:
         ):
             if to == JobState.CANCELLED:
                 _notify_jobs_changed()
+            else:
+                for hook in on_job_cancelling:
+                    transaction.on_commit(lambda h=hook, pk=job.pk: h(pk))
             job.refresh_from_db()
             return job
     raise Conflict("Job state keeps changing; try again.")

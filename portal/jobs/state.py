@@ -47,6 +47,8 @@ _UPDATABLE = frozenset(
         "pending_reason",
         "queue_position",
         "volcano_job_name",
+        "node_plan",
+        "placement",
         "dispatch_attempts",
     }
 )
@@ -76,7 +78,14 @@ def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
         return {"started_at": now}
     if to == S.QUEUED:
         # Requeued (after preemption): the reservation is gone, the place in line is kept.
-        return {"cluster_id": None, "gpu_model_id": None, "admitted_at": None, "started_at": None}
+        return {
+            "cluster_id": None,
+            "gpu_model_id": None,
+            "admitted_at": None,
+            "started_at": None,
+            "node_plan": [],
+            "volcano_job_name": "",
+        }
     return {}
 
 
