@@ -144,6 +144,9 @@ class Job(models.Model):
     )
     volcano_job_name = models.CharField(max_length=63, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
+    usage_accounted_until = models.DateTimeField(
+        null=True, blank=True, help_text="GPU-hours up to here are in the usage ledger"
+    )
 
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)

@@ -271,3 +271,22 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling
+# ---------------------------------------------------------------------------------------------
+GPUPOOL_SCHEDULER_INTERVAL_SECONDS = env_int("GPUPOOL_SCHEDULER_INTERVAL_SECONDS", 5, minimum=1)
+GPUPOOL_SCHEDULER_LOOKBACK = env_int("GPUPOOL_SCHEDULER_LOOKBACK", 1000, minimum=1)
+GPUPOOL_STARVATION_WAIT_MINUTES = env_int("GPUPOOL_STARVATION_WAIT_MINUTES", 120, minimum=1)
+GPUPOOL_USAGE_HALF_LIFE_HOURS = env_int("GPUPOOL_USAGE_HALF_LIFE_HOURS", 7 * 24, minimum=1)
+GPUPOOL_PREEMPTION = env_bool("GPUPOOL_PREEMPTION", True)
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "scheduling-cycle": {
+            "task": "scheduling.run_cycle",
+            "schedule": float(GPUPOOL_SCHEDULER_INTERVAL_SECONDS),
+            "options": {"expires": float(GPUPOOL_SCHEDULER_INTERVAL_SECONDS)},
+        },
+        "scheduling-usage": {"task": "scheduling.account_usage", "schedule": 60.0},
+    }
+)

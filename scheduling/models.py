@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -48,3 +49,123 @@ class GpuModel(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class Cohort(models.Model):
+    """A Cohort is a set of teams that lend each other idle nominal quota."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+DEFAULT_COHORT_SLUG = "default"
+
+
+class TeamPolicy(models.Model):
+    """A team's scheduling policy: fair-share weight, cohort, queue hold and queue limit.
+
+    A team without a row gets the defaults (weight 1, the default cohort, not held).
+    """
+
+    team = models.OneToOneField("portal.Team", on_delete=models.CASCADE, related_name="policy")
+    weight = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.01)], help_text="Fair-share weight"
+    )
+    cohort = models.ForeignKey(
+        Cohort, null=True, blank=True, on_delete=models.SET_NULL, related_name="policies"
+    )
+    held = models.BooleanField(default=False, help_text="Admit nothing new; running jobs go on")
+    held_reason = models.CharField(max_length=200, blank=True)
+    max_queued_jobs = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Submissions beyond this many queued jobs are refused"
+    )
+
+    class Meta:
+        verbose_name_plural = "team policies"
+
+    def __str__(self) -> str:
+        return f"policy of {self.team}"
+
+
+class Quota(models.Model):
+    """A team's GPUs of one model, pool-wide (the scheduler picks the cluster).
+
+    ``nominal`` is guaranteed: jobs within it are never preempted for another team.
+    ``borrowing_limit`` caps what the team may take above nominal from idle cohort quota (null =
+    no limit but the cohort's idle quota); ``lending_limit`` caps how much of its idle nominal
+    quota the cohort may borrow (null = all of it).
+    """
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="quotas")
+    nominal = models.PositiveIntegerField(default=0)
+    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_limit = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team", "gpu_model"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "gpu_model"], name="one_quota_per_team_model")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.nominal} × {self.gpu_model}"
+
+
+class QuotaChange(models.Model):
+    """Audit trail of quota and policy edits: who changed what, when, old → new."""
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey(
+        GpuModel, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    field = models.CharField(max_length=40)
+    old_value = models.CharField(max_length=40, blank=True)
+    new_value = models.CharField(max_length=40, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.team} {self.gpu_model or ''} {self.field}: {self.old_value} → {self.new_value}"
+        )
+
+
+class UsageRecord(models.Model):
+    """GPU-hours one user of a team ran on one model in one UTC hour.
+
+    Hourly buckets keep the ledger small and let fair share decay usage by bucket age
+    (``weighted_gpu_hours`` × 0.5^(age / half-life)) in one grouped query.
+    """
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    hour = models.DateTimeField(help_text="Start of the UTC hour")
+    gpu_hours = models.FloatField(default=0)
+    weighted_gpu_hours = models.FloatField(default=0, help_text="gpu_hours × cost factor")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "user", "gpu_model", "hour"], name="one_usage_bucket"
+            )
+        ]
+        indexes = [models.Index(fields=["hour"], name="usage_by_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.gpu_model} {self.hour:%Y-%m-%d %H}h: {self.gpu_hours:.2f}"

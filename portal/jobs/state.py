@@ -10,7 +10,8 @@ database is touched.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -52,6 +53,17 @@ _UPDATABLE = frozenset(
         "dispatch_attempts",
     }
 )
+
+
+# Called on commit after a job released its reservation (terminal, or requeued): capacity and
+# quota came free, so the scheduling cycle should run soon.
+on_released: list[Callable[[], None]] = []
+
+
+def _notify_released(to: JobState) -> None:
+    if to in TERMINAL_STATES or to == S.QUEUED:
+        for hook in on_released:
+            transaction.on_commit(hook)
 
 
 class IllegalTransition(ValueError):
@@ -144,4 +156,73 @@ def job_transition(
             message=message,
             actor_id=actor_id,
         )
+        _notify_released(to)
     return True
+
+
+@dataclass(frozen=True)
+class Change:
+    """One job's part of a bulk transition: its id, fields to set, and its event message."""
+
+    job_id: int
+    updates: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+
+def jobs_transition_bulk(
+    *,
+    changes: Sequence[Change],
+    expected: JobState,
+    to: JobState,
+    reason: str,
+    now: dt.datetime | None = None,
+) -> set[int]:
+    """Move many jobs from ``expected`` to ``to`` in one transaction; returns the ids that won.
+
+    The compare-and-set is a row lock: rows still in ``expected`` are locked ``FOR UPDATE``
+    (``SKIP LOCKED``, so a row another writer holds is simply not ours this time), then
+    updated together and given their events in one insert. Used by the scheduling cycle, whose
+    admissions would otherwise cost two statements each.
+    """
+    expected, to = JobState(expected), JobState(to)
+    _check_edges((expected,), to)
+    for change in changes:
+        unknown = set(change.updates) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"jobs_transition_bulk cannot set {sorted(unknown)}")
+    if not changes:
+        return set()
+    now = now or timezone.now()
+    by_id = {c.job_id: c for c in changes}
+    base = {**_timestamp_updates(to, now), "state": to, "state_changed_at": now}
+    with transaction.atomic():
+        rows = list(
+            Job.objects.select_for_update(skip_locked=True)
+            .filter(id__in=by_id, state=expected)
+            .only("id")
+        )
+        if not rows:
+            return set()
+        update_fields = set(base)
+        for row in rows:
+            values = {**base, **by_id[row.pk].updates}
+            update_fields |= set(values)
+            for name, value in values.items():
+                setattr(row, name, value)
+        Job.objects.bulk_update(rows, sorted(update_fields), batch_size=1000)
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job_id=row.pk,
+                    created_at=now,
+                    from_state=expected,
+                    to_state=to,
+                    reason=reason,
+                    message=by_id[row.pk].message,
+                )
+                for row in rows
+            ],
+            batch_size=1000,
+        )
+        _notify_released(to)
+    return {row.pk for row in rows}

@@ -1,0 +1,513 @@
+"""One scheduling cycle: the I/O around the pure engine, as numbered steps.
+
+    1. take the scheduler lock (single flight across processes)
+    2. load a snapshot in a handful of queries (no per-job queries)
+    3. engine.decide(snapshot)
+    4. persist admissions, preemptions and pending reasons in bulk, in one transaction
+    5. on commit, enqueue dispatch (admitted) and eviction (preempted) tasks
+
+Everything written is guarded: admissions and preemptions are compare-and-set transitions, so a
+cycle racing a cancel, or a second cycle (which the lock prevents anyway), changes nothing twice.
+A crash before step 4 commits leaves every job as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, F, Sum, Window
+from django.db.models.functions import RowNumber, TruncDay
+from django.utils import timezone
+
+from portal.jobs.state import Change, job_transition, jobs_transition_bulk
+from portal.models import Job, JobState, Team
+from scheduling import engine
+from scheduling.models import DEFAULT_COHORT_SLUG, GpuModel, Quota, TeamPolicy, UsageRecord
+
+log = logging.getLogger(__name__)
+
+# Postgres advisory lock key: "gpupool cycle" (stable across deploys; see docs/decisions.md).
+CYCLE_LOCK_KEY = 0x67707031  # "gpp1"
+
+HOLDING_STATES = (
+    JobState.ADMITTED,
+    JobState.SUBMITTED,
+    JobState.RUNNING,
+    JobState.PREEMPTING,
+    JobState.CANCELLING,
+)
+PREEMPTIBLE_STATES = (JobState.ADMITTED, JobState.SUBMITTED, JobState.RUNNING)
+
+# Called on commit with the ids of admitted / preempted jobs (the clusters app registers its
+# dispatch and eviction tasks here; without them admissions wait in ADMITTED).
+on_admitted: list[Callable[[list[int]], None]] = []
+on_preempted: list[Callable[[list[int]], None]] = []
+
+
+@dataclass
+class CycleResult:
+    ran: bool
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    pending: int = 0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def engine_config() -> engine.EngineConfig:
+    return engine.EngineConfig(
+        lookback_per_team=settings.GPUPOOL_SCHEDULER_LOOKBACK,
+        starvation_wait=dt.timedelta(minutes=settings.GPUPOOL_STARVATION_WAIT_MINUTES),
+        usage_half_life=dt.timedelta(hours=settings.GPUPOOL_USAGE_HALF_LIFE_HOURS),
+        preemption=settings.GPUPOOL_PREEMPTION,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The lock
+# ---------------------------------------------------------------------------------------------
+@contextmanager
+def scheduler_lock() -> Iterator[bool]:
+    """Yield True if this process holds the scheduler lock, False if another one does.
+
+    PostgreSQL: a session advisory lock (released on unlock or when the connection dies, so a
+    killed worker cannot wedge the scheduler). SQLite (the demo): an exclusive ``flock`` on a
+    file next to the database, which holds across processes the same way.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+            got = bool(cur.fetchone()[0])
+        try:
+            yield got
+        finally:
+            if got:
+                with connection.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+        return
+    path = Path(settings.VAR_DIR) / "scheduler.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The snapshot
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Loaded:
+    """The snapshot plus what persisting needs to map engine ids back to rows."""
+
+    snapshot: engine.Snapshot
+    job_pk: dict[str, int]
+    model_pk: dict[str, int]
+    cluster_pk: dict[str, int]
+    previous: dict[int, tuple[str, str, int | None]]  # pk → (code, message, position)
+
+
+def _models() -> tuple[tuple[engine.GpuModel, ...], dict[str, int]]:
+    rows = list(GpuModel.objects.filter(active=True).order_by("cost_factor", "key"))
+    models = tuple(
+        engine.GpuModel(
+            key=m.key,
+            name=m.key,
+            cost_factor=m.cost_factor,
+            tflops_fp16=m.fp16_tflops,
+            memory_gib=float(m.memory_gib),
+            bf16=m.bf16,
+            fp8=m.fp8,
+        )
+        for m in rows
+    )
+    return models, {m.key: m.pk for m in rows}
+
+
+def _teams() -> tuple[engine.Team, ...]:
+    policies = {p.team_id: p for p in TeamPolicy.objects.select_related("cohort").all()}
+    teams = []
+    for team_id, slug in Team.objects.values_list("id", "slug"):
+        policy = policies.get(team_id)
+        teams.append(
+            engine.Team(
+                id=slug,
+                weight=policy.weight if policy else 1.0,
+                cohort=(policy.cohort.slug if policy and policy.cohort else DEFAULT_COHORT_SLUG),
+                held=bool(policy and policy.held),
+            )
+        )
+    return tuple(teams)
+
+
+def _quotas() -> tuple[engine.Quota, ...]:
+    return tuple(
+        engine.Quota(
+            team=team,
+            model=model,
+            nominal=nominal,
+            borrowing_limit=borrow,
+            lending_limit=lend,
+        )
+        for team, model, nominal, borrow, lend in Quota.objects.filter(
+            gpu_model__active=True
+        ).values_list("team__slug", "gpu_model__key", "nominal", "borrowing_limit", "lending_limit")
+    )
+
+
+def _holding_jobs() -> list[dict[str, Any]]:
+    return list(
+        Job.objects.filter(
+            state__in=HOLDING_STATES, cluster__isnull=False, gpu_model__isnull=False
+        ).values(
+            "id",
+            "public_id",
+            "team__slug",
+            "cluster__name",
+            "gpu_model__key",
+            "replicas",
+            "gpus_per_replica",
+            "priority",
+            "admitted_at",
+            "state_changed_at",
+            "node_plan",
+            "state",
+        )
+    )
+
+
+def _clusters(holding: list[dict[str, Any]]) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
+    """Clusters with free GPUs per node: allocatable − foreign pods − the portal's own jobs."""
+    from clusters.models import Cluster, Node
+
+    planned: dict[tuple[str, str], int] = defaultdict(int)
+    for job in holding:
+        for node in job["node_plan"] or []:
+            planned[(job["cluster__name"], node)] += job["gpus_per_replica"]
+    nodes_by_cluster: dict[int, list[engine.Node]] = defaultdict(list)
+    for n in Node.objects.filter(
+        gpu_model__isnull=False, gpu_allocatable__gt=0, gpu_model__active=True
+    ).values(
+        "cluster_id",
+        "cluster__name",
+        "name",
+        "gpu_model__key",
+        "gpu_allocatable",
+        "gpus_used_by_others",
+        "ready",
+        "schedulable",
+    ):
+        used = n["gpus_used_by_others"] + planned.get((n["cluster__name"], n["name"]), 0)
+        usable = n["ready"] and n["schedulable"]
+        nodes_by_cluster[n["cluster_id"]].append(
+            engine.Node(
+                name=n["name"],
+                model=n["gpu_model__key"],
+                total_gpus=n["gpu_allocatable"],
+                free_gpus=max(0, n["gpu_allocatable"] - used) if usable else 0,
+            )
+        )
+    clusters = []
+    pks = {}
+    for pk, name, state in Cluster.objects.values_list("id", "name", "state").order_by("name"):
+        pks[name] = pk
+        clusters.append(
+            engine.Cluster(
+                id=name,
+                state=engine.ClusterState(state),
+                nodes=tuple(nodes_by_cluster.get(pk, ())),
+            )
+        )
+    return tuple(clusters), pks
+
+
+def _running(holding: list[dict[str, Any]]) -> tuple[engine.RunningAllocation, ...]:
+    return tuple(
+        engine.RunningAllocation(
+            job_id=str(j["public_id"]),
+            team=j["team__slug"],
+            cluster=j["cluster__name"],
+            model=j["gpu_model__key"],
+            replicas=j["replicas"],
+            gpus_per_replica=j["gpus_per_replica"],
+            priority=j["priority"],
+            started_at=j["admitted_at"] or j["state_changed_at"],
+            nodes=tuple(j["node_plan"] or ()) if j["state"] in PREEMPTIBLE_STATES else (),
+            preempting=j["state"] == JobState.PREEMPTING,
+        )
+        for j in holding
+    )
+
+
+def decayed_usage(*, now: dt.datetime, half_life: dt.timedelta) -> dict[tuple[str, str], float]:
+    """Cost-weighted GPU-hours per (team slug, model key), decayed by age with ``half_life``.
+
+    Summed per day in SQL, decayed per day here: older than eight half-lives counts < 0.4 %.
+    """
+    since = now - 8 * half_life
+    rows = (
+        UsageRecord.objects.filter(hour__gte=since)
+        .annotate(day=TruncDay("hour"))
+        .values("team__slug", "gpu_model__key", "day")
+        .annotate(w=Sum("weighted_gpu_hours"))
+    )
+    hl = half_life.total_seconds()
+    usage: dict[tuple[str, str], float] = defaultdict(float)
+    for r in rows:
+        age = (now - (r["day"] + dt.timedelta(hours=12))).total_seconds()
+        usage[(r["team__slug"], r["gpu_model__key"])] += r["w"] * math.pow(0.5, max(0, age) / hl)
+    return usage
+
+
+def _pending(lookback: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Each team's first ``lookback`` queued jobs in line order, and the count of the rest."""
+    rank = Window(
+        RowNumber(),
+        partition_by=[F("team_id")],
+        order_by=[F("priority").desc(), F("submitted_at").asc(), F("id").asc()],
+    )
+    rows = list(
+        Job.objects.filter(state=JobState.QUEUED)
+        .annotate(rank=rank)
+        .filter(rank__lte=lookback)
+        .values(
+            "id",
+            "public_id",
+            "team__slug",
+            "submitted_at",
+            "replicas",
+            "gpus_per_replica",
+            "priority",
+            "gpu_models",
+            "min_gpu_memory_gib",
+            "requires_bf16",
+            "requires_fp8",
+            "min_fp16_tflops",
+            "selection_policy",
+            "allow_fallback",
+            "pending_reason_code",
+            "pending_reason",
+            "queue_position",
+        )
+    )
+    totals = dict(
+        Job.objects.filter(state=JobState.QUEUED)
+        .values("team__slug")
+        .annotate(n=Count("id"))
+        .values_list("team__slug", "n")
+    )
+    loaded: dict[str, int] = defaultdict(int)
+    for r in rows:
+        loaded[r["team__slug"]] += 1
+    backlog = {t: n - loaded[t] for t, n in totals.items() if n > loaded[t]}
+    return rows, backlog
+
+
+def _pending_job(r: dict[str, Any]) -> engine.PendingJob:
+    return engine.PendingJob(
+        id=str(r["public_id"]),
+        team=r["team__slug"],
+        submitted_at=r["submitted_at"],
+        gpus_per_replica=r["gpus_per_replica"],
+        replicas=r["replicas"],
+        priority=r["priority"],
+        requirement=engine.Requirement(
+            models=tuple(r["gpu_models"] or ()),
+            min_memory_gib=float(r["min_gpu_memory_gib"] or 0),
+            min_tflops_fp16=float(r["min_fp16_tflops"] or 0),
+            bf16=r["requires_bf16"],
+            fp8=r["requires_fp8"],
+        ),
+        policy=engine.Policy(r["selection_policy"]),
+        fallback=r["allow_fallback"],
+    )
+
+
+def snapshot_load(*, now: dt.datetime, config: engine.EngineConfig) -> Loaded:
+    """Read everything the engine needs (about ten queries, whatever the number of jobs)."""
+    models, model_pk = _models()
+    holding = _holding_jobs()
+    clusters, cluster_pk = _clusters(holding)
+    pending_rows, backlog = _pending(config.lookback_per_team)
+    usage = decayed_usage(now=now, half_life=config.usage_half_life)
+    snapshot = engine.Snapshot(
+        now=now,
+        models=models,
+        teams=_teams(),
+        quotas=_quotas(),
+        clusters=clusters,
+        running=_running(holding),
+        usage=tuple(
+            engine.Usage(team=t, model=m, weighted_gpu_hours=w) for (t, m), w in usage.items()
+        ),
+        pending=tuple(_pending_job(r) for r in pending_rows),
+        backlog=tuple(engine.Backlog(team=t, count=n) for t, n in backlog.items()),
+    )
+    job_pk = {str(r["public_id"]): r["id"] for r in pending_rows}
+    job_pk.update({str(j["public_id"]): j["id"] for j in holding})
+    previous = {
+        r["id"]: (r["pending_reason_code"], r["pending_reason"], r["queue_position"])
+        for r in pending_rows
+    }
+    return Loaded(snapshot, job_pk, model_pk, cluster_pk, previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Persisting the decision
+# ---------------------------------------------------------------------------------------------
+def explanation_dict(e: engine.Explanation) -> dict[str, Any]:
+    return {
+        "model": e.model,
+        "cluster": e.cluster,
+        "message": e.message,
+        "skipped": [
+            {"model": n.model, "code": str(n.code), "message": n.message} for n in e.skipped
+        ],
+        "clusters": [
+            {"cluster": n.cluster, "code": str(n.code), "message": n.message} for n in e.clusters
+        ],
+    }
+
+
+def _admit(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[int]:
+    changes = [
+        Change(
+            job_id=loaded.job_pk[a.job_id],
+            updates={
+                "cluster_id": loaded.cluster_pk[a.cluster],
+                "gpu_model_id": loaded.model_pk[a.model],
+                "node_plan": list(a.node_plan),
+                "placement": {
+                    **explanation_dict(a.explanation),
+                    "borrowed_gpus": a.borrowed_gpus,
+                    "starvation_guard": a.starvation_guard,
+                },
+                "pending_reason_code": "",
+                "pending_reason": "",
+                "queue_position": None,
+            },
+            message=a.explanation.message,
+        )
+        for a in decision.admissions
+    ]
+    won = jobs_transition_bulk(
+        changes=changes, expected=JobState.QUEUED, to=JobState.ADMITTED, reason="Admitted", now=now
+    )
+    return [c.job_id for c in changes if c.job_id in won]
+
+
+def _preempt(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[int]:
+    preempted = []
+    for p in decision.preemptions:
+        pk = loaded.job_pk.get(p.job_id)
+        if pk is not None and job_transition(
+            job_id=pk,
+            expected=PREEMPTIBLE_STATES,
+            to=JobState.PREEMPTING,
+            reason="Preempted",
+            message=p.message,
+            now=now,
+        ):
+            preempted.append(pk)
+    return preempted
+
+
+def _reason_rows(decision: engine.Decision, loaded: Loaded) -> list[tuple[int, str, str, int]]:
+    rows = [(loaded.job_pk[r.job_id], str(r.code), r.message, r.position) for r in decision.pending]
+    for nc in decision.not_considered:
+        for k, job_id in enumerate(nc.job_ids):
+            rows.append(
+                (
+                    loaded.job_pk[job_id],
+                    str(engine.ReasonCode.NOT_CONSIDERED),
+                    nc.message,
+                    nc.position_from + k,
+                )
+            )
+    return [row for row in rows if loaded.previous.get(row[0]) != row[1:]]
+
+
+def _write_reasons(rows: list[tuple[int, str, str, int]]) -> None:
+    """Reasons and positions of jobs still queued, in one statement per 2,000 rows."""
+    if not rows:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            for i in range(0, len(rows), 2000):
+                chunk = rows[i : i + 2000]
+                values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+                cur.execute(
+                    "UPDATE portal_job AS j SET pending_reason_code = v.code, "  # noqa: S608
+                    "pending_reason = v.msg, queue_position = v.pos "
+                    f"FROM (VALUES {values}) AS v(id, code, msg, pos) "
+                    "WHERE j.id = v.id::bigint AND j.state = 'QUEUED'",
+                    [x for row in chunk for x in row],
+                )
+        return
+    for pk, code, message, position in rows:  # SQLite (the demo): few rows, one each
+        Job.objects.filter(pk=pk, state=JobState.QUEUED).update(
+            pending_reason_code=code, pending_reason=message, queue_position=position
+        )
+
+
+def _enqueue(hooks: list[Callable[[list[int]], None]], ids: list[int]) -> None:
+    if ids:
+        for hook in hooks:
+            transaction.on_commit(lambda h=hook: h(ids))
+
+
+# ---------------------------------------------------------------------------------------------
+# The cycle
+# ---------------------------------------------------------------------------------------------
+def run_cycle(*, now: dt.datetime | None = None) -> CycleResult:
+    """Run one scheduling cycle unless another process is running one (then ``ran=False``)."""
+    timings: dict[str, float] = {}
+    with scheduler_lock() as got:  # 1
+        if not got:
+            return CycleResult(ran=False)
+        now = now or timezone.now()
+        config = engine_config()
+        t0 = time.perf_counter()
+        loaded = snapshot_load(now=now, config=config)  # 2
+        t1 = time.perf_counter()
+        decision = engine.decide(loaded.snapshot, config)  # 3
+        t2 = time.perf_counter()
+        with transaction.atomic():  # 4
+            admitted = _admit(decision, loaded, now)
+            preempted = _preempt(decision, loaded, now)
+            _write_reasons(_reason_rows(decision, loaded))
+            _enqueue(on_admitted, admitted)  # 5
+            _enqueue(on_preempted, preempted)
+        t3 = time.perf_counter()
+    timings = {"load": (t1 - t0) * 1e3, "decide": (t2 - t1) * 1e3, "persist": (t3 - t2) * 1e3}
+    log.info(
+        "cycle: %d admitted, %d preempted, %d pending (%s)",
+        len(admitted),
+        len(preempted),
+        len(decision.pending),
+        ", ".join(f"{k} {v:.1f} ms" for k, v in timings.items()),
+    )
+    return CycleResult(
+        ran=True,
+        admitted=admitted,
+        preempted=preempted,
+        pending=len(decision.pending),
+        timings_ms=timings,
+    )

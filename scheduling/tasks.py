@@ -1,0 +1,40 @@
+"""Celery tasks of the scheduler: thin wrappers around the cycle and the usage ledger."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.core.cache import cache
+
+from scheduling.cycle import run_cycle
+from scheduling.usage import usage_account
+
+log = logging.getLogger(__name__)
+
+CYCLE_PENDING_KEY = "scheduling:cycle-requested"
+
+
+@shared_task(name="scheduling.run_cycle", ignore_result=True)
+def run_cycle_task() -> None:
+    # Clear the coalescing flag first: a trigger that arrives while we run enqueues another.
+    cache.delete(CYCLE_PENDING_KEY)
+    run_cycle()
+
+
+@shared_task(name="scheduling.account_usage", ignore_result=True)
+def account_usage_task() -> None:
+    usage_account()
+
+
+def cycle_request() -> None:
+    """Ask for a cycle soon; many requests within a moment become one task (coalesced).
+
+    Best effort by design: the job table is the truth and beat runs a cycle every few seconds,
+    so a broker hiccup here delays a job, it never loses one, and never fails the request.
+    """
+    try:
+        if cache.add(CYCLE_PENDING_KEY, 1, timeout=30):
+            run_cycle_task.delay()
+    except Exception:  # broker or cache down: beat's next cycle covers it
+        log.warning("could not request a scheduling cycle; beat will run one", exc_info=True)

@@ -1,0 +1,203 @@
+"""The scheduling cycle against the real PostgreSQL: snapshot, decide, persist."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from portal.jobs.services import job_submit
+from portal.models import Job, JobEvent, JobState
+from scheduling import cycle
+from scheduling.cycle import CYCLE_LOCK_KEY, run_cycle
+from scheduling.models import TeamPolicy
+from tests.conftest import job_body
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(user, **overrides):
+    return job_submit(user=user, data=job_body(**overrides)).job
+
+
+def test_a_queued_job_is_admitted_with_a_model_a_cluster_and_a_reason(bob, vision, pool, quota):
+    pool("east", "a100-80gb", nodes=2, gpus=8)
+    quota(vision, "a100-80gb", nominal=16)
+    job = submit(bob, replicas=2, gpus_per_replica=4)
+    result = run_cycle()
+    assert result.admitted == [job.pk]
+    job.refresh_from_db()
+    assert (job.state, job.cluster.name, job.gpu_model.key) == (
+        JobState.ADMITTED,
+        "east",
+        "a100-80gb",
+    )
+    assert len(job.node_plan) == 2
+    assert job.placement["model"] == "a100-80gb" and job.placement["message"]
+    event = job.events.get(to_state=JobState.ADMITTED)
+    assert event.from_state == JobState.QUEUED and event.message == job.placement["message"]
+
+
+def test_the_cheapest_adequate_model_wins(bob, vision, pool, quota):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    pool("east", "t4", nodes=1, gpus=4)
+    quota(vision, "a100-80gb", nominal=8)
+    quota(vision, "t4", nominal=4)
+    job = submit(bob, kind="inference", replicas=1, gpus_per_replica=1, min_gpu_memory_gib=12)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.gpu_model.key == "t4"
+    skipped = {s["model"]: s["code"] for s in job.placement["skipped"]}
+    assert skipped["a100-80gb"] == "NOT_TRIED"
+
+
+def test_jobs_that_do_not_fit_get_a_reason_and_a_position(bob, vision, pool, quota):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    quota(vision, "a100-80gb", nominal=8)
+    first = submit(bob, name="first", replicas=1, gpus_per_replica=8)
+    second = submit(bob, name="second", replicas=1, gpus_per_replica=8)
+    third = submit(bob, name="third", replicas=1, gpus_per_replica=8)
+    run_cycle()
+    for job in (first, second, third):
+        job.refresh_from_db()
+    assert first.state == JobState.ADMITTED
+    assert (second.state, second.queue_position, third.queue_position) == (JobState.QUEUED, 1, 2)
+    assert second.pending_reason_code and "A100" in second.pending_reason.upper()
+
+
+def test_a_held_team_admits_nothing_and_says_so(bob, vision, pool, quota):
+    pool("east", "t4", nodes=1, gpus=4)
+    quota(vision, "t4", nominal=4)
+    TeamPolicy.objects.create(team=vision, held=True)
+    job = submit(bob, replicas=1, gpus_per_replica=1, min_gpu_memory_gib=None)
+    assert run_cycle().admitted == []
+    job.refresh_from_db()
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "TEAM_HELD")
+
+
+def test_a_draining_cluster_gets_nothing_new(bob, vision, pool, quota):
+    east = pool("east", "t4", nodes=1, gpus=4)
+    east.state = "draining"
+    east.save()
+    quota(vision, "t4", nominal=4)
+    job = submit(bob, replicas=1, gpus_per_replica=1, min_gpu_memory_gib=None)
+    run_cycle()
+    job.refresh_from_db()
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "CLUSTER_DRAINING")
+
+
+def test_gpus_of_admitted_jobs_are_not_handed_out_twice_across_cycles(bob, vision, pool, quota):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    quota(vision, "a100-80gb", nominal=100)
+    jobs = [submit(bob, name=f"j{i}", replicas=1, gpus_per_replica=4) for i in range(3)]
+    run_cycle()
+    run_cycle()
+    states = sorted(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
+    assert states == [JobState.ADMITTED, JobState.ADMITTED, JobState.QUEUED]
+
+
+def test_a_team_within_nominal_reclaims_from_a_borrower(
+    alice, charlie, vision, language, pool, quota
+):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    quota(vision, "a100-80gb", nominal=8)
+    quota(language, "a100-80gb", nominal=0)
+    borrower = job_submit(
+        user=charlie, data=job_body(team="language", replicas=1, gpus_per_replica=8)
+    ).job
+    run_cycle()
+    borrower.refresh_from_db()
+    assert borrower.state == JobState.ADMITTED  # on Vision's idle quota
+    claimer = submit(alice, replicas=1, gpus_per_replica=8)
+    result = run_cycle()
+    borrower.refresh_from_db()
+    assert result.preempted == [borrower.pk]
+    assert borrower.state == JobState.PREEMPTING
+    event = borrower.events.get(to_state=JobState.PREEMPTING)
+    assert event.message
+    claimer.refresh_from_db()
+    assert claimer.state == JobState.QUEUED and claimer.pending_reason_code == "PREEMPTING"
+
+
+def test_a_crash_while_persisting_leaves_no_half_admitted_job(
+    bob, vision, pool, quota, monkeypatch
+):
+    pool("east", "a100-80gb", nodes=2, gpus=8)
+    quota(vision, "a100-80gb", nominal=16)
+    jobs = [submit(bob, name=f"j{i}", replicas=1, gpus_per_replica=8) for i in range(3)]
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("worker killed mid-cycle")
+
+    monkeypatch.setattr(cycle, "_write_reasons", crash)
+    with pytest.raises(RuntimeError):
+        run_cycle()
+    assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True)) == {
+        JobState.QUEUED
+    }
+    assert not JobEvent.objects.filter(to_state=JobState.ADMITTED).exists()
+    monkeypatch.undo()
+    assert len(run_cycle().admitted) == 2  # the next cycle does the work
+
+
+def test_a_cycle_while_another_holds_the_lock_does_nothing(bob, vision, pool, quota):
+    from django.db import connections
+
+    pool("east", "t4", nodes=1, gpus=4)
+    quota(vision, "t4", nominal=4)
+    submit(bob, replicas=1, gpus_per_replica=1, min_gpu_memory_gib=None)
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+        assert run_cycle().ran is False
+        assert Job.objects.get().state == JobState.QUEUED
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+    finally:
+        other.close()
+    assert run_cycle().ran is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_cycles_started_at_once_admit_nothing_twice(bob, vision, pool, quota):
+    pool("east", "a100-80gb", nodes=4, gpus=8)
+    quota(vision, "a100-80gb", nominal=32)
+    jobs = [submit(bob, name=f"j{i}", replicas=1, gpus_per_replica=8) for i in range(6)]
+    barrier = threading.Barrier(2)
+    results = []
+
+    def go() -> None:
+        barrier.wait()
+        try:
+            results.append(run_cycle())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    admitted = [pk for r in results for pk in r.admitted]
+    assert len(admitted) == len(set(admitted)) == 4
+    assert JobEvent.objects.filter(job__in=jobs, to_state=JobState.ADMITTED).count() == 4
+
+
+def test_a_deep_queue_drains_within_one_cycle(bob, vision, pool, quota):
+    pool("east", "t4", nodes=10, gpus=4)
+    quota(vision, "t4", nominal=40)
+    JobFactory.create_batch(
+        60,
+        team=vision,
+        owner=bob,
+        gpus_per_replica=1,
+        submitted_at=timezone.now() - dt.timedelta(minutes=1),
+    )
+    result = run_cycle()
+    assert len(result.admitted) == 40
+    assert Job.objects.filter(state=JobState.QUEUED, queue_position__isnull=False).count() == 20
