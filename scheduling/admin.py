@@ -1,6 +1,15 @@
-from django.contrib import admin
+"""Admin for the catalog, quotas and team policies; quota and policy saves go through the
+audited services so the admin leaves the same trail as the quota page and the API."""
 
-from scheduling.models import GpuModel
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from scheduling.models import Cohort, GpuModel, Quota, QuotaChange, TeamPolicy
+from scheduling.services import quota_set, team_policy_set
 
 
 @admin.register(GpuModel)
@@ -18,3 +27,68 @@ class GpuModelAdmin(admin.ModelAdmin):
     ]
     list_filter = ["vendor", "architecture", "active"]
     search_fields = ["key", "display_name"]
+
+
+@admin.register(Cohort)
+class CohortAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = [
+        "team",
+        "gpu_model",
+        "nominal",
+        "borrowing_limit",
+        "lending_limit",
+        "updated_at",
+    ]
+    list_filter = ["team", "gpu_model"]
+    list_select_related = ["team", "gpu_model"]
+
+    def save_model(self, request: HttpRequest, obj: Quota, form: Any, change: bool) -> None:
+        quota = quota_set(
+            team=obj.team,
+            model=obj.gpu_model,
+            nominal=obj.nominal,
+            borrowing_limit=obj.borrowing_limit,
+            lending_limit=obj.lending_limit,
+            by=request.user,
+        )
+        obj.pk = quota.pk
+
+
+@admin.register(TeamPolicy)
+class TeamPolicyAdmin(admin.ModelAdmin):
+    list_display = ["team", "weight", "cohort", "held", "max_queued_jobs"]
+    list_filter = ["held", "cohort"]
+
+    def save_model(self, request: HttpRequest, obj: TeamPolicy, form: Any, change: bool) -> None:
+        fields = {
+            f: getattr(obj, f)
+            for f in ("weight", "cohort", "held", "held_reason", "max_queued_jobs")
+        }
+        policy = team_policy_set(team=obj.team, by=request.user, **fields)
+        obj.pk = policy.pk
+
+
+@admin.register(QuotaChange)
+class QuotaChangeAdmin(admin.ModelAdmin):
+    list_display = [
+        "changed_at",
+        "changed_by",
+        "team",
+        "gpu_model",
+        "field",
+        "old_value",
+        "new_value",
+    ]
+    list_filter = ["team", "field"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -124,7 +124,7 @@ class Loaded:
     previous: dict[int, tuple[str, str, int | None]]  # pk → (code, message, position)
 
 
-def _models() -> tuple[tuple[engine.GpuModel, ...], dict[str, int]]:
+def engine_catalog() -> tuple[tuple[engine.GpuModel, ...], dict[str, int]]:
     rows = list(GpuModel.objects.filter(active=True).order_by("cost_factor", "key"))
     models = tuple(
         engine.GpuModel(
@@ -342,7 +342,7 @@ def _pending_job(r: dict[str, Any]) -> engine.PendingJob:
 
 def snapshot_load(*, now: dt.datetime, config: engine.EngineConfig) -> Loaded:
     """Read everything the engine needs (about ten queries, whatever the number of jobs)."""
-    models, model_pk = _models()
+    models, model_pk = engine_catalog()
     holding = _holding_jobs()
     clusters, cluster_pk = _clusters(holding)
     pending_rows, backlog = _pending(config.lookback_per_team)

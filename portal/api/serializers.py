@@ -104,6 +104,7 @@ class JobSerializer(serializers.ModelSerializer):
             "pending_reason_code",
             "pending_reason",
             "position",
+            "placement",
             "volcano_job_name",
             "dispatch_attempts",
         ]

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from portal.api import views
+from scheduling import api as scheduling_api
 
 urlpatterns = [
     path("jobs/", views.JobListCreateView.as_view(), name="api-jobs"),
@@ -9,5 +10,13 @@ urlpatterns = [
     path("jobs/<str:job_id>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
     path("jobs/<str:job_id>/events/", views.JobEventsView.as_view(), name="api-job-events"),
     path("gpu-models/", views.GpuModelListView.as_view(), name="api-gpu-models"),
+    path("gpu-models/match/", scheduling_api.GpuModelMatchView.as_view(), name="api-gpu-match"),
     path("teams/", views.TeamListView.as_view(), name="api-teams"),
+    path("queue/", scheduling_api.QueueView.as_view(), name="api-queue"),
+    path("quotas/", scheduling_api.QuotaListView.as_view(), name="api-quotas"),
+    path(
+        "quotas/<slug:team>/<str:model>/",
+        scheduling_api.QuotaDetailView.as_view(),
+        name="api-quota",
+    ),
 ]

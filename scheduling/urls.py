@@ -1,0 +1,10 @@
+from django.urls import path
+
+from scheduling import views
+
+urlpatterns = [
+    path("queue/", views.queue_page, name="queue"),
+    path("quotas/", views.quota_page, name="quotas"),
+    path("jobs/new/match/", views.match_preview, name="match-preview"),
+    path("quotas/<slug:team>/<str:model>/", views.quota_cell_save, name="quota-cell"),
+]
