@@ -9,7 +9,7 @@ preemption; and explains every admission and every wait. See ``docs/scheduling.m
 from __future__ import annotations
 
 from scheduling.engine.candidates import Candidates, requirement_failures, resolve_candidates
-from scheduling.engine.decide import DEFAULT_CONFIG, decide
+from scheduling.engine.core import DEFAULT_CONFIG, decide
 from scheduling.engine.decision import (
     Admission,
     CandidateNote,

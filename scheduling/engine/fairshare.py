@@ -22,7 +22,7 @@ from datetime import timedelta
 class ShareBook:
     """Allocated GPUs per (team, model) and the resulting shares, updated in-cycle."""
 
-    __slots__ = ("_alloc", "_capacity", "_usage", "_usage_weight", "_weight")
+    __slots__ = ("_alloc", "_cache", "_capacity", "_usage", "_usage_weight", "_weight")
 
     def __init__(
         self,
@@ -37,6 +37,7 @@ class ShareBook:
         self._weight = weights
         self._usage_weight = usage_weight
         self._alloc: dict[str, dict[str, int]] = {}
+        self._cache: dict[str, float] = {}
         horizon_hours = half_life.total_seconds() / 3600.0 / math.log(2)
         pool = sum(c * cost.get(m, 1.0) for m, c in capacity.items()) * horizon_hours
         self._usage = {t: (u / pool if pool > 0 else 0.0) for t, u in usage.items()}
@@ -46,6 +47,7 @@ class ShareBook:
         if per is None:
             per = self._alloc[team] = {}
         per[model] = per.get(model, 0) + gpus
+        self._cache.pop(team, None)
 
     def allocation_share(self, team: str) -> tuple[float, str]:
         """(dominant share, its model); ties go to the model key that sorts first."""
@@ -67,8 +69,14 @@ class ShareBook:
         return self._usage.get(team, 0.0)
 
     def share(self, team: str) -> float:
+        """The weighted dominant share; cached until the team's allocation changes."""
+        cached = self._cache.get(team)
+        if cached is not None:
+            return cached
         weight = self._weight.get(team, 1.0)
         if weight <= 0:
             weight = 1e-9
         alloc, _ = self.allocation_share(team)
-        return (alloc + self._usage_weight * self.usage_share(team)) / weight
+        value = (alloc + self._usage_weight * self.usage_share(team)) / weight
+        self._cache[team] = value
+        return value

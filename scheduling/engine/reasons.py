@@ -139,9 +139,9 @@ def detail_cohort_cannot_lend(
     used: int, nominal: int, borrow_need: int, borrowing_limit: int | None, can_lend: int
 ) -> str:
     return (
-        f"cohort has nothing to lend: team uses {used} of {nominal} nominal and would borrow "
-        f"{borrow_need} (borrowing limit {fmt_limit(borrowing_limit)}); cohort can lend "
-        f"{max(0, can_lend)}"
+        f"cohort has nothing to lend: team uses {used} of {nominal} nominal, would borrow "
+        f"{borrow_need} in all with this job (borrowing limit {fmt_limit(borrowing_limit)}); "
+        f"cohort can lend {max(0, can_lend)}"
     )
 
 
@@ -208,11 +208,12 @@ def note(label: str, detail: str) -> str:
     return f"{label}: {detail}"
 
 
-def pending(replicas: int, gpr: int, label: str, detail: str, others: list[str]) -> str:
-    """A pending message: "needs 8 x A100-80GB; <detail> [also tried: ...]"."""
+def pending(replicas: int, gpr: int, label: str, detail: str, others: int = 0) -> str:
+    """A pending message: "needs 8 x A100-80GB; <detail>"; the other blocked candidates are
+    counted here and explained one by one in ``PendingReason.candidates``."""
     msg = f"needs {fmt_gang(replicas, gpr, label)}; {detail}"
     if others:
-        msg += f" [also tried: {'; '.join(others)}]"
+        msg += f" (and {others} other candidate{'s' if others > 1 else ''} blocked)"
     return msg
 
 

@@ -5,23 +5,29 @@ The steps, in order (each is one method of :class:`_Cycle`):
 1. Index the snapshot into in-cycle state: pools of free GPUs per (cluster, model), the quota
    book, the share book; charge running allocations; mark which of them run on borrowed quota.
 2. Build each team's line: its queued jobs by (priority desc, submit time, id), cut at the
-   lookback; find the heads that waited past the starvation guard.
-3. Visit jobs in line order from a heap of teams keyed by (priority of the team's next job,
-   the team's weighted dominant share, submit time, id). When a priority band starts, its
-   starving heads go first (admitted, or capacity is held for them).
+   lookback; group them into priority bands; find each band's heads past the starvation guard.
+3. For each priority band, highest first: (a) its starving heads, oldest first; (b) progressive
+   filling on nominal quota only; (c) progressive filling of the jobs that need to borrow. Both
+   fills pop teams from a heap keyed by the team's weighted dominant share, FIFO within a team.
 4. For each job: resolve candidates, then per candidate model quota (nominal, then borrowing)
    and capacity (gang best fit over enabled clusters). Admit on the first candidate that fits and
    charge pools, quota and share at once, so the next job sees it; else reclaim by preemption
-   (evaluated on a copy) when the team is within nominal; else record why it waits.
-5. Assemble messages (in ``reasons``), positions and the not-considered tail.
+   (evaluated on a copy) when the team is within nominal; else hold capacity for a starving
+   head; else record why it waits.
+5. Assemble messages (all text lives in ``reasons``), positions and the not-considered tail.
+
+Why the memos are sound: within one cycle GPUs are only ever taken (admissions, reservations,
+holds), never returned, and quota use only grows. So once a (team, model, size) fails quota, a
+(model, gang shape) fails capacity, or a preemption search fails, it keeps failing for the rest
+of the cycle, and the numbers at the end of the cycle explain every failure seen during it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
@@ -39,7 +45,7 @@ from scheduling.engine.decision import (
     TeamShare,
 )
 from scheduling.engine.fairshare import ShareBook
-from scheduling.engine.quota import QuotaBook
+from scheduling.engine.quota import COHORT_SHORT, QuotaBook
 from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
 from scheduling.engine.snapshot import (
     ClusterState,
@@ -65,43 +71,73 @@ _RANK = {
     SkipCode.NO_ENABLED_CLUSTER: 4,
     SkipCode.TOO_LARGE: 5,
 }
-
-
-_MAX_OTHERS = 3  # other tried candidates named in a pending message; all are in `candidates`
+_RANK_QUOTA = _RANK[SkipCode.QUOTA_FULL]  # candidates blocked by quota or capacity are counted
 
 
 def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decision:
     """Decide admissions, preemptions and pending reasons for one cycle.
 
     Pure: the result depends only on ``snapshot`` and ``config`` (equal inputs give an equal
-    Decision); nothing is read from the clock or the environment, nothing is mutated.
+    Decision, whatever the order of the input tuples); nothing is read from the clock or the
+    environment, nothing is mutated.
     """
     return _Cycle(snapshot, config).run()
 
 
-@dataclass(slots=True)
 class _Failure:
-    """Why one candidate model did not take the job (formatted only at the end)."""
+    """Why one candidate model did not take the job. Shared between jobs (see the memos);
+    quota failures are resolved to QUOTA_FULL or COHORT_CANNOT_LEND when assembled."""
 
-    code: SkipCode
-    model: GpuModel
-    fit_at_start: bool = False
-    holder: str = ""
+    __slots__ = ("code", "fit_at_start", "holder", "model")
+
+    def __init__(
+        self, code: SkipCode, model: GpuModel, fit_at_start: bool = False, holder: str = ""
+    ) -> None:
+        self.code = code
+        self.model = model
+        self.fit_at_start = fit_at_start
+        self.holder = holder
 
 
-@dataclass(slots=True)
 class _Waiting:
-    """A job left pending, with what its message needs."""
+    """A job left pending, with what its message needs (formatted in step 5)."""
 
-    job: PendingJob
-    code: ReasonCode
-    ahead: int
-    admitted_ahead: int
-    label: str = ""
-    detail: str = ""
-    failures: tuple[_Failure, ...] = ()
-    rejected: tuple[CandidateNote, ...] = ()
-    skipped_fallback: tuple[GpuModel, ...] = ()
+    __slots__ = (
+        "admitted_ahead",
+        "ahead",
+        "cands",
+        "code",
+        "detail",
+        "failures",
+        "job",
+        "label",
+        "n_tried",
+        "rejected",
+    )
+
+    def __init__(
+        self,
+        job: PendingJob,
+        code: ReasonCode | None,
+        ahead: int,
+        admitted_ahead: int,
+        failures: tuple[_Failure, ...] = (),
+        cands: Candidates | None = None,
+        n_tried: int = 0,
+        label: str = "",
+        detail: str = "",
+        rejected: tuple[CandidateNote, ...] = (),
+    ) -> None:
+        self.job = job
+        self.code = code  # None: decided from the failures in step 5
+        self.ahead = ahead
+        self.admitted_ahead = admitted_ahead
+        self.failures = failures
+        self.cands = cands
+        self.n_tried = n_tried
+        self.label = label
+        self.detail = detail
+        self.rejected = cands.rejected if cands is not None else rejected
 
 
 class _Victim:
@@ -125,21 +161,25 @@ class _Cycle:
         self.waiting: list[_Waiting] = []
         self.holds: list[CapacityHold] = []
         self.visited = 0
-        self._resolved: dict[tuple[Requirement, Policy], Candidates] = {}
-        self._no_fit_memo: dict[tuple[str, int, int], int] = {}
+        self.claimed: set[str] = set()  # running jobs preempted (or waited for) this cycle
+        self._resolved: dict[tuple[object, ...], Candidates] = {}
+        self._quota_failed: dict[tuple[str, str], tuple[int, _Failure]] = {}
+        self._cap_failed: dict[tuple[str, int, int], _Failure] = {}
+        self._failed_sig: dict[tuple[str, int, int, int, int], tuple[_Failure, ...]] = {}
+        self._no_cluster: dict[str, _Failure] = {}
+        self._preempt_failed: set[tuple[str, int, int]] = set()
         self._fit0_memo: dict[tuple[str, int, int], bool] = {}
         self._ever_memo: dict[tuple[str, int, int], bool] = {}
-        self._preempt_memo: dict[tuple[str, int, int], int] = {}
-        self._held_by: dict[int, str] = {}  # id(pool) -> holder job id
-        self._free_cache: dict[str, tuple[int, int]] = {}
+        self._held_by: dict[int, str] = {}  # id(pool) -> first holder's job id
         self._final = False
-        self.claimed: set[str] = set()  # running jobs already preempted or claimed this cycle
+        self._free_cache: dict[str, tuple[int, int]] = {}
+        self._fallback_memo: dict[str, CandidateNote] = {}
+        self._not_tried_memo: dict[str, CandidateNote] = {}
 
     # -- step 1 -------------------------------------------------------------------------------
 
     def _index(self) -> None:
         snap = self.snap
-        self.models = {m.key: m for m in snap.models}
         self.teams: dict[str, Team] = {t.id: t for t in snap.teams}
         self.pools: dict[tuple[str, str], Pool] = {}
         self.enabled: dict[str, list[Pool]] = {}
@@ -155,7 +195,6 @@ class _Cycle:
                 capacity[model] = capacity.get(model, 0) + pool.total_gpus
                 target = self.enabled if cluster.state is ClusterState.ENABLED else self.unavailable
                 target.setdefault(model, []).append(pool)
-        self.version = dict.fromkeys(capacity, 0)
         self.initial_counts = {
             key: [len(b) for b in pool.buckets] for key, pool in self.pools.items()
         }
@@ -164,10 +203,9 @@ class _Cycle:
         usage: dict[str, float] = {}
         for u in snap.usage:
             usage[u.team] = usage.get(u.team, 0.0) + max(0.0, u.weighted_gpu_hours)
-        cost = {m.key: m.cost_factor for m in snap.models}
         self.shares = ShareBook(
             capacity,
-            cost,
+            {m.key: m.cost_factor for m in snap.models},
             {t.id: t.weight for t in snap.teams},
             usage,
             self.config.usage_half_life,
@@ -175,32 +213,30 @@ class _Cycle:
         )
         by_team_model: dict[tuple[str, str], list[RunningAllocation]] = {}
         for a in snap.running:
-            self.quota.add(a.team, a.model, a.gpus)
-            self.shares.add(a.team, a.model, a.gpus)
+            gpus = a.replicas * a.gpus_per_replica
+            self.quota.add(a.team, a.model, gpus)
+            self.shares.add(a.team, a.model, gpus)
             by_team_model.setdefault((a.team, a.model), []).append(a)
         self.quota.start()
         # Which running jobs are on borrowed quota: count each team's jobs on a model in start
         # order; a job any of whose GPUs lies above nominal is borrowed (the newest are).
         self.victims: dict[tuple[str, str], list[_Victim]] = {}
         self.inflight: dict[tuple[str, str], list[_Victim]] = {}
-        self.borrowed_jobs: set[str] = set()
         for (team, model), allocs in by_team_model.items():
             nominal = self.quota.row(team, model).nominal
             allocs.sort(key=lambda a: (a.started_at, a.job_id))
             cumulative = 0
             for a in allocs:
-                cumulative += a.gpus
-                borrowed = cumulative > nominal
-                if borrowed:
-                    self.borrowed_jobs.add(a.job_id)
+                cumulative += a.replicas * a.gpus_per_replica
                 home = self.pools.get((a.cluster, model))
                 if home is None or home.state is not ClusterState.ENABLED or not a.nodes:
                     continue
-                indices = [home.index[n] for n in a.nodes if n in home.index]
                 if a.preempting:
-                    self.inflight.setdefault((a.cluster, model), []).append(_Victim(a, indices))
-                elif borrowed:
-                    self.victims.setdefault((a.cluster, model), []).append(_Victim(a, indices))
+                    nodes = [home.index[n] for n in a.nodes if n in home.index]
+                    self.inflight.setdefault((a.cluster, model), []).append(_Victim(a, nodes))
+                elif cumulative > nominal:
+                    nodes = [home.index[n] for n in a.nodes if n in home.index]
+                    self.victims.setdefault((a.cluster, model), []).append(_Victim(a, nodes))
         for lst in (*self.victims.values(), *self.inflight.values()):
             lst.sort(key=lambda v: v.sort_key)
         self.share_before = {t: self.shares.share(t) for t in self.teams}
@@ -219,13 +255,14 @@ class _Cycle:
         guard = self.config.starvation_wait
         now = self.snap.now
         for team in sorted(grouped):
-            jobs = grouped[team]
-            jobs.sort(key=_line_key)
+            jobs = _line_order(grouped[team])
             if len(jobs) > lookback:
                 self.beyond[team] = tuple(j.id for j in jobs[lookback:])
                 del jobs[lookback:]
             for job in jobs:
-                band = self.bands.setdefault(job.priority, {})
+                band = self.bands.get(job.priority)
+                if band is None:
+                    band = self.bands[job.priority] = {}
                 line = band.get(team)
                 if line is None:
                     line = band[team] = []
@@ -266,45 +303,36 @@ class _Cycle:
         heap: list[tuple[float, datetime, str, str]] = []
         cursor = dict.fromkeys(lines, 0)
         share = self.shares.share
-
-        def push(team: str) -> None:
-            line = lines[team]
-            i = cursor[team]
-            decided = self.decided
+        decided = self.decided
+        evaluate = self._evaluate
+        push = heapq.heappush
+        pop = heapq.heappop
+        for team, line in lines.items():
+            i = 0
             while i < len(line) and line[i].id in decided:
                 i += 1
             cursor[team] = i
             if i < len(line):
-                head = line[i]
-                heapq.heappush(heap, (share(team), head.submitted_at, head.id, team))
-
-        for team in lines:
-            push(team)
+                push(heap, (share(team), line[i].submitted_at, line[i].id, team))
         while heap:
-            team = heapq.heappop(heap)[3]
-            job = lines[team][cursor[team]]
-            cursor[team] += 1
-            if not self._visit(job, starving=False, nominal_only=nominal_only):
+            team = pop(heap)[3]
+            line = lines[team]
+            i = cursor[team]
+            job = line[i]
+            if evaluate(job, False, nominal_only):
+                decided.add(job.id)
+                self.visited += 1
+            else:
                 deferred.setdefault(team, []).append(job)
-            push(team)
+            i += 1
+            while i < len(line) and line[i].id in decided:
+                i += 1
+            cursor[team] = i
+            if i < len(line):
+                push(heap, (share(team), line[i].submitted_at, line[i].id, team))
         return deferred
 
     # -- step 4 -------------------------------------------------------------------------------
-
-    def _resolve(self, job: PendingJob) -> Candidates:
-        k = (job.requirement, job.policy)
-        c = self._resolved.get(k)
-        if c is None:
-            c = self._resolved[k] = resolve_candidates(
-                job.requirement, job.policy, self.snap.models
-            )
-        return c
-
-    def _wait(self, job: PendingJob, code: ReasonCode, **kw: object) -> None:
-        w = _Waiting(job, code, self.visited, len(self.admissions))
-        for k, v in kw.items():
-            setattr(w, k, v)
-        self.waiting.append(w)
 
     def _visit(self, job: PendingJob, *, starving: bool, nominal_only: bool) -> bool:
         """Decide one job; False when it was deferred to the borrowing pass."""
@@ -316,10 +344,33 @@ class _Cycle:
         self.visited += 1
         return True
 
+    def _wait(
+        self,
+        job: PendingJob,
+        code: ReasonCode,
+        *,
+        label: str = "",
+        detail: str = "",
+        rejected: tuple[CandidateNote, ...] = (),
+    ) -> None:
+        """Record a wait decided and worded on the spot (held, invalid, preempting...)."""
+        self.waiting.append(
+            _Waiting(
+                job,
+                code,
+                self.visited,
+                len(self.admissions),
+                label=label,
+                detail=detail,
+                rejected=rejected,
+            )
+        )
+
     def _evaluate(self, job: PendingJob, starving: bool, nominal_only: bool) -> bool:
-        team = self.teams.get(job.team)
+        team_id = job.team
+        team = self.teams.get(team_id)
         if team is None:
-            self._wait(job, ReasonCode.INVALID_JOB, detail=f"team {job.team!r} is unknown")
+            self._wait(job, ReasonCode.INVALID_JOB, detail=f"team {team_id!r} is unknown")
             return True
         g, r = job.gpus_per_replica, job.replicas
         if g < 1 or r < 1:
@@ -328,40 +379,63 @@ class _Cycle:
         if team.held:
             self._wait(job, ReasonCode.TEAM_HELD)
             return True
-        cands = self._resolve(job)
+        cands = self._candidates(job.requirement, job.policy)
         if not cands.matched:
             self._wait(job, ReasonCode.NO_MODEL_MATCHES, rejected=cands.rejected)
             return True
-        tried = cands.matched if job.fallback else cands.matched[:1]
+        n_tried = len(cands.matched) if job.fallback else 1
+        signature = (team_id, id(cands), n_tried, g, r)
+        if not starving:
+            known = self._failed_sig.get(signature)
+            if known is not None:  # an equal job already failed: it fails the same way
+                self.waiting.append(
+                    _Waiting(job, None, self.visited, len(self.admissions), known, cands, n_tried)
+                )
+                return True
+        tried = cands.matched[:n_tried]
         need = g * r
         failures: list[_Failure] = []
+        enabled = self.enabled
+        quota_failed = self._quota_failed
+        cap_failed = self._cap_failed
         for model in tried:
             key = model.key
-            pools = self.enabled.get(key)
+            pools = enabled.get(key)
             if not pools:
-                failures.append(_Failure(SkipCode.NO_ENABLED_CLUSTER, model))
+                f = self._no_cluster.get(key)
+                if f is None:
+                    f = self._no_cluster[key] = _Failure(SkipCode.NO_ENABLED_CLUSTER, model)
+                failures.append(f)
                 continue
-            check = self.quota.check(job.team, key, need)
-            if not check.ok:
-                code = SkipCode.COHORT_CANNOT_LEND if check.cohort_short else SkipCode.QUOTA_FULL
-                failures.append(_Failure(code, model))
+            qkey = (team_id, key)
+            qf = quota_failed.get(qkey)
+            if qf is not None and need >= qf[0]:
+                failures.append(qf[1])
                 continue
-            memo_key = (key, g, r)
-            if self._no_fit_memo.get(memo_key) == self.version[key]:
-                best = None
-            else:
-                best = self._best_fit(pools, g, r, need)
-                if best is None:
-                    self._no_fit_memo[memo_key] = self.version[key]
-            if best is None:
-                failures.append(self._capacity_failure(model, g, r))
+            borrowed = self.quota.fits(team_id, key, need)
+            if borrowed < 0:
+                f = qf[1] if qf is not None else _Failure(SkipCode.QUOTA_FULL, model)
+                quota_failed[qkey] = (need, f)
+                failures.append(f)
                 continue
-            if nominal_only and check.borrowed:
-                return False  # would borrow: wait for the borrowing pass of this band
-            pool, plan, leftover = best
-            self._admit(job, model, pool, plan, leftover, check.borrowed, cands, failures, starving)
+            ckey = (key, g, r)
+            cf = cap_failed.get(ckey)
+            if cf is not None:
+                failures.append(cf)
+                continue
+            if nominal_only and borrowed:
+                if any(p.free_total >= need and p.fits(g, r) for p in pools):
+                    return False  # would borrow: wait for the borrowing pass of this band
+                cf = cap_failed[ckey] = self._capacity_failure(model, g, r)
+                failures.append(cf)
+                continue
+            fitting = self._fitting(pools, g, r, need)
+            if not fitting:
+                cf = cap_failed[ckey] = self._capacity_failure(model, g, r)
+                failures.append(cf)
+                continue
+            self._admit(job, model, fitting, borrowed, cands, failures, starving)
             return True
-        skipped = cands.matched[len(tried) :]
         # Reclaim: a team within nominal takes back what borrowers hold.
         if self.config.preemption:
             for f in failures:
@@ -371,16 +445,29 @@ class _Cycle:
             for f in failures:
                 if f.code is SkipCode.NO_NODE_FITS and self._try_hold(job, f.model):
                     return True
-        self._wait_for_capacity(job, failures, cands, skipped)
+        known = tuple(failures)
+        if not starving:
+            self._failed_sig[signature] = known
+        self.waiting.append(
+            _Waiting(job, None, self.visited, len(self.admissions), known, cands, n_tried)
+        )
         return True
 
-    def _best_fit(
+    def _candidates(self, req: Requirement, policy: Policy) -> Candidates:
+        """resolve_candidates, memoised per cycle by value (a plain tuple key: hashing and
+        comparing the frozen dataclass itself runs Python code per lookup)."""
+        key = (req.models, req.min_memory_gib, req.min_tflops_fp16, req.bf16, req.fp8, policy)
+        cands = self._resolved.get(key)
+        if cands is None:
+            cands = self._resolved[key] = resolve_candidates(req, policy, self.snap.models)
+        return cands
+
+    def _fitting(
         self, pools: Sequence[Pool], g: int, r: int, need: int
-    ) -> tuple[Pool, list[int], int] | None:
-        """Best fit across enabled clusters: least leftover on the nodes used, then least free
-        left in the cluster, then cluster id."""
-        best: tuple[Pool, list[int], int] | None = None
-        best_key: tuple[int, int, str] | None = None
+    ) -> list[tuple[tuple[int, int, str], Pool, list[int]]]:
+        """Every enabled cluster the gang fits, best fit first: least leftover on the nodes
+        used, then least free left in the cluster, then cluster id."""
+        out: list[tuple[tuple[int, int, str], Pool, list[int]]] = []
         for pool in pools:
             if pool.max_total < g or pool.free_total < need or not pool.fits(g, r):
                 continue
@@ -388,112 +475,57 @@ class _Cycle:
             if planned is None:  # pragma: no cover - fits() said yes
                 continue
             plan, leftover = planned
-            key = (leftover, pool.free_total - need, pool.cluster)
-            if best_key is None or key < best_key:
-                best, best_key = (pool, plan, leftover), key
-        return best
+            out.append(((leftover, pool.free_total - need, pool.cluster), pool, plan))
+        out.sort(key=lambda c: c[0])
+        return out
 
     def _capacity_failure(self, model: GpuModel, g: int, r: int) -> _Failure:
         key = (model.key, g, r)
+        pools = self.enabled[model.key]
         ever = self._ever_memo.get(key)
         if ever is None:
-            ever = self._ever_memo[key] = any(
-                p.could_ever_fit(g, r) for p in self.enabled[model.key]
-            )
+            ever = self._ever_memo[key] = any(p.could_ever_fit(g, r) for p in pools)
         if not ever:
             return _Failure(SkipCode.TOO_LARGE, model)
-        for pool in self.enabled[model.key]:
-            holder = self._held_by.get(id(pool))
-            if holder is not None and pool.fits_without_holds(g, r):
-                return _Failure(SkipCode.HELD_FOR_OTHER_JOB, model, holder=holder)
+        if self._held_by:
+            for pool in pools:
+                holder = self._held_by.get(id(pool))
+                if holder is not None and pool.fits_without_holds(g, r):
+                    return _Failure(SkipCode.HELD_FOR_OTHER_JOB, model, holder=holder)
         fit0 = self._fit0_memo.get(key)
         if fit0 is None:
             fit0 = self._fit0_memo[key] = any(
-                _fits_counts(self.initial_counts[(p.cluster, p.model)], g, r)
-                for p in self.enabled[model.key]
+                _fits_counts(self.initial_counts[(p.cluster, p.model)], g, r) for p in pools
             )
         return _Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
 
     def _charge(self, team: str, model: str, need: int) -> None:
         self.quota.add(team, model, need)
         self.shares.add(team, model, need)
-        self.version[model] += 1
 
     def _admit(
         self,
         job: PendingJob,
         model: GpuModel,
-        pool: Pool,
-        plan: list[int],
-        leftover: int,
+        fitting: list[tuple[tuple[int, int, str], Pool, list[int]]],
         borrowed: int,
         cands: Candidates,
         failures: list[_Failure],
         starving: bool,
     ) -> None:
         g = job.gpus_per_replica
-        # Cluster notes before charging, so "worse fit" compares like with like.
-        cluster_notes: list[ClusterNote] = []
-        for other in self.enabled.get(model.key, ()):
-            if other is pool:
-                continue
-            planned = other.plan(g, job.replicas) if other.fits(g, job.replicas) else None
-            if planned is None:
-                cluster_notes.append(
-                    ClusterNote(
-                        cluster=other.cluster,
-                        code=ClusterNoteCode.NO_ROOM,
-                        message=reasons.note(
-                            other.cluster, reasons.msg_cluster_no_room(other.max_block())
-                        ),
-                    )
-                )
-            else:
-                cluster_notes.append(
-                    ClusterNote(
-                        cluster=other.cluster,
-                        code=ClusterNoteCode.WORSE_FIT,
-                        message=reasons.note(
-                            other.cluster,
-                            reasons.msg_cluster_worse_fit(
-                                planned[1],
-                                other.free_total - job.gpus,
-                                leftover,
-                                pool.free_total - job.gpus,
-                            ),
-                        ),
-                    )
-                )
-        for other in self.unavailable.get(model.key, ()):
-            code = (
-                ClusterNoteCode.DRAINING
-                if other.state is ClusterState.DRAINING
-                else ClusterNoteCode.DISABLED
-            )
-            cluster_notes.append(
-                ClusterNote(
-                    cluster=other.cluster,
-                    code=code,
-                    message=reasons.note(other.cluster, reasons.msg_cluster_state(other.state)),
-                )
-            )
+        (leftover, _, _), pool, plan = fitting[0]
+        cluster_notes = self._cluster_notes(model, fitting)
         for i in plan:
             pool.take(i, g)
         row = self.quota.row(job.team, model.key)
-        used_before = row.used
         self._charge(job.team, model.key, job.gpus)
         skipped = list(cands.rejected)
         skipped.extend(self._note(f, job) for f in failures)
         chosen_at = cands.matched.index(model)
         for later in cands.matched[chosen_at + 1 :]:
-            skip = SkipCode.NOT_TRIED if job.fallback else SkipCode.FALLBACK_NOT_ALLOWED
-            detail = (
-                reasons.detail_not_tried()
-                if job.fallback
-                else reasons.detail_fallback_not_allowed()
-            )
             skipped.append(
-                CandidateNote(model=later.key, code=skip, message=reasons.note(later.label, detail))
+                self._not_tried_note(later) if job.fallback else self._fallback_note(later)
             )
         message = reasons.msg_admitted(
             job.replicas,
@@ -504,7 +536,7 @@ class _Cycle:
             job.policy.value,
             leftover,
             borrowed,
-            used_before + job.gpus,
+            row.used,
             row.nominal,
         )
         self.admissions.append(
@@ -527,6 +559,43 @@ class _Cycle:
             )
         )
 
+    def _cluster_notes(
+        self, model: GpuModel, fitting: list[tuple[tuple[int, int, str], Pool, list[int]]]
+    ) -> list[ClusterNote]:
+        """Why the other clusters with this model lost (computed before charging)."""
+        (leftover, cluster_left, _), pool, _ = fitting[0]
+        notes: list[ClusterNote] = []
+        others = {id(p): rank for rank, p, _ in fitting[1:]}
+        for other in self.enabled.get(model.key, ()):
+            if other is pool:
+                continue
+            rank = others.get(id(other))
+            if rank is None:
+                code = ClusterNoteCode.NO_ROOM
+                detail = reasons.msg_cluster_no_room(other.max_block())
+            else:
+                code = ClusterNoteCode.WORSE_FIT
+                detail = reasons.msg_cluster_worse_fit(rank[0], rank[1], leftover, cluster_left)
+            notes.append(
+                ClusterNote(
+                    cluster=other.cluster, code=code, message=reasons.note(other.cluster, detail)
+                )
+            )
+        for other in self.unavailable.get(model.key, ()):
+            code = (
+                ClusterNoteCode.DRAINING
+                if other.state is ClusterState.DRAINING
+                else ClusterNoteCode.DISABLED
+            )
+            notes.append(
+                ClusterNote(
+                    cluster=other.cluster,
+                    code=code,
+                    message=reasons.note(other.cluster, reasons.msg_cluster_state(other.state)),
+                )
+            )
+        return notes
+
     # -- preemption (what-if on a copy) ---------------------------------------------------------
 
     def _try_preempt(self, job: PendingJob, model: GpuModel) -> bool:
@@ -542,22 +611,19 @@ class _Cycle:
         if row.used + need > row.nominal:
             return False
         memo_key = (model.key, g, r)
-        if self._preempt_memo.get(memo_key) == self.version[model.key]:
+        if memo_key in self._preempt_failed:
             return False
-        best_found: (
+        best: (
             tuple[tuple[int, int, int, str], Pool, list[_Victim], list[_Victim], list[int]] | None
         ) = None
         for pool in self.enabled.get(model.key, ()):
             if pool.max_total < g:
                 continue
             key = (pool.cluster, model.key)
-            claimed = self.claimed
-            inflight = [v for v in self.inflight.get(key, ()) if v.alloc.job_id not in claimed]
-            victims = [
-                v
-                for v in self.victims.get(key, ())
-                if v.alloc.job_id not in claimed and v.alloc.team != job.team
-            ]
+            inflight = self.inflight.get(key, [])
+            # No own-team job can be a victim: a team within nominal with this job has none
+            # above nominal on this model (borrowed flags count from the cycle's start).
+            victims = self.victims.get(key, [])
             if not inflight and not victims:
                 continue
             found = _what_if(pool, g, r, inflight, victims)
@@ -570,14 +636,14 @@ class _Cycle:
                 leftover,
                 pool.cluster,
             )
-            if best_found is None or rank < best_found[0]:
-                best_found = (rank, pool, used_inflight, used_victims, plan)
-        if best_found is None:
-            self._preempt_memo[memo_key] = self.version[model.key]
+            if best is None or rank < best[0]:
+                best = (rank, pool, used_inflight, used_victims, plan)
+        if best is None:
+            self._preempt_failed.add(memo_key)
             return False
-        _, pool, used_inflight, used_victims, plan = best_found
-        # Apply: victims leave the candidate lists (they are decided), the job's share of the
-        # currently free GPUs on its future nodes is reserved, its quota and share are charged.
+        _, pool, used_inflight, used_victims, plan = best
+        # Apply: victims leave the candidate lists, the job's share of the currently free GPUs
+        # on its future nodes is reserved, and its quota and share are charged.
         per_node: dict[int, int] = {}
         for i in plan:
             per_node[i] = per_node.get(i, 0) + g
@@ -585,10 +651,14 @@ class _Cycle:
             reserve = min(gpus, pool.free[i])
             if reserve:
                 pool.take(i, reserve)
-        used_after = row.used + need
-        self._charge(job.team, model.key, need)
-        for v in (*used_inflight, *used_victims):
+        key = (pool.cluster, model.key)
+        for v in used_inflight:
+            self.inflight[key].remove(v)
             self.claimed.add(v.alloc.job_id)
+        for v in used_victims:
+            self.victims[key].remove(v)
+            self.claimed.add(v.alloc.job_id)
+        self._charge(job.team, model.key, need)
         for v in used_victims:
             a = v.alloc
             self.preemptions.append(
@@ -601,12 +671,12 @@ class _Cycle:
                     for_team=job.team,
                     code=PreemptionCode.RECLAIM_NOMINAL,
                     message=reasons.msg_preempted(
-                        a.team, model.label, job.id, job.team, used_after, row.nominal
+                        a.team, model.label, job.id, job.team, row.used, row.nominal
                     ),
                 )
             )
         detail = reasons.detail_preempting(
-            len(used_victims), len(used_inflight), pool.cluster, used_after, row.nominal
+            len(used_victims), len(used_inflight), pool.cluster, row.used, row.nominal
         )
         self._wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
         return True
@@ -650,8 +720,10 @@ class _Cycle:
             if h:
                 pool.hold(i, h)
             held_nodes.append((pool.names[i], h))
-        self.version[model.key] += 1
         self._held_by.setdefault(id(pool), job.id)
+        # A capacity failure may now be "held for another job": classify afresh.
+        self._cap_failed = {k: f for k, f in self._cap_failed.items() if k[0] != model.key}
+        self._failed_sig.clear()
         hold = CapacityHold(
             job_id=job.id,
             team=job.team,
@@ -671,55 +743,26 @@ class _Cycle:
         self._wait(job, ReasonCode.HOLDING_CAPACITY, label=model.label, detail=detail)
         return True
 
-    # -- reasons ------------------------------------------------------------------------------
+    # -- step 5: reasons ------------------------------------------------------------------------
 
-    def _wait_for_capacity(
-        self,
-        job: PendingJob,
-        failures: list[_Failure],
-        cands: Candidates,
-        skipped: Sequence[GpuModel],
-    ) -> None:
-        primary = min(failures, key=lambda f: _RANK[f.code])
-        if primary.code is SkipCode.HELD_FOR_OTHER_JOB:
-            code = ReasonCode.CAPACITY_HELD
-        elif primary.code is SkipCode.NO_NODE_FITS:
-            code = ReasonCode.WAITING_BEHIND if primary.fit_at_start else ReasonCode.NO_CAPACITY
-        elif primary.code is SkipCode.COHORT_CANNOT_LEND:
-            code = ReasonCode.COHORT_HAS_NOTHING_TO_LEND
-        elif primary.code is SkipCode.QUOTA_FULL:
-            code = ReasonCode.QUOTA_EXHAUSTED
-        elif primary.code is SkipCode.NO_ENABLED_CLUSTER:
-            draining = any(
-                p.state is ClusterState.DRAINING
-                for f in failures
-                for p in self.unavailable.get(f.model.key, ())
-            )
-            code = ReasonCode.CLUSTER_DRAINING if draining else ReasonCode.NO_ENABLED_CLUSTER
-        else:
-            code = ReasonCode.JOB_TOO_LARGE
-        ordered = [primary, *(f for f in failures if f is not primary)]
-        self._wait(
-            job,
-            code,
-            label=primary.model.label,
-            failures=tuple(ordered),
-            rejected=cands.rejected,
-            skipped_fallback=tuple(skipped),
-        )
+    def _quota_code(self, team: str, model: str, need: int) -> SkipCode:
+        outcome = self.quota.fits(team, model, need)
+        return SkipCode.COHORT_CANNOT_LEND if outcome == COHORT_SHORT else SkipCode.QUOTA_FULL
 
-    def _detail(self, f: _Failure, job: PendingJob, w: _Waiting | None = None) -> str:
-        """The sentence for one candidate failure, with end-of-cycle numbers.
+    def _code(self, f: _Failure, job: PendingJob) -> SkipCode:
+        if f.code is SkipCode.QUOTA_FULL:
+            return self._quota_code(job.team, f.model.key, job.gpus)
+        return f.code
 
-        Within a cycle use only grows and free capacity only shrinks, so a failure seen when the
-        job was visited still holds at the end; the numbers shown are the ones users will see.
-        """
+    def _detail(self, code: SkipCode, f: _Failure, job: PendingJob) -> str:
+        """The sentence for one candidate failure, with end-of-cycle numbers (see the module
+        docstring for why those explain a failure seen earlier in the cycle)."""
         m = f.model.key
         g, r, need = job.gpus_per_replica, job.replicas, job.gpus
-        if f.code is SkipCode.QUOTA_FULL:
+        if code is SkipCode.QUOTA_FULL:
             row = self.quota.row(job.team, m)
             return reasons.detail_quota_full(need, row.used, row.nominal, row.borrowing_limit)
-        if f.code is SkipCode.COHORT_CANNOT_LEND:
+        if code is SkipCode.COHORT_CANNOT_LEND:
             row = self.quota.row(job.team, m)
             return reasons.detail_cohort_cannot_lend(
                 row.used,
@@ -728,23 +771,21 @@ class _Cycle:
                 row.borrowing_limit,
                 self.quota.can_lend(job.team, m),
             )
-        if f.code is SkipCode.NO_ENABLED_CLUSTER:
+        if code is SkipCode.NO_ENABLED_CLUSTER:
             unavailable = self.unavailable.get(m, ())
             return reasons.detail_no_enabled_cluster(
                 [p.cluster for p in unavailable if p.state is ClusterState.DRAINING],
                 [p.cluster for p in unavailable if p.state is ClusterState.DISABLED],
             )
-        if f.code is SkipCode.TOO_LARGE:
+        if code is SkipCode.TOO_LARGE:
             pools = self.enabled[m]
             return reasons.detail_too_large(
                 r, g, max(p.max_total for p in pools), max(p.empty_slots(g) for p in pools)
             )
-        if f.code is SkipCode.HELD_FOR_OTHER_JOB:
+        if code is SkipCode.HELD_FOR_OTHER_JOB:
             held = sum(p.held_total() for p in self.enabled[m])
             return reasons.detail_held_for_other(f.holder, held)
         largest, free = self._model_free(m)
-        if w is not None and f.fit_at_start:
-            return reasons.detail_waiting_behind(w.ahead, w.admitted_ahead)
         return reasons.detail_no_node_fits(r, g, largest, free)
 
     def _model_free(self, model: str) -> tuple[int, int]:
@@ -760,20 +801,28 @@ class _Cycle:
         return cached
 
     def _note(self, f: _Failure, job: PendingJob) -> CandidateNote:
-        return CandidateNote(
+        """The note for one failure; shared between jobs with equal numbers once final.
+
+        A quota failure object belongs to one (team, model), a capacity failure to one
+        (model, gang shape), so (failure, GPUs needed) identifies the words."""
+        if self._final:
+            key = (id(f), job.gpus)
+            note = self._note_memo.get(key)
+            if note is not None:
+                return note
+        code = self._code(f, job)
+        note = CandidateNote(
             model=f.model.key,
-            code=f.code,
-            message=reasons.note(f.model.label, self._detail(f, job)),
+            code=code,
+            message=reasons.note(f.model.label, self._detail(code, f, job)),
         )
+        if self._final:
+            self._note_memo[key] = note
+        return note
 
-    # -- step 5 -------------------------------------------------------------------------------
-
-    def _assemble(self) -> Decision:
-        self._final = True
-        pending: list[PendingReason] = []
-        for position, w in enumerate(self.waiting, start=1):
-            job = w.job
-            notes: list[CandidateNote] = list(w.rejected)
+    def _pending_reason(self, w: _Waiting, position: int) -> PendingReason:
+        job = w.job
+        if w.code is not None:  # decided and worded when the job was visited
             if w.code is ReasonCode.TEAM_HELD:
                 message = reasons.msg_team_held(job.team)
             elif w.code is ReasonCode.INVALID_JOB:
@@ -782,48 +831,105 @@ class _Cycle:
                 message = reasons.msg_no_model_matches(
                     len(self.snap.models), [n.message for n in w.rejected]
                 )
-            elif w.failures:
-                primary, *rest = w.failures
-                detail = self._detail(primary, job, w)
-                others = []
-                for f in rest:
-                    n = self._note(f, job)
-                    notes.append(n)
-                    if _RANK[f.code] <= _RANK[SkipCode.QUOTA_FULL]:
-                        others.append(n.message)
-                if len(others) > _MAX_OTHERS:
-                    others[_MAX_OTHERS:] = [f"{len(others) - _MAX_OTHERS} more"]
-                notes.insert(
-                    len(w.rejected),
-                    CandidateNote(
-                        model=primary.model.key,
-                        code=primary.code,
-                        message=reasons.note(primary.model.label, detail),
-                    ),
-                )
-                for m in w.skipped_fallback:
-                    notes.append(
-                        CandidateNote(
-                            model=m.key,
-                            code=SkipCode.FALLBACK_NOT_ALLOWED,
-                            message=reasons.note(m.label, reasons.detail_fallback_not_allowed()),
-                        )
-                    )
-                message = reasons.pending(
-                    job.replicas, job.gpus_per_replica, w.label, detail, others
-                )
-            else:  # PREEMPTING, HOLDING_CAPACITY: detail prepared when decided
-                message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail, [])
-            pending.append(
-                PendingReason(
-                    job_id=job.id,
-                    team=job.team,
-                    code=w.code,
-                    message=message,
-                    position=position,
-                    candidates=tuple(notes),
-                )
+            else:  # PREEMPTING, HOLDING_CAPACITY
+                message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail)
+            return PendingReason(
+                job_id=job.id,
+                team=job.team,
+                code=w.code,
+                message=message,
+                position=position,
+                candidates=w.rejected,
             )
+        # Jobs of one signature (team, candidates, fallback, shape) share one failures tuple
+        # (the signature memo), hence the same words: assemble them once per tuple. The tuples
+        # live in `self.waiting` until the cycle ends, so their ids stay unique.
+        # WAITING_BEHIND differs per job only in its counts.
+        cached = self._reason_memo.get(id(w.failures))
+        if cached is None:
+            cached = self._reason_memo[id(w.failures)] = self._reason_words(w)
+        code, message, candidates = cached
+        if code is ReasonCode.WAITING_BEHIND:
+            message = message.format(ahead=w.ahead, admitted=w.admitted_ahead)
+        return PendingReason(
+            job_id=job.id,
+            team=job.team,
+            code=code,
+            message=message,
+            position=position,
+            candidates=candidates,
+        )
+
+    def _reason_words(self, w: _Waiting) -> tuple[ReasonCode, str, tuple[CandidateNote, ...]]:
+        """Code, message and candidate notes of a capacity/quota wait (the message is a
+        template with {ahead} and {admitted} for WAITING_BEHIND)."""
+        job = w.job
+        memo = self._note_memo
+        need = job.gpus
+        notes = [memo.get((id(f), need)) or self._note(f, job) for f in w.failures]
+        ranks = [_RANK[n.code] for n in notes]
+        best = min(ranks)
+        primary_at = ranks.index(best)
+        primary = notes[primary_at]
+        f = w.failures[primary_at]
+        code = self._reason_code(primary.code, f, w)
+        if code is ReasonCode.WAITING_BEHIND:
+            detail = reasons.detail_waiting_behind(-1, -2).replace("-1", "{ahead}")
+            detail = detail.replace("-2", "{admitted}")
+        else:
+            detail = primary.message[len(f.model.label) + 2 :]
+        others = sum(1 for rank in ranks if rank <= _RANK_QUOTA) - (best <= _RANK_QUOTA)
+        message = reasons.pending(job.replicas, job.gpus_per_replica, f.model.label, detail, others)
+        ordered = [primary, *(n for i, n in enumerate(notes) if i != primary_at)]
+        skipped = w.cands.matched[w.n_tried :] if w.cands is not None else ()
+        ordered.extend(self._fallback_note(m) for m in skipped)
+        return code, message, (*w.rejected, *ordered)
+
+    def _reason_code(self, primary: SkipCode, f: _Failure, w: _Waiting) -> ReasonCode:
+        if primary is SkipCode.HELD_FOR_OTHER_JOB:
+            return ReasonCode.CAPACITY_HELD
+        if primary is SkipCode.NO_NODE_FITS:
+            return ReasonCode.WAITING_BEHIND if f.fit_at_start else ReasonCode.NO_CAPACITY
+        if primary is SkipCode.COHORT_CANNOT_LEND:
+            return ReasonCode.COHORT_HAS_NOTHING_TO_LEND
+        if primary is SkipCode.QUOTA_FULL:
+            return ReasonCode.QUOTA_EXHAUSTED
+        if primary is SkipCode.NO_ENABLED_CLUSTER:
+            draining = any(
+                p.state is ClusterState.DRAINING
+                for g in w.failures
+                for p in self.unavailable.get(g.model.key, ())
+            )
+            return ReasonCode.CLUSTER_DRAINING if draining else ReasonCode.NO_ENABLED_CLUSTER
+        return ReasonCode.JOB_TOO_LARGE
+
+    def _not_tried_note(self, model: GpuModel) -> CandidateNote:
+        note = self._not_tried_memo.get(model.key)
+        if note is None:
+            note = self._not_tried_memo[model.key] = CandidateNote(
+                model=model.key,
+                code=SkipCode.NOT_TRIED,
+                message=reasons.note(model.label, reasons.detail_not_tried()),
+            )
+        return note
+
+    def _fallback_note(self, model: GpuModel) -> CandidateNote:
+        note = self._fallback_memo.get(model.key)
+        if note is None:
+            note = self._fallback_memo[model.key] = CandidateNote(
+                model=model.key,
+                code=SkipCode.FALLBACK_NOT_ALLOWED,
+                message=reasons.note(model.label, reasons.detail_fallback_not_allowed()),
+            )
+        return note
+
+    def _assemble(self) -> Decision:
+        self._final = True
+        self._note_memo: dict[tuple[int, int], CandidateNote] = {}
+        self._reason_memo: dict[int, tuple[ReasonCode, str, tuple[CandidateNote, ...]]] = {}
+        pending = [
+            self._pending_reason(w, position) for position, w in enumerate(self.waiting, start=1)
+        ]
         position_from = len(pending) + 1
         backlog: dict[str, int] = {}
         for b in self.snap.backlog:
@@ -865,8 +971,48 @@ class _Cycle:
         )
 
 
-def _line_key(job: PendingJob) -> tuple[int, datetime, str]:
-    return (-job.priority, job.submitted_at, job.id)
+_by_submit = attrgetter("submitted_at", "id")
+_by_priority = attrgetter("priority")
+
+
+def _in_line_order(jobs: list[PendingJob]) -> bool:
+    """Whether ``jobs`` already are in line order (cheaper to check than to sort again)."""
+    prev = jobs[0]
+    for job in jobs[1:]:
+        if job.priority != prev.priority:
+            if job.priority > prev.priority:
+                return False
+        elif job.submitted_at != prev.submitted_at:
+            if job.submitted_at < prev.submitted_at:
+                return False
+        elif job.id < prev.id:
+            return False
+        prev = job
+    return True
+
+
+def _line_order(jobs: list[PendingJob]) -> list[PendingJob]:
+    """A team's line: priority desc, then submit time, then id.
+
+    Input already in line order (the cycle's ORDER BY gives it for free) is only checked.
+    Otherwise C-level sorts: by priority, then each equal-priority run by submit time and id.
+    """
+    if _in_line_order(jobs):
+        return jobs
+    jobs.sort(key=_by_priority, reverse=True)  # stable, so equal priorities keep input order
+    out: list[PendingJob] = []
+    start = 0
+    n = len(jobs)
+    while start < n:
+        p = jobs[start].priority
+        end = start + 1
+        while end < n and jobs[end].priority == p:
+            end += 1
+        run = jobs[start:end]
+        run.sort(key=_by_submit)
+        out.extend(run)
+        start = end
+    return out
 
 
 def _fits_counts(counts: list[int], g: int, r: int) -> bool:
@@ -922,7 +1068,7 @@ def _what_if(
             chosen.remove(v)
         else:
             apply(v, 1)
-    free = {i: f for i, f in enumerate(base) if f >= g}
+    free = {i: f for f in range(g, len(pool.buckets)) for i in pool.buckets[f]}
     for i in released:
         free[i] = eff(i)
     placed = fits_free(free, g, r)
