@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import json
 import logging
 import math
 import time
@@ -450,16 +451,13 @@ def _write_reasons(rows: list[tuple[int, str, str, int]]) -> None:
         return
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
-            for i in range(0, len(rows), 2000):
-                chunk = rows[i : i + 2000]
-                values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
-                cur.execute(
-                    "UPDATE portal_job AS j SET pending_reason_code = v.code, "  # noqa: S608
-                    "pending_reason = v.msg, queue_position = v.pos "
-                    f"FROM (VALUES {values}) AS v(id, code, msg, pos) "
-                    "WHERE j.id = v.id::bigint AND j.state = 'QUEUED'",
-                    [x for row in chunk for x in row],
-                )
+            cur.execute(
+                "UPDATE portal_job AS j SET pending_reason_code = v.code, "
+                "pending_reason = v.msg, queue_position = v.pos "
+                "FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, code text, msg text, pos int) "
+                "WHERE j.id = v.id AND j.state = 'QUEUED'",
+                [json.dumps([{"id": r[0], "code": r[1], "msg": r[2], "pos": r[3]} for r in rows])],
+            )
         return
     for pk, code, message, position in rows:  # SQLite (the demo): few rows, one each
         Job.objects.filter(pk=pk, state=JobState.QUEUED).update(

@@ -1,0 +1,181 @@
+"""The full scheduling cycle (load, decide, persist) over 10,000 queued jobs in PostgreSQL.
+
+Prints the cycle's time split next to the bare database work it cannot avoid — one bulk read
+of the queued rows and one bulk update of their state — measured in the same run, and the
+admissions persisted per second. Uses its own database (created and dropped here).
+
+    .venv/bin/python bench/cycle_bench.py [--quick] [--pending N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BENCH_DB = "gpupool_cyclebench"
+BASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool")
+SERVER_URL = BASE_URL.rsplit("/", 1)[0]
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+
+
+def drop_database() -> None:
+    import psycopg
+
+    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+
+
+def setup_django() -> None:
+    os.environ["DATABASE_URL"] = f"{SERVER_URL}/{BENCH_DB}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ["LOG_LEVEL"] = "WARNING"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("seed_catalog", verbosity=0)
+
+
+def seed(*, pending: int, teams: int, clusters: int, nodes_per_cluster: int) -> None:
+    """Teams with quota on three models, GPU nodes, and ``pending`` queued jobs."""
+    import datetime as dt
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from clusters.models import Cluster, Node
+    from portal.models import Job, JobState, Team
+    from scheduling.models import GpuModel, Quota
+
+    models = [GpuModel.objects.get(key=k) for k in ("t4", "a100-80gb", "h100-sxm")]
+    owner = get_user_model().objects.create(username="bench")
+    team_rows = Team.objects.bulk_create(
+        [Team(name=f"Team {i}", slug=f"team-{i}") for i in range(teams)]
+    )
+    Quota.objects.bulk_create(
+        [Quota(team=t, gpu_model=m, nominal=8) for t in team_rows for m in models]
+    )
+    now = timezone.now()
+    for c in range(clusters):
+        cluster = Cluster.objects.create(name=f"c{c}", api_url="https://k8s.bench")
+        Node.objects.bulk_create(
+            [
+                Node(cluster=cluster, name=f"n{i}", gpu_model=models[i % 3], gpu_capacity=8,
+                     gpu_allocatable=8, last_seen_at=now)
+                for i in range(nodes_per_cluster)
+            ]
+        )
+    jobs = []
+    for i in range(pending):
+        jobs.append(
+            Job(
+                team=team_rows[i % teams], owner=owner, name=f"j{i}", image="python:3.11",
+                replicas=1 + i % 2, gpus_per_replica=(1, 2, 4, 8)[i % 4], cpu_millicores=4000,
+                memory_mib=16384, max_runtime_seconds=3600, min_gpu_memory_gib=(0, 16, 40)[i % 3],
+                state=JobState.QUEUED, state_changed_at=now,
+                submitted_at=now - dt.timedelta(seconds=pending - i),
+            )
+        )
+    Job.objects.bulk_create(jobs, batch_size=2000)
+
+
+def reset() -> None:
+    """Put every job back in line so each measured cycle sees the same work."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE portal_job SET state = 'QUEUED', cluster_id = NULL, gpu_model_id = NULL, "
+            "node_plan = '[]', placement = '{}', admitted_at = NULL, pending_reason_code = '', "
+            "pending_reason = '', queue_position = NULL"
+        )
+        cur.execute("DELETE FROM portal_jobevent")
+        cur.execute("VACUUM ANALYZE portal_job")
+
+
+def bare_work() -> float:
+    """One bulk read of the queued rows and one bulk update of their state (ms)."""
+    from django.db import connection, transaction
+
+    from portal.models import Job, JobState
+
+    t0 = time.perf_counter()
+    with transaction.atomic():
+        rows = list(
+            Job.objects.filter(state=JobState.QUEUED).values_list("id", "team_id", "priority",
+                                                                  "submitted_at", "gpus_per_replica")
+        )
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE portal_job SET state_changed_at = now() WHERE id = ANY(%s)",
+                [[r[0] for r in rows]],
+            )
+    return (time.perf_counter() - t0) * 1e3
+
+
+def measure(runs: int) -> dict[str, list[float]]:
+    from scheduling.cycle import run_cycle
+
+    out: dict[str, list[float]] = {"total": [], "load": [], "decide": [], "persist": [],
+                                   "bare": [], "admitted": []}
+    for _ in range(runs):
+        reset()
+        out["bare"].append(bare_work())
+        t0 = time.perf_counter()
+        result = run_cycle()
+        out["total"].append((time.perf_counter() - t0) * 1e3)
+        for k in ("load", "decide", "persist"):
+            out[k].append(result.timings_ms[k])
+        out["admitted"].append(len(result.admitted))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pending", type=int, default=10_000)
+    args = parser.parse_args()
+    pending = 2_000 if args.quick else args.pending
+    runs = 3 if args.quick else 7
+    recreate_database()
+    try:
+        setup_django()
+        seed(pending=pending, teams=50, clusters=5, nodes_per_cluster=60)
+        measure(1)  # warm caches and plans
+        m = measure(runs)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        drop_database()
+    med = {k: statistics.median(v) for k, v in m.items()}
+    admitted = med["admitted"]
+    print(f"cycle over {pending:,} queued jobs, 50 teams, 5 clusters x 60 nodes (median of {runs})")
+    print(f"  load      {med['load']:8.1f} ms")
+    print(f"  decide    {med['decide']:8.1f} ms")
+    print(f"  persist   {med['persist']:8.1f} ms   ({admitted:.0f} admissions, "
+          f"{admitted / (med['persist'] / 1e3):,.0f} admissions/s persisted)")
+    print(f"  total     {med['total']:8.1f} ms   (goal < 250 ms at 10,000)")
+    print(f"  bare DB   {med['bare']:8.1f} ms   (one bulk read + one bulk update of those rows)")
+    print(f"  ratio     {med['total'] / med['bare']:8.2f} x  (goal <= 3x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
