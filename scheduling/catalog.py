@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import csv
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models.signals import post_delete, post_migrate, post_save
 
 from portal.jobs.spec import CatalogEntry
 from scheduling.models import GpuModel
 
 # The reference card for cost factors: an A100-80GB GPU-hour costs 1.0.
 REFERENCE_MODEL_KEY = "a100-80gb"
+
+# How long a process trusts its copy of the catalog for submit validation (seconds). Saves
+# in this process clear it at once; another process's copy may lag an edit by this much.
+CATALOG_CACHE_SECONDS = 10.0
 
 # MIG slices worth offering out of the box (mixed strategy: one resource per profile).
 # (parent key, profile, memory GiB, fraction of the parent's compute)
@@ -106,14 +113,62 @@ def catalog_seed(*, path: str | Path, update_existing: bool = False) -> tuple[in
                 **{k: v for k, v in fields.items() if k != "key"}
             )
             updated += 1
+    catalog_forget()  # update() sends no post_save
     return created, updated
 
 
-def catalog_entries() -> dict[str, CatalogEntry]:
-    """Active models, as submit validation sees them (one query)."""
+_cached: tuple[float, dict[str, CatalogEntry]] | None = None
+_cache_lock = threading.Lock()
+
+
+def _read_entries() -> dict[str, CatalogEntry]:
     return {
         key: CatalogEntry(key=key, memory_gib=mem, fp16_tflops=tf, bf16=bf16, fp8=fp8)
         for key, mem, tf, bf16, fp8 in GpuModel.objects.filter(active=True).values_list(
             "key", "memory_gib", "fp16_tflops", "bf16", "fp8"
         )
     }
+
+
+def catalog_entries() -> dict[str, CatalogEntry]:
+    """Active models, as submit validation sees them.
+
+    Every submit validates against the catalog, which admins change a few times a year, so a
+    process keeps a copy for ``CATALOG_CACHE_SECONDS`` instead of a query per submit. Inside a
+    transaction it reads the table instead: the caller then sees its own uncommitted edits,
+    and nothing a rollback undoes (a test's, say) is ever cached.
+    """
+    global _cached
+    if connection.in_atomic_block:
+        return _read_entries()
+    now = time.monotonic()
+    cached = _cached
+    if cached is None or now - cached[0] > CATALOG_CACHE_SECONDS:
+        with _cache_lock:  # one reader per process refreshes; the others wait for its copy
+            cached = _cached
+            if cached is None or now - cached[0] > CATALOG_CACHE_SECONDS:
+                cached = _cached = (time.monotonic(), _read_entries())
+    return dict(cached[1])
+
+
+def catalog_forget(**_signal: Any) -> None:
+    """Drop this process's copy of the catalog, now and again when the change commits.
+
+    Connected to GpuModel saves and deletes (admin edits), to ``post_migrate`` (which also
+    follows a test database flush), and called by ``catalog_seed``, whose ``update()`` sends
+    no signal. The second drop, on commit, covers a copy re-read before the change committed.
+    """
+    global _cached
+    _cached = None
+    if connection.in_atomic_block:
+        transaction.on_commit(_drop_cache)
+
+
+def _drop_cache() -> None:
+    global _cached
+    _cached = None
+
+
+post_save.connect(catalog_forget, sender=GpuModel, dispatch_uid="catalog_forget_on_save")
+post_delete.connect(catalog_forget, sender=GpuModel, dispatch_uid="catalog_forget_on_delete")
+post_migrate.connect(catalog_forget, dispatch_uid="catalog_forget_on_migrate")

@@ -1,0 +1,109 @@
+"""The submit path's economies keep its rules: who may submit, what is stored, what is cached.
+
+A submit is the API's hot path (see ``bench/submit_bench.py``), so it reads the catalog from a
+per-process copy, finds the team and the caller's role in one query, and writes the job and
+its first event in one statement. These tests pin what those shortcuts must not change.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from portal.jobs.services import job_submit
+from portal.models import Job, JobEvent, JobState
+from scheduling import catalog as catalog_module
+from scheduling.catalog import catalog_entries
+from scheduling.models import GpuModel
+from tests.conftest import job_body
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/jobs/"
+
+
+def test_a_submit_costs_a_fixed_handful_of_queries(api_as, bob, catalog):
+    client = api_as(bob)
+    client.post(URL, job_body(name="warm-up"), format="json")
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(URL, job_body(), format="json")
+    assert response.status_code == 201
+    assert response.json()["owner"] == "bob"
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    # catalog (read fresh inside the test's transaction), team + role, then the job and its
+    # event in one INSERT within a savepoint; no look-up of the owner to serialize the job.
+    assert statements == ["SELECT", "SELECT", "SAVEPOINT", "WITH", "RELEASE"]
+
+
+def test_the_job_and_its_submitted_event_are_stored_together(bob, catalog):
+    result = job_submit(user=bob, data=job_body(env={"EPOCHS": "3"}), idempotency_key="k-1")
+    job = Job.objects.get(pk=result.job.pk)
+    assert (job.public_id, job.owner_id, job.env, job.idempotency_key) == (
+        result.job.public_id,
+        bob.pk,
+        {"EPOCHS": "3"},
+        "k-1",
+    )
+    assert job.request_fingerprint == result.job.request_fingerprint
+    event = JobEvent.objects.get(job=job)
+    assert (event.from_state, event.to_state, event.reason, event.actor_id) == (
+        "",
+        JobState.QUEUED,
+        "Submitted",
+        bob.pk,
+    )
+    assert event.message == "Submitted by bob: 2 × 4 GPU."
+
+
+def test_a_replayed_key_inside_a_transaction_leaves_it_usable(bob, catalog):
+    first = job_submit(user=bob, data=job_body(), idempotency_key="again")
+    with transaction.atomic():
+        replay = job_submit(user=bob, data=job_body(), idempotency_key="again")
+        assert Job.objects.count() == 1  # the lost INSERT rolled back to its savepoint only
+    assert (replay.created, replay.job.pk) == (False, first.job.pk)
+    assert JobEvent.objects.count() == 1
+
+
+def test_a_platform_admin_outside_the_team_cannot_submit_to_it(api_as, root, bob, catalog):
+    response = api_as(root).post(URL, job_body(), format="json")
+    assert response.status_code == 403
+    assert "none" in response.json()["message"]
+
+
+def test_an_unknown_team_and_a_foreign_team_read_the_same(api_as, bob, charlie, catalog):
+    unknown = api_as(bob).post(URL, job_body(team="nope"), format="json")
+    foreign = api_as(bob).post(URL, job_body(team="language"), format="json")
+    assert (unknown.status_code, foreign.status_code) == (404, 404)
+    assert unknown.json()["extra"]["fields"]["team"][0].startswith("You are not a member")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_catalog_is_read_once_per_process_until_it_changes(catalog):
+    catalog_module.catalog_forget()
+    with CaptureQueriesContext(connection) as queries:
+        first = catalog_entries()
+        second = catalog_entries()
+    assert first == second and "t4" in first
+    assert len(queries.captured_queries) == 1
+
+    t4 = GpuModel.objects.get(key="t4")
+    t4.active = False
+    t4.save()  # an admin edit in this process: seen at once
+    assert "t4" not in catalog_entries()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_process_edit_is_seen_within_the_cache_lifetime(catalog):
+    catalog_module.catalog_forget()
+    assert "t4" in catalog_entries()
+    GpuModel.objects.filter(key="t4").update(active=False)  # no signal, as from elsewhere
+    assert "t4" in catalog_entries()
+    read_at, entries = catalog_module._cached
+    catalog_module._cached = (read_at - catalog_module.CATALOG_CACHE_SECONDS - 1, entries)
+    assert "t4" not in catalog_entries()
+
+
+def test_inside_a_transaction_the_catalog_is_read_fresh(catalog):
+    GpuModel.objects.filter(key="t4").update(active=False)
+    assert "t4" not in catalog_entries()  # the test's own transaction sees its own edit
