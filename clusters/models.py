@@ -1,4 +1,9 @@
-"""Registered Kubernetes clusters (credentials and inventory arrive with the clusters issue)."""
+"""Registered Kubernetes clusters: how to reach them, what GPUs they have, what runs there.
+
+Credentials are stored only as a MultiFernet token (``clusters.secrets``); the CA certificate
+is public and kept in clear. Everything the portal learns from a cluster (nodes, Volcano Job
+status, watch positions) is a cache of the cluster's truth that the next sync may overwrite.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +16,73 @@ class ClusterState(models.TextChoices):
     DISABLED = "disabled", "Disabled"
 
 
+class AuthMethod(models.TextChoices):
+    TOKEN = "token", "Bearer token"
+    CLIENT_CERTIFICATE = "client-certificate", "Client certificate"
+
+
 class Cluster(models.Model):
-    """A Kubernetes cluster with Volcano installed where the portal runs admitted jobs."""
+    """A Kubernetes cluster with Volcano installed where the portal runs admitted jobs.
+
+    ``credentials`` holds the encrypted bearer token or client certificate and key; only
+    ``credential_hint`` (never enough to use) is ever shown. ``request_rate`` and
+    ``creates_in_flight`` bound what the portal asks of the API server (null: the settings'
+    defaults). The ``*_synced_at`` / ``*_error`` pairs say when each background job last
+    succeeded and, if the last attempt failed, why (in words, never with a secret).
+    """
 
     name = models.SlugField(max_length=63, unique=True)
     api_url = models.URLField(max_length=255)
     state = models.CharField(max_length=16, choices=ClusterState.choices, default="enabled")
     namespace = models.CharField(
-        max_length=63, default="gpupool", help_text="Namespace for jobs ('' = gp-<team>)"
+        max_length=63, default="gpupool", help_text="Namespace for jobs (unless one per team)"
+    )
+    namespace_per_team = models.BooleanField(
+        default=False, help_text="Run each team's jobs in its own namespace gp-<team>"
     )
     scheduler_name = models.CharField(max_length=63, default="volcano")
     gpu_label = models.CharField(max_length=253, default="gpu-type")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    # How to connect. The CA is public; the credentials are a Fernet token.
+    ca_pem = models.TextField(blank=True, help_text="CA certificate(s) of the API server, PEM")
+    tls_server_name = models.CharField(max_length=253, blank=True)
+    auth_method = models.CharField(
+        max_length=24, choices=AuthMethod.choices, default=AuthMethod.TOKEN
+    )
+    credentials = models.TextField(blank=True, editable=False, help_text="Encrypted; never shown")
+    credential_hint = models.CharField(max_length=80, blank=True, editable=False)
+    credentials_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    prometheus_url = models.URLField(max_length=255, blank=True, help_text="DCGM metrics")
+    command_namespace = models.CharField(
+        max_length=63,
+        default="gpupool-system",
+        help_text="Namespace where the portal may create Volcano Commands (queue open/close)",
+    )
+    tolerate_gpu_taint = models.BooleanField(
+        default=True, help_text="Pods tolerate the usual nvidia.com/gpu:NoSchedule taint"
+    )
+    run_as_non_root = models.BooleanField(default=False)
+    mount_service_account_token = models.BooleanField(default=False)
+    request_rate = models.PositiveIntegerField(
+        null=True, blank=True, help_text="API requests per second (empty: the portal default)"
+    )
+    creates_in_flight = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent Volcano Job creates (empty: the default)"
+    )
+
+    # What the portal last learned.
+    kubernetes_version = models.CharField(max_length=64, blank=True)
+    last_test_at = models.DateTimeField(null=True, blank=True)
+    last_test_ok = models.BooleanField(null=True)
+    last_test_message = models.TextField(blank=True)
+    inventory_synced_at = models.DateTimeField(null=True, blank=True)
+    inventory_error = models.TextField(blank=True)
+    queues_synced_at = models.DateTimeField(null=True, blank=True)
+    queues_error = models.TextField(blank=True)
+    reconciled_at = models.DateTimeField(null=True, blank=True)
+    reconcile_error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -30,14 +90,22 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def takes_new_work(self) -> bool:
+        return self.state == ClusterState.ENABLED
+
 
 class Node(models.Model):
-    """One GPU node of a cluster as the last inventory sync saw it.
+    """One GPU resource of one node of a cluster, as the last inventory sync saw it.
 
-    ``gpu_model`` is the catalog model its labels map to (null: an unknown product, kept and
-    shown as such). What the scheduler may still place here is ``gpu_allocatable`` minus
-    ``gpus_used_by_others`` (pods the portal did not create) minus the portal's own jobs whose
-    ``node_plan`` names this node.
+    A node with whole GPUs has one row (``nvidia.com/gpu``); a node whose GPUs are partly cut
+    into MIG slices (mixed strategy) has one more row per MIG resource, each mapped to its own
+    catalog model (``a100-80gb-mig-1g.10gb``), because the scheduler's unit of capacity is a
+    (node, model) pair. ``gpu_model`` is null for a product the catalog does not know: kept
+    and shown as such, never scheduled. What the scheduler may still place here is
+    ``gpu_allocatable`` minus ``gpus_used_by_others`` (pods the portal did not create) minus the
+    portal's own jobs whose ``node_plan`` names this node. ``mig_resources`` repeats the node's
+    MIG layout on every row, for display.
     """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
@@ -58,10 +126,67 @@ class Node(models.Model):
     last_seen_at = models.DateTimeField()
 
     class Meta:
-        ordering = ["cluster", "name"]
+        ordering = ["cluster", "name", "gpu_resource"]
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="one_node_name_per_cluster")
+            models.UniqueConstraint(
+                fields=["cluster", "name", "gpu_resource"], name="one_row_per_node_resource"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.cluster.name}/{self.name}"
+        return f"{self.cluster.name}/{self.name} ({self.gpu_resource})"
+
+
+class ClusterWatch(models.Model):
+    """Where one watch of a cluster stands: the resourceVersion to resume from, and who holds it.
+
+    A watcher process takes the lease (``holder`` until ``lease_expires_at``) with a
+    compare-and-set, so two watcher processes never follow the same stream; a crashed one's
+    lease simply runs out. ``resource_version`` is only ever a position in the stream: the
+    periodic reconcile, not the watch, is the truth.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watches")
+    resource = models.CharField(max_length=32, help_text="jobs or pods")
+    resource_version = models.CharField(max_length=64, blank=True)
+    holder = models.CharField(max_length=128, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    relists = models.PositiveIntegerField(default=0, help_text="Times a 410 forced a relist")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "resource"], name="one_watch_per_resource")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.resource}@{self.resource_version or '-'}"
+
+
+class VolcanoJobRecord(models.Model):
+    """The Volcano Job that runs a portal job, as the portal last saw it.
+
+    Written by the dispatcher when it creates (or adopts) the object, and by the status
+    watcher and reconciler afterwards. ``reported`` lists the pod-level facts already turned
+    into JobEvents, so a repeated watch event or a reconcile never writes the same event twice.
+    """
+
+    job = models.OneToOneField("portal.Job", on_delete=models.CASCADE, related_name="volcano")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=63)
+    submission_uid = models.CharField(max_length=64)
+    uid = models.CharField(max_length=64, blank=True, help_text="metadata.uid on the cluster")
+    phase = models.CharField(max_length=32, blank=True)
+    retry_count = models.PositiveIntegerField(default=0)
+    pods = models.JSONField(default=dict, blank=True, help_text="{replica: {pod, node, phase}}")
+    reported = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField()
+    seen_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "namespace", "name"], name="vcjob_by_name")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.phase or 'unknown'})"

@@ -8,6 +8,9 @@ Every variable is listed in the README. Per-team policy (quotas, weights) lives 
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import os
 from pathlib import Path
 
@@ -263,6 +266,79 @@ GPUPOOL_GPU_CATALOG_CSV = env.str(
 )
 # Bench-only endpoints (a bare INSERT to compare submit throughput against); never in production.
 GPUPOOL_BENCH_ENDPOINTS = env_bool("GPUPOOL_BENCH_ENDPOINTS", False)
+
+# ---------------------------------------------------------------------------------------------
+# clusters: credentials at rest, URL checks, per-cluster request budgets, sync intervals
+# ---------------------------------------------------------------------------------------------
+def _cluster_secret_keys() -> list[str]:
+    """Fernet keys for cluster credentials, newest first (comma-separated, or from a file).
+
+    In DEBUG a key is derived from SECRET_KEY so ``make demo`` needs no setup; in production a
+    missing key is a start-up error, never a silently generated one (a restart would then
+    leave every stored credential unreadable).
+    """
+    raw = env_secret("GPUPOOL_SECRET_KEYS") or ""
+    keys = [k.strip() for k in raw.split(",") if k.strip()]
+    if not keys:
+        if not DEBUG:
+            raise ImproperlyConfigured(
+                "GPUPOOL_SECRET_KEYS (or GPUPOOL_SECRET_KEYS_FILE) must be set when DEBUG=false: "
+                "comma-separated Fernet keys, the current key first"
+            )
+        digest = hashlib.sha256(b"gpupool-cluster-credentials:" + SECRET_KEY.encode()).digest()
+        return [base64.urlsafe_b64encode(digest).decode()]
+    for index, key in enumerate(keys):
+        try:
+            ok = len(base64.urlsafe_b64decode(key.encode())) == 32
+        except (ValueError, binascii.Error):
+            ok = False
+        if not ok:
+            raise ImproperlyConfigured(
+                f"GPUPOOL_SECRET_KEYS: key {index + 1} is not a Fernet key (32 url-safe base64 "
+                "bytes; make one with: python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())')"
+            )
+    return keys
+
+
+GPUPOOL_SECRET_KEYS = _cluster_secret_keys()
+# kubesim in the demo and the tests listens on 127.0.0.1; production clusters never do.
+GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = env_bool("GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS", DEBUG)
+GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS = env_bool("GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS", True)
+# Defaults for clusters that do not set their own (sized for one Volcano controller).
+GPUPOOL_CLUSTER_REQUEST_RATE = env_int("GPUPOOL_CLUSTER_REQUEST_RATE", 50, minimum=1)
+GPUPOOL_CLUSTER_CREATES_IN_FLIGHT = env_int("GPUPOOL_CLUSTER_CREATES_IN_FLIGHT", 16, minimum=1)
+GPUPOOL_CLUSTER_TIMEOUT_SECONDS = env_int("GPUPOOL_CLUSTER_TIMEOUT_SECONDS", 10, minimum=1)
+GPUPOOL_DISPATCH_MAX_ATTEMPTS = env_int("GPUPOOL_DISPATCH_MAX_ATTEMPTS", 8, minimum=1)
+# First retry after about this long, doubling per attempt (with jitter), at most a minute.
+GPUPOOL_DISPATCH_BACKOFF_MS = env_int("GPUPOOL_DISPATCH_BACKOFF_MS", 1000, minimum=1)
+GPUPOOL_INVENTORY_INTERVAL = env_int("GPUPOOL_INVENTORY_INTERVAL", 60, minimum=1)
+GPUPOOL_RECONCILE_INTERVAL = env_int("GPUPOOL_RECONCILE_INTERVAL", 30, minimum=1)
+GPUPOOL_QUEUE_SYNC_INTERVAL = env_int("GPUPOOL_QUEUE_SYNC_INTERVAL", 300, minimum=1)
+# Give the clusters app's tasks a queue of their own (dedicated dispatch workers in
+# production; one queue per test session, so a test's worker never sees another's tasks).
+GPUPOOL_CLUSTERS_QUEUE = env.str("GPUPOOL_CLUSTERS_QUEUE", default="")
+if GPUPOOL_CLUSTERS_QUEUE:
+    CELERY_TASK_ROUTES = {
+        **globals().get("CELERY_TASK_ROUTES", {}),
+        "clusters.*": {"queue": GPUPOOL_CLUSTERS_QUEUE},
+    }
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "clusters-sync-inventory": {
+            "task": "clusters.sync_all_inventories",
+            "schedule": GPUPOOL_INVENTORY_INTERVAL,
+        },
+        "clusters-reconcile": {
+            "task": "clusters.reconcile_all_clusters",
+            "schedule": GPUPOOL_RECONCILE_INTERVAL,
+        },
+        "clusters-sync-queues": {
+            "task": "clusters.sync_all_queues",
+            "schedule": GPUPOOL_QUEUE_SYNC_INTERVAL,
+        },
+    }
+)
 
 LOGGING = {
     "version": 1,

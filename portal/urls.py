@@ -11,6 +11,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("clusters/", include("clusters.urls")),
     path("", include("scheduling.urls")),
     path("", include("portal.web.urls")),
 ]

@@ -20,6 +20,8 @@ PRODUCTION_ENV = {
     "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool"),
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
     "CACHE_URL": "redis://127.0.0.1:6379/1",
+    # Fernet key for cluster credentials (a test value; production keeps its own secret).
+    "GPUPOOL_SECRET_KEYS": "ni275Kw9zX1dblvT2Xssxo5jL-qfVcGwPYyKlRJ3Lho=",
 }
 
 

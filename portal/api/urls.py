@@ -1,5 +1,6 @@
-from django.urls import path
+from django.urls import include, path
 
+from clusters import api as clusters_api
 from portal.api import views
 from scheduling import api as scheduling_api
 
@@ -9,6 +10,8 @@ urlpatterns = [
     path("jobs/<str:job_id>/", views.JobDetailView.as_view(), name="api-job"),
     path("jobs/<str:job_id>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
     path("jobs/<str:job_id>/events/", views.JobEventsView.as_view(), name="api-job-events"),
+    path("jobs/<str:job_id>/logs/", clusters_api.JobLogsView.as_view(), name="api-job-logs"),
+    path("clusters/", include("clusters.api_urls")),
     path("gpu-models/", views.GpuModelListView.as_view(), name="api-gpu-models"),
     path("gpu-models/match/", scheduling_api.GpuModelMatchView.as_view(), name="api-gpu-match"),
     path("teams/", views.TeamListView.as_view(), name="api-teams"),

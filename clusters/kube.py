@@ -1,0 +1,608 @@
+"""The kube adapter: the only module of the portal that imports ``kubernetes``.
+
+One :class:`KubeClient` per cluster, built from credentials decrypted into memory: its own
+``Configuration`` and ``ApiClient`` (never the client's global default configuration, never
+``load_kube_config``), the CA passed as ``ca_cert_data`` (in memory, no file), the bearer token
+as an API key. A client certificate and key can only be given to Python's ``ssl`` as a *path*,
+so they are written to an anonymous in-memory file (``os.memfd_create``) that lives exactly as
+long as the client and is never on disk; where memfd does not exist (not Linux) client
+certificates are refused with a message saying to use a token.
+
+Every call has a timeout (connect, read), goes through the cluster's rate limiter, and returns
+plain dicts (the JSON the API server sent, not the client's model classes, so Volcano objects
+and core objects look alike and cost no deserialization). Every failure becomes a
+:class:`KubeError` that says in words what went wrong and whether trying again may help; its
+message never contains a credential. urllib3's own retries are off: the callers decide what is
+worth retrying (dispatch backs off with jitter, the watch relists, the reconcile runs again).
+
+Watches are read line by line from the raw response (``watch=true``) instead of through
+``kubernetes.watch.Watch``, which builds a default-configured ``ApiClient`` of its own and
+hides 410 Gone behind a silent retry; here a 410 is an event the caller relists on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "JOB_GROUP",
+    "JOB_PLURAL",
+    "JOB_VERSION",
+    "Connection",
+    "KubeClient",
+    "KubeError",
+    "RateLimiter",
+    "WatchEvent",
+]
+
+JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
+QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.volcano.sh", "v1beta1", "queues"
+PODGROUP_PLURAL = "podgroups"
+COMMAND_GROUP, COMMAND_VERSION, COMMAND_PLURAL = "bus.volcano.sh", "v1alpha1", "commands"
+
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class RateLimiter(Protocol):
+    def acquire(self) -> float: ...
+
+
+class _NoLimit:
+    def acquire(self) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach one cluster. Secrets are left out of ``repr``."""
+
+    name: str
+    url: str
+    ca_pem: str
+    token: str | None = field(default=None, repr=False)
+    client_cert_pem: str | None = field(default=None, repr=False)
+    client_key_pem: str | None = field(default=None, repr=False)
+    tls_server_name: str | None = None
+    timeout: float = 10.0
+    creates_in_flight: int = 16
+
+
+class KubeError(Exception):
+    """A failed call, in words. ``kind``: unreachable, tls, timeout, auth, api.
+
+    ``status`` is the HTTP status (None when no response came back), ``reason`` the
+    Kubernetes Status reason (``AlreadyExists``, ``NotFound``, ``Forbidden`` …),
+    ``retry_after`` the server's Retry-After in seconds.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "api",
+        status: int | None = None,
+        reason: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same request may succeed later (network trouble, overload, 5xx)."""
+        if self.kind in ("unreachable", "timeout"):
+            return True
+        return self.status in TRANSIENT_STATUSES
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One line of a watch: ADDED, MODIFIED, DELETED or BOOKMARK, with the object as a dict."""
+
+    type: str
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _retry_after(headers: Any) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _api_error(exc: ApiException, what: str) -> KubeError:
+    status = exc.status or None
+    if not status:
+        # The client turns TLS failures into ApiException(status=0).
+        text = str(exc.reason or "")
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate" in text.lower():
+            return KubeError(
+                f"{what}: the API server's TLS certificate is not signed by the registered CA "
+                "(or does not name this host)",
+                kind="tls",
+            )
+        return KubeError(f"{what}: TLS handshake failed", kind="tls")
+    reason, message = "", ""
+    try:
+        body = json.loads(exc.body or "")
+        if isinstance(body, dict):
+            reason = str(body.get("reason") or "")
+            message = str(body.get("message") or "")
+    except (TypeError, ValueError):
+        pass
+    if status == 401:
+        return KubeError(
+            f"{what}: 401 Unauthorized: the API server does not accept the credentials "
+            "(expired or revoked token, or a certificate from another CA)",
+            kind="auth",
+            status=401,
+            reason=reason or "Unauthorized",
+        )
+    text = message or str(exc.reason or "") or f"HTTP {status}"
+    return KubeError(
+        f"{what}: {status} {reason or exc.reason or ''}: {text}".replace("  ", " "),
+        kind="auth" if status == 403 else "api",
+        status=status,
+        reason=reason,
+        retry_after=_retry_after(exc.headers),
+    )
+
+
+def _transport_error(exc: Exception, what: str) -> KubeError:
+    inner: BaseException = exc
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        inner = exc.reason
+    if isinstance(inner, urllib3.exceptions.SSLError):
+        text = str(inner)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "match" in text.lower():
+            return KubeError(
+                f"{what}: the API server's TLS certificate is not signed by the registered CA "
+                "(or does not name this host)",
+                kind="tls",
+            )
+        return KubeError(f"{what}: TLS handshake failed", kind="tls")
+    # NewConnectionError subclasses ConnectTimeoutError in urllib3 2: test it first.
+    if isinstance(inner, urllib3.exceptions.NewConnectionError | ConnectionError):
+        return KubeError(
+            f"{what}: the API server is unreachable (connection refused or no route)",
+            kind="unreachable",
+        )
+    if isinstance(inner, urllib3.exceptions.TimeoutError):
+        return KubeError(f"{what}: the API server did not answer in time", kind="timeout")
+    return KubeError(f"{what}: the connection to the API server failed", kind="unreachable")
+
+
+def _memfd_pem(pem: str) -> tuple[int, str]:
+    """An anonymous in-memory file holding ``pem``: (fd, a path ``ssl`` can open)."""
+    if not hasattr(os, "memfd_create"):
+        raise KubeError(
+            "client-certificate authentication needs Linux (memfd_create) so the key never "
+            "touches disk; register the cluster with a service-account token instead",
+            kind="auth",
+        )
+    fd = os.memfd_create("gpupool-client-cert", os.MFD_CLOEXEC)
+    os.write(fd, pem.encode("ascii"))
+    return fd, f"/proc/self/fd/{fd}"
+
+
+class KubeClient:
+    """Everything the portal asks of one cluster, with timeouts and the cluster's rate limit."""
+
+    def __init__(self, conn: Connection, *, limiter: RateLimiter | None = None) -> None:
+        self.name = conn.name
+        self.timeout = (min(5.0, conn.timeout), conn.timeout)
+        self.limiter: RateLimiter = limiter or _NoLimit()
+        self._creates = threading.BoundedSemaphore(max(1, conn.creates_in_flight))
+        self._memfd: int | None = None
+        self._streams: set[Any] = set()
+        self._streams_lock = threading.Lock()
+        cfg = k8s.Configuration()  # a fresh one: never the process-wide default
+        cfg.host = conn.url
+        cfg.verify_ssl = True
+        cfg.ca_cert_data = conn.ca_pem
+        cfg.retries = 0  # the callers decide what to retry
+        cfg.connection_pool_maxsize = max(4, conn.creates_in_flight + 4)
+        if conn.tls_server_name:
+            cfg.tls_server_name = conn.tls_server_name
+        if conn.token is not None:
+            cfg.api_key = {"authorization": conn.token}
+            cfg.api_key_prefix = {"authorization": "Bearer"}
+        elif conn.client_cert_pem and conn.client_key_pem:
+            self._memfd, path = _memfd_pem(conn.client_cert_pem + conn.client_key_pem)
+            cfg.cert_file = path
+        else:
+            raise KubeError("no credentials to authenticate with", kind="auth")
+        self.api = k8s.ApiClient(cfg)
+        self.core = k8s.CoreV1Api(self.api)
+        self.custom = k8s.CustomObjectsApi(self.api)
+        self.versions = k8s.VersionApi(self.api)
+        self.apis = k8s.ApisApi(self.api)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.api.close()
+        if self._memfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._memfd)
+            self._memfd = None
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """One request: rate-limited, timed out, JSON-decoded, errors translated."""
+        self.limiter.acquire()
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+            data = resp.data
+        except ApiException as exc:
+            raise _api_error(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _transport_error(exc, what) from None
+        if not data:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data.decode("utf-8", "replace")
+
+    # -- discovery -------------------------------------------------------------------------
+    def version(self) -> dict[str, Any]:
+        return dict(self._call("reading the server version", self.versions.get_code))
+
+    def api_group_versions(self) -> set[str]:
+        """``group/version`` strings the server serves (for "are the Volcano CRDs there")."""
+        data = self._call("listing API groups", self.apis.get_api_versions)
+        out: set[str] = set()
+        for group in data.get("groups") or []:
+            for version in group.get("versions") or []:
+                out.add(str(version.get("groupVersion")))
+        return out
+
+    # -- core ------------------------------------------------------------------------------
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self._list("listing nodes", self.core.list_node)
+
+    def list_pods(
+        self, *, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        kwargs: dict[str, Any] = {}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        return self._list("listing pods", self.core.list_pod_for_all_namespaces, **kwargs)
+
+    def list_pods_with_version(self, *, label_selector: str) -> tuple[list[dict[str, Any]], str]:
+        return self._list_rv(
+            "listing pods", self.core.list_pod_for_all_namespaces, label_selector=label_selector
+        )
+
+    def get_namespace(self, name: str) -> dict[str, Any]:
+        return dict(self._call(f"reading namespace {name}", self.core.read_namespace, name))
+
+    def read_pod_log(
+        self, namespace: str, pod: str, *, tail_lines: int | None = None, limit_bytes: int = 0
+    ) -> str:
+        kwargs: dict[str, Any] = {}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        if limit_bytes:
+            kwargs["limit_bytes"] = limit_bytes
+        data = self._call(
+            f"reading the log of pod {pod}",
+            self.core.read_namespaced_pod_log,
+            pod,
+            namespace,
+            **kwargs,
+        )
+        return data if isinstance(data, str) else json.dumps(data)
+
+    # -- Volcano Jobs ----------------------------------------------------------------------
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create a Volcano Job (strict field validation: an unknown field is an error)."""
+        with self._creates:
+            return dict(
+                self._call(
+                    f"creating Volcano Job {manifest['metadata']['name']}",
+                    self.custom.create_namespaced_custom_object,
+                    JOB_GROUP,
+                    JOB_VERSION,
+                    namespace,
+                    JOB_PLURAL,
+                    manifest,
+                    field_validation="Strict",
+                )
+            )
+
+    def dry_run_create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            self._call(
+                "creating a Volcano Job (dry run)",
+                self.custom.create_namespaced_custom_object,
+                JOB_GROUP,
+                JOB_VERSION,
+                namespace,
+                JOB_PLURAL,
+                manifest,
+                dry_run="All",
+            )
+        )
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(
+            self._call(
+                f"reading Volcano Job {name}",
+                self.custom.get_namespaced_custom_object,
+                JOB_GROUP,
+                JOB_VERSION,
+                namespace,
+                JOB_PLURAL,
+                name,
+            )
+        )
+
+    def delete_job(
+        self, namespace: str, name: str, *, uid: str | None = None, dry_run: bool = False
+    ) -> None:
+        """Delete with background propagation: the Job goes now, its pods follow.
+
+        With ``uid`` the API server deletes only that incarnation of the name (a precondition),
+        so a late cleanup can never remove a newer object that reused the name.
+        """
+        kwargs: dict[str, Any] = {"propagation_policy": "Background"}
+        if uid:
+            kwargs["body"] = {"preconditions": {"uid": uid}}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        self._call(
+            f"deleting Volcano Job {name}",
+            self.custom.delete_namespaced_custom_object,
+            JOB_GROUP,
+            JOB_VERSION,
+            namespace,
+            JOB_PLURAL,
+            name,
+            **kwargs,
+        )
+
+    def list_jobs_with_version(self, *, label_selector: str) -> tuple[list[dict[str, Any]], str]:
+        return self._list_rv(
+            "listing Volcano Jobs",
+            self.custom.list_cluster_custom_object,
+            JOB_GROUP,
+            JOB_VERSION,
+            JOB_PLURAL,
+            label_selector=label_selector,
+        )
+
+    def list_jobs_in(self, namespace: str, *, limit: int = 1) -> list[dict[str, Any]]:
+        data = self._call(
+            f"listing Volcano Jobs in {namespace}",
+            self.custom.list_namespaced_custom_object,
+            JOB_GROUP,
+            JOB_VERSION,
+            namespace,
+            JOB_PLURAL,
+            limit=limit,
+        )
+        return list(data.get("items") or [])
+
+    def list_podgroups(self, *, label_selector: str) -> list[dict[str, Any]]:
+        return self._list(
+            "listing PodGroups",
+            self.custom.list_cluster_custom_object,
+            QUEUE_GROUP,
+            QUEUE_VERSION,
+            PODGROUP_PLURAL,
+            label_selector=label_selector,
+        )
+
+    # -- Volcano Queues --------------------------------------------------------------------
+    def apply_queue(
+        self, manifest: dict[str, Any], *, field_manager: str, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Server-side apply of a Queue under ``field_manager`` (force: the portal owns them)."""
+        name = manifest["metadata"]["name"]
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        return dict(
+            self._call(
+                f"applying Volcano Queue {name}",
+                self.custom.patch_cluster_custom_object,
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
+                name,
+                manifest,
+                field_manager=field_manager,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+                **extra,
+            )
+        )
+
+    def get_queue(self, name: str) -> dict[str, Any]:
+        return dict(
+            self._call(
+                f"reading Volcano Queue {name}",
+                self.custom.get_cluster_custom_object,
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
+                name,
+            )
+        )
+
+    def list_queues(self, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        return self._list(
+            "listing Volcano Queues",
+            self.custom.list_cluster_custom_object,
+            QUEUE_GROUP,
+            QUEUE_VERSION,
+            QUEUE_PLURAL,
+            **kwargs,
+        )
+
+    def create_command(
+        self, namespace: str, manifest: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        return dict(
+            self._call(
+                f"creating Volcano Command {manifest['metadata']['name']}",
+                self.custom.create_namespaced_custom_object,
+                COMMAND_GROUP,
+                COMMAND_VERSION,
+                namespace,
+                COMMAND_PLURAL,
+                manifest,
+                **extra,
+            )
+        )
+
+    # -- lists and watches -----------------------------------------------------------------
+    def _list(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        return self._list_rv(what, fn, *args, **kwargs)[0]
+
+    def _list_rv(
+        self, what: str, fn: Any, *args: Any, **kwargs: Any
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All pages of a list (500 per page) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = dict(kwargs, limit=500)
+            if token:
+                page["_continue"] = token
+            data = self._call(what, fn, *args, **page)
+            items.extend(data.get("items") or [])
+            meta = data.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self,
+        resource: str,
+        *,
+        label_selector: str,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        stop: threading.Event | None = None,
+    ) -> Iterator[WatchEvent]:
+        """Events after ``resource_version`` (``jobs`` or ``pods``, all namespaces).
+
+        Ends when the server closes the stream (``timeout_seconds``) or ``stop`` is set.
+        Raises :class:`KubeError` with ``gone`` for 410 (the version is too old: relist).
+        """
+        kwargs: dict[str, Any] = {
+            "label_selector": label_selector,
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": timeout_seconds,
+        }
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        if resource == "jobs":
+            fn: Any = self.custom.list_cluster_custom_object
+            args: tuple[Any, ...] = (JOB_GROUP, JOB_VERSION, JOB_PLURAL)
+        elif resource == "pods":
+            fn, args = self.core.list_pod_for_all_namespaces, ()
+        else:
+            raise ValueError(f"cannot watch {resource!r}")
+        what = f"watching {resource}"
+        self.limiter.acquire()
+        try:
+            resp = fn(
+                *args,
+                _preload_content=False,
+                _request_timeout=(self.timeout[0], timeout_seconds + self.timeout[1]),
+                **kwargs,
+            )
+        except ApiException as exc:
+            raise _api_error(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _transport_error(exc, what) from None
+        with self._streams_lock:
+            self._streams.add(resp)
+        try:
+            for line in iter_resp_lines(resp):
+                if stop is not None and stop.is_set():
+                    return
+                if not line or line.isspace():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    raise KubeError(
+                        f"{what}: {code} {obj.get('reason', '')}: {obj.get('message', '')}",
+                        status=code or None,
+                        reason=str(obj.get("reason") or ""),
+                    )
+                yield WatchEvent(str(kind), obj)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if stop is not None and stop.is_set():
+                return
+            raise _transport_error(exc, what) from None
+        finally:
+            with self._streams_lock:
+                self._streams.discard(resp)
+            with contextlib.suppress(Exception):
+                resp.close()
+                resp.release_conn()
+
+    def abort_streams(self) -> None:
+        """End every open watch of this client now (a blocked read returns), for shutdown."""
+        with self._streams_lock:
+            streams = list(self._streams)
+        for resp in streams:
+            with contextlib.suppress(Exception):
+                resp.shutdown()

@@ -1,0 +1,82 @@
+"""``manage.py register_cluster NAME --kubeconfig FILE [--namespace …]`` for scripts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from clusters import services
+from clusters.kubeconfig import MAX_KUBECONFIG_BYTES
+from portal.errors import ApplicationError
+
+
+class Command(BaseCommand):
+    help = (
+        "Register a cluster from a kubeconfig (or update it with --update). The kubeconfig "
+        "is validated, its token encrypted, and the file is never copied."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--kubeconfig", required=True, help="path, or - for stdin")
+        parser.add_argument(
+            "--namespace", help="job namespace (default: the context's, or gpupool)"
+        )
+        parser.add_argument("--namespace-per-team", action="store_true", help="use gp-<team>")
+        parser.add_argument("--scheduler-name")
+        parser.add_argument("--gpu-label", help="node label naming the GPU model (gpu-type)")
+        parser.add_argument("--prometheus-url")
+        parser.add_argument("--state", choices=["enabled", "draining", "disabled"])
+        parser.add_argument("--request-rate", type=int, help="API requests per second")
+        parser.add_argument("--creates-in-flight", type=int)
+        parser.add_argument("--update", action="store_true", help="replace an existing one")
+        parser.add_argument("--test", action="store_true", help="test the connection afterwards")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        source = options["kubeconfig"]
+        if source == "-":
+            text = sys.stdin.buffer.read(MAX_KUBECONFIG_BYTES + 1)
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise CommandError(f"{source}: no such file")
+            text = path.read_bytes()[: MAX_KUBECONFIG_BYTES + 1]
+        names = {
+            "namespace": "namespace",
+            "namespace_per_team": "namespace_per_team",
+            "scheduler_name": "scheduler_name",
+            "gpu_label": "gpu_label",
+            "prometheus_url": "prometheus_url",
+            "state": "state",
+            "request_rate": "request_rate",
+            "creates_in_flight": "creates_in_flight",
+        }
+        cluster_options = {
+            field: options[opt]
+            for opt, field in names.items()
+            if options.get(opt) not in (None, False)
+        }
+        try:
+            credentials = services.cluster_credentials_from_input(kubeconfig=text)
+            cluster, created = services.cluster_register(
+                name=options["name"],
+                credentials=credentials,
+                update=options["update"],
+                **cluster_options,
+            )
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+        verb = "registered" if created else "updated"
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"cluster {cluster.name} {verb}: {cluster.api_url} ({cluster.credential_hint})"
+            )
+        )
+        if options["test"]:
+            report = services.cluster_test(cluster=cluster)
+            self.stdout.write(report.summary)
+            if not report.ok:
+                raise CommandError("the connection test failed")

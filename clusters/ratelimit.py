@@ -1,0 +1,54 @@
+"""How fast the portal may talk to one cluster: a request rate and a bound on creates in flight.
+
+The official Python client has no client-side limiter at all (client-go's famous default of
+5 requests/s with a burst of 10 does not exist here), so without one a burst of admissions
+would hit the API server as fast as the workers can send. Two pieces:
+
+* :class:`SharedRateLimiter` counts requests per cluster in fixed 100 ms windows in the
+  default cache. With Redis (production) that is one budget shared by every worker process;
+  with the local-memory cache (the demo) each process has its own. When a window is full the
+  caller sleeps until the next one. A broken cache never blocks a request: limiting is a
+  courtesy to the API server, not a correctness rule.
+* ``creates_in_flight`` is a semaphore per process (see :class:`clusters.kube.KubeClient`),
+  since a crashed worker could never give back a shared one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.core.cache import cache
+
+log = logging.getLogger(__name__)
+
+WINDOW_SECONDS = 0.1
+
+
+class SharedRateLimiter:
+    """At most ``rate`` requests per second to one cluster, counted in the shared cache."""
+
+    def __init__(self, key: str, rate: float) -> None:
+        self.key = f"clusters:rate:{key}"
+        self.per_window = max(1, round(rate * WINDOW_SECONDS))
+        self._local = threading.Lock()
+
+    def acquire(self) -> float:
+        """Wait for a slot; returns the seconds waited."""
+        waited = 0.0
+        while True:
+            now = time.time()
+            window = int(now / WINDOW_SECONDS)
+            slot = f"{self.key}:{window}"
+            try:
+                cache.add(slot, 0, timeout=2)
+                count = cache.incr(slot)
+            except Exception:  # cache down or evicted between add and incr: do not block
+                log.debug("rate limiter cache unavailable; not limiting", exc_info=True)
+                return waited
+            if count <= self.per_window:
+                return waited
+            pause = (window + 1) * WINDOW_SECONDS - now + 0.001
+            time.sleep(pause)
+            waited += pause

@@ -1,0 +1,135 @@
+"""Read-only queries over clusters and their inventory, for pages, the API and the scheduler."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Max, Q, QuerySet
+
+from clusters.models import Cluster, ClusterState, Node
+from portal.access import AnyUser
+from portal.models import Job, JobState
+
+__all__ = [
+    "ModelCapacity",
+    "cluster_capacity",
+    "cluster_get",
+    "clusters_visible_to",
+    "largest_node_gpus",
+]
+
+HOLDING_STATES = (
+    JobState.ADMITTED,
+    JobState.SUBMITTED,
+    JobState.RUNNING,
+    JobState.PREEMPTING,
+    JobState.CANCELLING,
+)
+
+
+def clusters_visible_to(user: AnyUser) -> QuerySet[Cluster]:
+    """Every logged-in user sees which clusters exist (safe fields only; views choose which)."""
+    if not user.is_authenticated:
+        return Cluster.objects.none()
+    return Cluster.objects.all()
+
+
+def cluster_get(*, name: str) -> Cluster | None:
+    return Cluster.objects.filter(name=name).first()
+
+
+def largest_node_gpus() -> int | None:
+    """The most GPUs (of one resource) any ready, schedulable node of an enabled cluster has.
+
+    A replica must fit on one node, so submit validation refuses ``gpus_per_replica`` above
+    this; None while no inventory has been read yet (then the setting's bound applies).
+    """
+    value = Node.objects.filter(
+        cluster__state=ClusterState.ENABLED, ready=True, schedulable=True
+    ).aggregate(most=Max("gpu_allocatable"))["most"]
+    return int(value) if value else None
+
+
+@dataclass
+class ModelCapacity:
+    """One GPU model on one cluster, as the scheduler sees it."""
+
+    model: str
+    """Catalog key, or ``unknown: <product>`` for a product the catalog does not know."""
+    known: bool
+    nodes: int = 0
+    total: int = 0
+    allocatable: int = 0
+    used_by_others: int = 0
+    planned: int = 0
+    unusable: int = 0
+    largest_free_block: int = 0
+    node_rows: list[Node] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.allocatable - self.used_by_others - self.planned - self.unusable)
+
+
+def _planned_by_node(cluster: Cluster) -> dict[tuple[str, str], int]:
+    """GPUs the portal's own jobs hold per (node, model key), from their node plans."""
+    planned: dict[tuple[str, str], int] = defaultdict(int)
+    jobs = Job.objects.filter(cluster=cluster, state__in=HOLDING_STATES).values_list(
+        "node_plan", "gpus_per_replica", "gpu_model__key"
+    )
+    for plan, gpus, model in jobs:
+        for node in plan or []:
+            planned[(node, model or "")] += gpus
+    return planned
+
+
+def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
+    """Capacity per GPU model on ``cluster``: total, allocatable, in use, largest free block.
+
+    "In use" counts foreign pods (``used_by_others``) and the portal's own jobs by their node
+    plans; a node that is not Ready or not schedulable contributes nothing free. The largest
+    free block is the most GPUs free on a single node, what one gang replica can get.
+    """
+    planned = _planned_by_node(cluster)
+    by_model: dict[str, ModelCapacity] = {}
+    rows = Node.objects.filter(cluster=cluster).select_related("gpu_model").order_by("name")
+    for node in rows:
+        key = node.gpu_model.key if node.gpu_model else f"unknown: {node.gpu_product or '?'}"
+        entry = by_model.setdefault(key, ModelCapacity(model=key, known=node.gpu_model is not None))
+        entry.nodes += 1
+        entry.total += node.gpu_capacity
+        entry.allocatable += node.gpu_allocatable
+        entry.used_by_others += node.gpus_used_by_others
+        held = planned.get((node.name, node.gpu_model.key if node.gpu_model else ""), 0)
+        entry.planned += held
+        free = max(0, node.gpu_allocatable - node.gpus_used_by_others - held)
+        if not (node.ready and node.schedulable):
+            entry.unusable += free
+            free = 0
+        entry.largest_free_block = max(entry.largest_free_block, free)
+        entry.node_rows.append(node)
+    return sorted(by_model.values(), key=lambda m: (not m.known, m.model))
+
+
+def clusters_with_gpu_summary(user: AnyUser) -> list[tuple[Cluster, dict[str, int]]]:
+    """Each visible cluster with its allocatable GPUs per model (one query for the counts)."""
+    clusters = list(clusters_visible_to(user))
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    rows = Node.objects.filter(cluster__in=clusters).values_list(
+        "cluster_id", "gpu_model__key", "gpu_product", "gpu_allocatable"
+    )
+    for cluster_id, key, product, allocatable in rows:
+        label = key or f"unknown: {product or '?'}"
+        counts[cluster_id][label] = counts[cluster_id].get(label, 0) + allocatable
+    return [(c, dict(sorted(counts.get(c.pk, {}).items()))) for c in clusters]
+
+
+def jobs_on_cluster(cluster: Cluster, *, states: tuple[str, ...] = HOLDING_STATES) -> QuerySet[Job]:
+    return Job.objects.filter(cluster=cluster, state__in=states)
+
+
+def nodes_needing_attention(cluster: Cluster) -> QuerySet[Node]:
+    return Node.objects.filter(cluster=cluster).filter(
+        Q(ready=False) | Q(schedulable=False) | Q(gpu_model__isnull=True)
+    )

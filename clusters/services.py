@@ -1,0 +1,622 @@
+"""Clusters: register them, keep their credentials, build clients, test connections, read logs.
+
+Every entry point (admin, staff page, REST, ``manage.py``) calls these functions, so the rules
+live once: a kubeconfig or token + CA goes through :func:`clusters.kubeconfig.parse_kubeconfig`
+(the one validator of untrusted connection input), the URL through
+:func:`clusters.urlcheck.check_api_url` with the operator's settings, before any connection and
+again, after DNS, right before each client is built. The other services (inventory, queues,
+dispatch, status) live in modules of their own beside this one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from clusters import volcano
+from clusters.kube import Connection, KubeClient, KubeError
+from clusters.kubeconfig import ClusterCredentials, KubeconfigError, parse_kubeconfig
+from clusters.models import Cluster, ClusterState
+from clusters.ratelimit import SharedRateLimiter
+from clusters.secrets import (
+    CredentialsUnreadable,
+    SecretMaterial,
+    credentials_open,
+    credentials_seal,
+    secret_hint,
+)
+from clusters.urlcheck import UnresolvableHostError, UnsafeUrlError, check_api_url
+from portal.errors import ApplicationError
+
+log = logging.getLogger(__name__)
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+__all__ = [
+    "ClusterUnavailable",
+    "ConnectionReport",
+    "cluster_client",
+    "cluster_credentials_from_input",
+    "cluster_job_namespace",
+    "cluster_register",
+    "cluster_test",
+    "cluster_url_check",
+    "clusters_forget_clients",
+]
+
+FIELD_MANAGER = "gpupool-portal"
+
+
+class ClusterUnavailable(Exception):
+    """The portal cannot build a client for this cluster (URL refused, credentials unreadable)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Input: URL and credentials
+# ---------------------------------------------------------------------------------------------
+def cluster_url_check(url: str) -> str:
+    """The normalized URL if the operator's settings allow connecting to it (DNS included)."""
+    return check_api_url(
+        url,
+        allow_local=settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS,
+        allow_private=settings.GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS,
+    )
+
+
+def _kubeconfig_from_parts(*, server: str, ca_pem: str | bytes, token: str) -> str:
+    """A minimal kubeconfig around a token and a CA, so both inputs share one validator."""
+    ca = ca_pem.encode() if isinstance(ca_pem, str) else ca_pem
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca).decode("ascii"),
+                },
+            }
+        ],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    return yaml.safe_dump(document)
+
+
+def cluster_credentials_from_input(
+    *,
+    kubeconfig: str | bytes | None = None,
+    api_url: str | None = None,
+    token: str | None = None,
+    ca_pem: str | bytes | None = None,
+) -> ClusterCredentials:
+    """Credentials from an uploaded kubeconfig, or from a URL + token + CA; ApplicationError
+    naming the field otherwise (never quoting a value)."""
+    if kubeconfig:
+        try:
+            return parse_kubeconfig(kubeconfig)
+        except KubeconfigError as exc:
+            raise ApplicationError(
+                f"The kubeconfig cannot be used: {exc}", fields={"kubeconfig": [str(exc)]}
+            ) from None
+    missing = [
+        name
+        for name, value in (("api_url", api_url), ("token", token), ("ca_pem", ca_pem))
+        if not value
+    ]
+    if missing:
+        raise ApplicationError(
+            "Give a kubeconfig, or the API URL, a token and the CA certificate.",
+            fields={name: ["This field is required without a kubeconfig."] for name in missing},
+        )
+    assert api_url and token and ca_pem
+    try:
+        return parse_kubeconfig(
+            _kubeconfig_from_parts(server=api_url, ca_pem=ca_pem, token=token.strip())
+        )
+    except KubeconfigError as exc:
+        where = {"clusters[0].cluster.server": "api_url", "users[0].user.token": "token"}.get(
+            exc.path, "ca_pem" if "certificate-authority" in exc.path else "api_url"
+        )
+        raise ApplicationError(
+            f"The {where.replace('_', ' ')} cannot be used: {exc.problem}",
+            fields={where: [exc.problem]},
+        ) from None
+
+
+def _material(creds: ClusterCredentials) -> SecretMaterial:
+    return SecretMaterial(
+        token=creds.token,
+        client_cert_pem=creds.client_cert_pem,
+        client_key_pem=creds.client_key_pem,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------------------------
+_CLUSTER_OPTIONS = frozenset(
+    {
+        "namespace",
+        "namespace_per_team",
+        "scheduler_name",
+        "gpu_label",
+        "prometheus_url",
+        "state",
+        "command_namespace",
+        "request_rate",
+        "creates_in_flight",
+        "tolerate_gpu_taint",
+        "run_as_non_root",
+        "mount_service_account_token",
+    }
+)
+
+
+def _is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    unknown = set(options) - _CLUSTER_OPTIONS
+    if unknown:
+        raise ValueError(f"unknown cluster options: {sorted(unknown)}")
+    for key in ("namespace", "command_namespace"):
+        value = options.get(key)
+        if value is not None and not _is_dns_label(value):
+            raise ApplicationError(
+                f"{key.replace('_', ' ').capitalize()} must be a DNS-1123 label.",
+                fields={key: ["Lower-case letters, digits and '-', at most 63 characters."]},
+            )
+    if options.get("state") not in (None, *ClusterState.values):
+        raise ApplicationError(
+            "Unknown state.", fields={"state": ["enabled, draining or disabled"]}
+        )
+
+
+def cluster_register(
+    *,
+    name: str,
+    credentials: ClusterCredentials,
+    update: bool = False,
+    **options: Any,
+) -> tuple[Cluster, bool]:
+    """Create (or, with ``update``, re-key) a cluster from validated credentials; (cluster,
+    created). The URL is checked with DNS first; nothing is stored when any check fails."""
+    if not _is_dns_label(name):
+        raise ApplicationError(
+            "A cluster name must be a DNS-1123 label.",
+            fields={"name": ["Lower-case letters, digits and '-', at most 63 characters."]},
+        )
+    _check_options(options)
+    try:
+        url = cluster_url_check(credentials.server)
+    except UnsafeUrlError as exc:
+        raise ApplicationError(
+            f"The API URL is refused: {exc}", fields={"api_url": [str(exc)]}
+        ) from None
+    if credentials.namespace and "namespace" not in options:
+        options["namespace"] = credentials.namespace
+    material = _material(credentials)
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "api_url": url,
+        "ca_pem": credentials.ca_pem,
+        "tls_server_name": credentials.tls_server_name or "",
+        "auth_method": credentials.auth_method,
+        "credentials": credentials_seal(material),
+        "credential_hint": secret_hint(material),
+        "credentials_updated_at": now,
+        **options,
+    }
+    with transaction.atomic():
+        existing = Cluster.objects.select_for_update().filter(name=name).first()
+        if existing is not None and not update:
+            raise ApplicationError(
+                f"A cluster named {name} is already registered.",
+                fields={"name": ["Already registered; update it instead."]},
+            )
+        if existing is None:
+            cluster = Cluster.objects.create(name=name, **values)
+            created = True
+        else:
+            for key, value in values.items():
+                setattr(existing, key, value)
+            existing.save()
+            cluster, created = existing, False
+    clusters_forget_clients(cluster.pk)
+    log.info("cluster %s %s (%s)", name, "registered" if created else "updated", url)
+    return cluster, created
+
+
+def cluster_job_namespace(cluster: Cluster, team_slug: str) -> str:
+    """Where a team's jobs run on this cluster."""
+    if cluster.namespace_per_team:
+        return volcano.team_namespace_name(team_slug)
+    return cluster.namespace
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients: one per cluster per process, rebuilt when the connection details change
+# ---------------------------------------------------------------------------------------------
+_clients: dict[int, tuple[tuple[Any, ...], KubeClient]] = {}
+_clients_lock = threading.Lock()
+
+
+def _fingerprint(cluster: Cluster) -> tuple[Any, ...]:
+    return (
+        cluster.api_url,
+        hashlib.sha256(cluster.ca_pem.encode()).hexdigest(),
+        hashlib.sha256(cluster.credentials.encode()).hexdigest(),
+        cluster.tls_server_name,
+        cluster.request_rate,
+        cluster.creates_in_flight,
+    )
+
+
+def cluster_connection(cluster: Cluster) -> Connection:
+    """Connection details with the secret opened in memory; ClusterUnavailable when refused."""
+    try:
+        url = cluster_url_check(cluster.api_url)
+    except UnresolvableHostError as exc:
+        raise ClusterUnavailable(f"unreachable: {exc}") from None
+    except UnsafeUrlError as exc:
+        raise ClusterUnavailable(f"the API URL is refused: {exc}") from None
+    try:
+        material = credentials_open(cluster.credentials, cluster_name=cluster.name)
+    except CredentialsUnreadable as exc:
+        raise ClusterUnavailable(str(exc)) from None
+    return Connection(
+        name=cluster.name,
+        url=url,
+        ca_pem=cluster.ca_pem,
+        token=material.token,
+        client_cert_pem=material.client_cert_pem,
+        client_key_pem=material.client_key_pem,
+        tls_server_name=cluster.tls_server_name or None,
+        timeout=float(settings.GPUPOOL_CLUSTER_TIMEOUT_SECONDS),
+        creates_in_flight=cluster.creates_in_flight or settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT,
+    )
+
+
+def cluster_client(cluster: Cluster) -> KubeClient:
+    """This process's client for ``cluster`` (built on first use, after the URL re-check)."""
+    key = _fingerprint(cluster)
+    with _clients_lock:
+        cached = _clients.get(cluster.pk)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+    conn = cluster_connection(cluster)  # re-checks the URL, with DNS, before every new client
+    rate = cluster.request_rate or settings.GPUPOOL_CLUSTER_REQUEST_RATE
+    try:
+        client = KubeClient(conn, limiter=SharedRateLimiter(str(cluster.pk), rate))
+    except KubeError as exc:
+        raise ClusterUnavailable(exc.message) from None
+    with _clients_lock:
+        old = _clients.pop(cluster.pk, None)
+        _clients[cluster.pk] = (key, client)
+    if old is not None:
+        old[1].close()
+    return client
+
+
+def clusters_forget_clients(*pks: int) -> None:
+    """Drop cached clients (all of them without arguments), e.g. after a credential change."""
+    with _clients_lock:
+        targets = list(pks) if pks else list(_clients)
+        dropped = [_clients.pop(pk) for pk in targets if pk in _clients]
+    for _, client in dropped:
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Test connection
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+
+@dataclass
+class ConnectionReport:
+    """The outcome of "Test connection", in words an admin can act on."""
+
+    ok: bool
+    summary: str
+    checks: list[Check] = field(default_factory=list)
+    version: str = ""
+    node_count: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "summary": self.summary,
+            "version": self.version,
+            "node_count": self.node_count,
+            "checks": [{"name": c.name, "ok": c.ok, "message": c.message} for c in self.checks],
+        }
+
+
+# (what, resource, verb, why) probed in the job namespace or cluster-wide. A probe passes
+# unless the answer is 403: authorization runs before everything else on an API server, so
+# a 404 for a name that does not exist, or an admission error on a dry run, proves the verb.
+_NEEDED = (
+    ("Volcano Jobs", "jobs", "create", "dispatching jobs"),
+    ("Volcano Jobs", "jobs", "get", "adopting a job after a retried create"),
+    ("Volcano Jobs", "jobs", "list", "following job status"),
+    ("Volcano Jobs", "jobs", "delete", "cancelling and preempting jobs"),
+    ("pods", "pods", "list", "replica state and the GPU inventory"),
+    ("pod logs", "pods/log", "get", "showing logs"),
+    ("PodGroups", "podgroups", "list", "why a gang is not scheduled"),
+    ("Volcano Queues", "queues", "list", "queue sync"),
+    ("Volcano Queues", "queues", "patch", "keeping team queues (server-side apply)"),
+)
+
+
+def _probe(client: KubeClient, cluster: Cluster, namespace: str, resource: str, verb: str) -> None:
+    probe_name = "gp-connection-test"
+    if resource == "jobs" and verb == "create":
+        client.dry_run_create_job(
+            namespace,
+            {
+                "apiVersion": volcano.JOB_API_VERSION,
+                "kind": volcano.JOB_KIND,
+                "metadata": {"name": probe_name, "namespace": namespace},
+                "spec": {"queue": "default", "tasks": []},
+            },
+        )
+    elif resource == "jobs" and verb == "get":
+        client.get_job(namespace, probe_name)
+    elif resource == "jobs" and verb == "list":
+        client.list_jobs_in(namespace, limit=1)
+    elif resource == "jobs" and verb == "delete":
+        client.delete_job(namespace, probe_name, dry_run=True)
+    elif resource == "pods":
+        client.list_pods(field_selector="metadata.name=" + probe_name)
+    elif resource == "pods/log":
+        client.read_pod_log(namespace, probe_name, tail_lines=1)
+    elif resource == "podgroups":
+        client.list_podgroups(label_selector=volcano.managed_selector())
+    elif resource == "queues" and verb == "list":
+        client.list_queues(label_selector=volcano.managed_selector())
+    elif resource == "queues":
+        client.apply_queue(
+            volcano.build_volcano_queue(probe_name, 1, {}),
+            field_manager=FIELD_MANAGER,
+            dry_run=True,
+        )
+
+
+def _namespaces_to_check(cluster: Cluster, team_slugs: Iterable[str]) -> list[str]:
+    if not cluster.namespace_per_team:
+        return [cluster.namespace]
+    return sorted({volcano.team_namespace_name(s) for s in team_slugs})
+
+
+def cluster_test(*, cluster: Cluster, record: bool = True) -> ConnectionReport:
+    """Connect and check everything the portal needs; the report says what is wrong in words.
+
+    Order matters: each step assumes the one before worked (a 401 says nothing about RBAC).
+    """
+    from portal.models import Team
+
+    report = _run_test(cluster, list(Team.objects.values_list("slug", flat=True)))
+    if record:
+        Cluster.objects.filter(pk=cluster.pk).update(
+            last_test_at=timezone.now(),
+            last_test_ok=report.ok,
+            last_test_message=report.summary,
+            **({"kubernetes_version": report.version} if report.version else {}),
+        )
+    return report
+
+
+def _fail(report: ConnectionReport, name: str, message: str) -> ConnectionReport:
+    report.checks.append(Check(name, False, message))
+    report.ok = False
+    report.summary = message
+    return report
+
+
+def _run_test(cluster: Cluster, team_slugs: list[str]) -> ConnectionReport:
+    report = ConnectionReport(ok=True, summary="")
+    try:
+        client = cluster_client(cluster)
+    except ClusterUnavailable as exc:
+        return _fail(report, "connection", f"Cannot connect: {exc}")
+    report.checks.append(Check("address", True, f"{cluster.api_url} is allowed"))
+    # 1. Reachability and TLS (the version endpoint needs no special permission).
+    try:
+        report.version = str(client.version().get("gitVersion") or "")
+    except KubeError as exc:
+        label = {
+            "unreachable": "Unreachable",
+            "timeout": "Unreachable (timed out)",
+            "tls": "TLS/CA mismatch",
+            "auth": "401 Unauthorized",
+        }.get(exc.kind, "API error")
+        return _fail(report, "reachable", f"{label}: {exc.message}")
+    report.checks.append(Check("reachable", True, f"TLS verified; Kubernetes {report.version}"))
+    # 2. Credentials, and the node count.
+    try:
+        nodes = client.list_nodes()
+    except KubeError as exc:
+        if exc.status == 401:
+            return _fail(report, "credentials", f"401 Unauthorized: {exc.message}")
+        if exc.status == 403:
+            return _fail(
+                report,
+                "credentials",
+                f"403 Forbidden: cannot list nodes (the inventory needs it): {exc.message}",
+            )
+        return _fail(report, "credentials", f"Listing nodes failed: {exc.message}")
+    report.node_count = len(nodes)
+    gpu_nodes = sum(1 for n in nodes if _has_gpus(n))
+    report.checks.append(Check("credentials", True, f"{len(nodes)} nodes, {gpu_nodes} with GPUs"))
+    # 3. Volcano.
+    try:
+        served = client.api_group_versions()
+    except KubeError as exc:
+        return _fail(report, "volcano", f"Cannot list API groups: {exc.message}")
+    missing = [
+        gv
+        for gv in ("batch.volcano.sh/v1alpha1", "scheduling.volcano.sh/v1beta1")
+        if gv not in served
+    ]
+    if missing:
+        return _fail(
+            report,
+            "volcano",
+            f"Volcano CRDs missing: {', '.join(missing)} not served (install Volcano)",
+        )
+    report.checks.append(Check("volcano", True, "Volcano Job and Queue APIs are served"))
+    # 4. Namespaces (the portal never creates them).
+    namespaces = _namespaces_to_check(cluster, team_slugs)
+    absent = []
+    for ns in namespaces:
+        try:
+            client.get_namespace(ns)
+        except KubeError as exc:
+            if exc.not_found:
+                absent.append(ns)
+            elif exc.status == 403:
+                return _fail(
+                    report, "namespace", f"403 Forbidden: cannot read namespace {ns}: {exc.message}"
+                )
+            else:
+                return _fail(report, "namespace", f"Reading namespace {ns} failed: {exc.message}")
+    if absent:
+        return _fail(
+            report,
+            "namespace",
+            f"Namespace missing: {', '.join(absent)} "
+            "(create it; the portal never creates namespaces)",
+        )
+    report.checks.append(
+        Check("namespace", True, f"namespace {', '.join(namespaces) or '-'} exists")
+    )
+    # 5. Every verb the portal needs.
+    probe_ns = namespaces[0] if namespaces else cluster.namespace
+    for what, resource, verb, why in _NEEDED:
+        try:
+            _probe(client, cluster, probe_ns, resource, verb)
+        except KubeError as exc:
+            if exc.status == 403:
+                return _fail(
+                    report,
+                    f"{verb} {resource}",
+                    f"403 Forbidden: may not {verb} {what} (needed for {why}); apply "
+                    "deploy/rbac.yaml",
+                )
+            if exc.kind in ("unreachable", "timeout", "tls"):
+                return _fail(report, f"{verb} {resource}", f"Unreachable: {exc.message}")
+    report.checks.append(Check("permissions", True, "every needed verb is granted"))
+    # 6. Queue commands: optional (without them a team that loses its quota gets capability 0).
+    try:
+        client.create_command(
+            cluster.command_namespace,
+            volcano.build_queue_command(
+                queue_name="gp-connection-test",
+                queue_uid="00000000-0000-0000-0000-000000000000",
+                action="CloseQueue",
+                namespace=cluster.command_namespace,
+                name="gp-connection-test",
+            ),
+            dry_run=True,
+        )
+        report.checks.append(Check("commands", True, "Volcano Commands can be created"))
+    except KubeError as exc:
+        note = (
+            "Volcano Commands (bus.volcano.sh) are not served"
+            if exc.not_found
+            else f"Volcano Commands cannot be created ({exc.status})"
+        )
+        report.checks.append(
+            Check("commands", exc.status not in (403,), f"{note}: closed queues get capability 0")
+        )
+    report.summary = (
+        f"OK: Kubernetes {report.version}, {report.node_count} nodes ({gpu_nodes} with GPUs)"
+    )
+    return report
+
+
+def _has_gpus(node: dict[str, Any]) -> bool:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return any(r.endswith("/gpu") or r.startswith("nvidia.com/mig-") for r in allocatable)
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs
+# ---------------------------------------------------------------------------------------------
+LOG_TAIL_DEFAULT = 500
+LOG_TAIL_MAX = 10_000
+LOG_BYTES_MAX = 2 * 1024 * 1024
+
+
+@dataclass
+class JobLogs:
+    """One replica's log (or why there is none), as the job page and the API show it."""
+
+    replica: int
+    pod: str
+    text: str = ""
+    message: str = ""
+    available: bool = False
+
+
+def job_logs(*, job: Any, replica: int = 0, tail: int | None = LOG_TAIL_DEFAULT) -> JobLogs:
+    """The last ``tail`` lines of one replica's main container.
+
+    Access is the caller's business (``portal.access.job_get_for_user``). The answer is never
+    an exception for things a user cannot fix: a job not started yet, a pod still pulling its
+    image, or pods already garbage-collected come back as a message.
+    """
+    from clusters.models import VolcanoJobRecord
+
+    if not 0 <= replica < job.replicas:
+        raise ApplicationError(
+            f"This job has replicas 0 to {job.replicas - 1}.",
+            fields={"replica": [f"Must be between 0 and {job.replicas - 1}."]},
+        )
+    if tail is not None:
+        tail = max(1, min(LOG_TAIL_MAX, tail))
+    pod = volcano.replica_pod_name(str(job.public_id), job.kind, job.replicas, replica)
+    logs = JobLogs(replica=replica, pod=pod)
+    record = VolcanoJobRecord.objects.filter(job_id=job.pk).select_related("cluster").first()
+    if record is None or job.cluster_id is None:
+        logs.message = "The job has not been started on a cluster yet."
+        return logs
+    try:
+        client = cluster_client(record.cluster)
+        logs.text = client.read_pod_log(
+            record.namespace, pod, tail_lines=tail, limit_bytes=LOG_BYTES_MAX
+        )
+        logs.available = True
+    except ClusterUnavailable as exc:
+        logs.message = f"The cluster cannot be reached: {exc}"
+    except KubeError as exc:
+        if exc.not_found:
+            logs.message = (
+                "The pod is gone (finished jobs' pods are removed after a while), "
+                "so its log is no longer available."
+            )
+        elif exc.status == 400:
+            logs.message = f"No log yet: {exc.message.rpartition(': ')[2]}"
+        else:
+            logs.message = f"The log could not be read: {exc.message}"
+    return logs

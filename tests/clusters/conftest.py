@@ -1,0 +1,363 @@
+"""Fixtures for the clusters app: kubesim over HTTPS, a real Celery worker, registered clusters.
+
+* ``sim``: a private kubesim per test (port 0, its own CA, time frozen: nothing time-based
+  happens until the test calls ``sim.advance``; controllers still react at once).
+* ``celery_worker``: one ``celery -A portal worker`` process per pytest-xdist worker, for the
+  whole session, consuming a queue of its own on a Redis database of its own (8 + the xdist
+  index), with ``DATABASE_URL`` pointing at this session's *test* database. Tests that use it
+  must be ``transactional_db`` so the worker sees their rows. Its output goes to a file the
+  secrets test reads.
+* ``cluster``: kubesim registered through ``cluster_register`` (credentials encrypted), its
+  inventory read, the team queue created.
+* ``watchers``: the status watchers (jobs and pods) running in threads of this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+from clusters.kubeconfig import parse_kubeconfig
+from clusters.models import Cluster
+from kubesim import KubeSim
+
+ROOT = Path(__file__).resolve().parents[2]
+# Fixed test keys (never used anywhere else): the first seals, the second only opens.
+TEST_KEYS = [
+    "vS1f29FhfS3-9qSJ6tonX4gMcFeisqvLRfxwjmjJUkc=",
+    "ni275Kw9zX1dblvT2Xssxo5jL-qfVcGwPYyKlRJ3Lho=",
+]
+BACKOFF_MS = 100
+
+
+@pytest.fixture(autouse=True)
+def _cluster_settings(settings: Any) -> None:
+    settings.GPUPOOL_SECRET_KEYS = TEST_KEYS
+    settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = True
+    settings.GPUPOOL_DISPATCH_BACKOFF_MS = BACKOFF_MS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_clients() -> Iterator[None]:
+    """Clients are cached per process by cluster; each test has its own kubesim."""
+    from clusters.services import clusters_forget_clients
+
+    yield
+    clusters_forget_clients()
+
+
+# ---------------------------------------------------------------------------------------------
+# kubesim
+# ---------------------------------------------------------------------------------------------
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "simulation": {
+        "podStartupSeconds": 2,
+        "defaultDurationSeconds": 300,
+        "podTerminationSeconds": 1,
+        "bookmarkIntervalSeconds": 0.2,
+    },
+    "namespaces": ["gpupool", "gpupool-system"],
+    "nodePools": [
+        {
+            "name": "a100",
+            "count": 2,
+            "gpuModel": "a100-80gb",
+            "gpus": 8,
+            "cpu": 128,
+            "memory": "1Ti",
+        },
+        {
+            "name": "a100-mig",
+            "count": 1,
+            "gpuModel": "a100-80gb",
+            "gpus": 8,
+            "cpu": 128,
+            "memory": "1Ti",
+            "mig": {"gpus": 4, "profiles": {"1g.10gb": 14, "3g.40gb": 4}},
+        },
+        {
+            "name": "v100",
+            "count": 2,
+            "gpuModel": "v100-32gb",
+            "gpus": 4,
+            "cpu": 48,
+            "memory": "384Gi",
+        },
+        {"name": "t4", "count": 2, "gpuModel": "t4", "gpus": 1, "cpu": 16, "memory": "64Gi"},
+        {
+            "name": "mystery",
+            "count": 1,
+            "gpus": 2,
+            "product": "NVIDIA-B300-SXM6-288GB",
+            "gpuTypeLabel": "b300",
+            "cpu": 64,
+            "memory": "512Gi",
+        },
+        {"name": "cpu", "count": 1, "cpu": 32, "memory": "128Gi"},
+    ],
+}
+
+
+@pytest.fixture
+def sim_config() -> dict[str, Any]:
+    return SMALL
+
+
+@pytest.fixture
+def sim(sim_config: dict[str, Any]) -> Iterator[KubeSim]:
+    with KubeSim(sim_config, clock_speed=0) as server:
+        yield server
+
+
+def kubeconfig_text(sim: KubeSim, token: str | None = None, namespace: str = "gpupool") -> str:
+    import yaml
+
+    config = sim.kubeconfig_dict(token=token, namespace=namespace)
+    config.pop("preferences", None)
+    return yaml.safe_dump(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# A registered cluster
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def register(catalog: None) -> Callable[..., Cluster]:
+    from clusters.services import cluster_register
+
+    def make(sim: KubeSim, name: str = "sim", token: str | None = None, **options: Any) -> Cluster:
+        credentials = parse_kubeconfig(kubeconfig_text(sim, token=token))
+        cluster, _ = cluster_register(name=name, credentials=credentials, **options)
+        return cluster
+
+    return make
+
+
+@pytest.fixture
+def cluster(sim: KubeSim, register: Callable[..., Cluster], vision: Any) -> Cluster:
+    """kubesim, registered, inventory read, and Vision's queue in place."""
+    from clusters.inventory import inventory_sync
+    from clusters.queues import TeamQueue, queues_sync
+
+    registered = register(sim)
+    assert inventory_sync(cluster=registered).ok
+    queues_sync(cluster=registered, desired=[TeamQueue("vision", 100, {"nvidia.com/gpu": 64})])
+    registered.refresh_from_db()
+    return registered
+
+
+# ---------------------------------------------------------------------------------------------
+# The Celery worker process
+# ---------------------------------------------------------------------------------------------
+class WorkerProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, queue: str) -> None:
+        self.proc = proc
+        self.log_path = log_path
+        self.queue = queue
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _database_url() -> str:
+    s = connection.settings_dict
+    auth = s["USER"] or ""
+    if s.get("PASSWORD"):
+        auth += f":{s['PASSWORD']}"
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or 5432
+    return f"postgres://{auth}@{host}:{port}/{s['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def celery_worker(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    from portal.celery import app
+
+    xdist = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int("".join(c for c in xdist if c.isdigit()) or 0)
+    redis = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+    broker = f"{redis}/{8 + index}"
+    queue = f"gpupool-clusters-test-{xdist}-{os.getpid()}"
+    with django_db_blocker.unblock():
+        database_url = _database_url()
+    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": broker,
+        "GPUPOOL_CLUSTERS_QUEUE": queue,
+        "GPUPOOL_SECRET_KEYS": ",".join(TEST_KEYS),
+        "GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS": "true",
+        "GPUPOOL_DISPATCH_BACKOFF_MS": str(BACKOFF_MS),
+        "DB_CONN_MAX_AGE": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "portal", "worker",
+        "-Q", queue, "-c", "2", "-l", "INFO", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-n", f"{queue}@%h",
+    ]  # fmt: skip
+    log_file = log_path.open("wb")
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    # This process publishes to the worker's broker and queue from now on.
+    previous = (app.conf.broker_url, app.conf.task_routes)
+    app.conf.broker_url = broker
+    app.conf.task_routes = {"clusters.*": {"queue": queue}}
+    app._pool = None
+    app.amqp._producer_pool = None
+    app.amqp.flush_routes()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            text = log_path.read_text(errors="replace")
+            if " ready." in text:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery worker did not start:\n{text[-3000:]}")
+            time.sleep(0.1)
+        yield WorkerProcess(proc, log_path, queue)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        log_file.close()
+        app.conf.broker_url, app.conf.task_routes = previous
+        app._pool = None
+        app.amqp._producer_pool = None
+        app.amqp.flush_routes()
+        _drop_queue(broker, queue)
+
+
+def _drop_queue(broker: str, queue: str) -> None:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(broker)
+        client.delete(queue, f"{queue}\x06\x161", f"{queue}\x06\x162")
+        client.close()
+    except Exception:  # cleanup only
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Watchers in threads of this process
+# ---------------------------------------------------------------------------------------------
+class Watchers:
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, threading.Thread]] = []
+
+    def start(self, cluster: Cluster, *resources: str, timeout: int = 30) -> list[Any]:
+        from clusters.watch import ResourceWatcher
+
+        started = []
+        for resource in resources or ("jobs", "pods"):
+            watcher = ResourceWatcher(
+                cluster_id=cluster.pk,
+                resource=resource,
+                stop=threading.Event(),
+                holder=f"test-{resource}",
+                watch_timeout=timeout,
+            )
+            thread = threading.Thread(target=watcher.run, daemon=True)
+            thread.start()
+            self.items.append((watcher, thread))
+            started.append(watcher)
+        return started
+
+    def stop(self) -> None:
+        for watcher, _ in self.items:
+            watcher.abort()
+        for _, thread in self.items:
+            thread.join(timeout=10)
+        self.items.clear()
+
+
+@pytest.fixture
+def watchers(transactional_db: Any) -> Iterator[Watchers]:
+    running = Watchers()
+    yield running
+    running.stop()
+    connections.close_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs, admitted by hand (what the scheduling cycle does)
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def admit(bob: Any) -> Callable[..., Any]:
+    """``admit(cluster, model="a100-80gb", nodes=[...], **job fields)`` → an ADMITTED job."""
+    from portal.jobs.state import job_transition
+    from portal.models import Job, JobState
+    from scheduling.models import GpuModel
+    from tests.factories import JobFactory
+
+    def make(
+        cluster: Cluster,
+        *,
+        model: str = "a100-80gb",
+        nodes: list[str] | None = None,
+        **fields: Any,
+    ) -> Job:
+        fields.setdefault("command", ["sh", "-c", "sleep 60"])
+        job = JobFactory(team=bob.memberships.first().team, owner=bob, **fields)
+        gpu_model = GpuModel.objects.get(key=model)
+        plan = nodes or [f"{'a100' if model.startswith('a100') else model}-0"] * job.replicas
+        assert job_transition(
+            job_id=job.pk,
+            expected=JobState.QUEUED,
+            to=JobState.ADMITTED,
+            reason="Admitted",
+            message="admitted by the test",
+            updates={"cluster_id": cluster.pk, "gpu_model_id": gpu_model.pk, "node_plan": plan},
+        )
+        job.refresh_from_db()
+        return job
+
+    return make
+
+
+def dispatch(*jobs: Any) -> None:
+    """Hand jobs to the clusters app the way the scheduling cycle does (its on_admitted hook)."""
+    from scheduling import cycle
+
+    for hook in cycle.on_admitted:
+        hook([j.pk for j in jobs])
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def state_of(job: Any) -> str:
+    from portal.models import Job
+
+    return str(Job.objects.values_list("state", flat=True).get(pk=job.pk))
+
+
+def wait_state(job: Any, *states: str, timeout: float = 20.0) -> str:
+    state = wait_for(lambda: (s := state_of(job)) in states and s, timeout=timeout)
+    assert state, f"job {job.pk} stayed {state_of(job)}, expected {' or '.join(states)}"
+    return str(state)
