@@ -1,0 +1,344 @@
+"""The GPU inventory: a cluster's nodes read into :class:`clusters.models.Node` rows.
+
+What the scheduler can place on a node is what the node can allocate, minus what pods the
+portal did not create already use, minus the portal's own jobs (counted from their node plans
+by the scheduler, not here). So a sync reads two lists, nodes and non-finished pods, and
+rewrites the cluster's rows in one transaction:
+
+* the GPU model comes from the cluster's label (``gpu-type`` by default, whose value is a
+  catalog key), else from GPU Feature Discovery's ``nvidia.com/gpu.product`` mapped through
+  the catalog's ``product_labels``; a product nobody knows is kept with ``gpu_model`` null and
+  its raw label, so an admin sees it and can add it to the catalog;
+* each MIG resource of the mixed strategy (``nvidia.com/mig-1g.10gb``) becomes a row of its
+  own, mapped to the catalog's slice model of the node's GPU;
+* Ready comes from the node's Ready condition; schedulable is false when the node is cordoned
+  or carries a NoSchedule/NoExecute taint that portal pods do not tolerate.
+
+Pure parsing (:func:`node_rows_from`) is separate from the database write so it can be read
+and tested on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters import volcano
+from clusters.kube import KubeError
+from clusters.models import Cluster, Node
+from clusters.services import ClusterUnavailable, cluster_client
+from scheduling.models import GpuModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Catalog", "InventoryResult", "inventory_sync", "node_rows_from"]
+
+WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+MIG_PREFIX = "nvidia.com/mig-"
+GFD_PRODUCT = "nvidia.com/gpu.product"
+AMD_PRODUCT = "amd.com/gpu.product-name"
+GPU_TAINT = "nvidia.com/gpu"
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    pk: int
+    key: str
+    resource_name: str
+
+
+@dataclass
+class Catalog:
+    """The GPU model catalog, indexed the ways node labels name a model."""
+
+    by_key: dict[str, CatalogEntry] = field(default_factory=dict)
+    by_product: dict[str, CatalogEntry] = field(default_factory=dict)
+    by_resource: dict[str, list[CatalogEntry]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls) -> Catalog:
+        catalog = cls()
+        for pk, key, labels, resource in GpuModel.objects.values_list(
+            "pk", "key", "product_labels", "resource_name"
+        ):
+            entry = CatalogEntry(pk, key, resource)
+            catalog.by_key[key.lower()] = entry
+            for label in labels or []:
+                catalog.by_product.setdefault(str(label).lower(), entry)
+            catalog.by_resource.setdefault(resource, []).append(entry)
+        return catalog
+
+    def whole(self, labels: Mapping[str, str], gpu_label: str) -> CatalogEntry | None:
+        """The node's whole-GPU model: the cluster's label first, GFD's product second."""
+        value = labels.get(gpu_label)
+        if value:
+            entry = self.by_key.get(value.lower()) or self.by_product.get(value.lower())
+            if entry is not None:
+                return entry
+        product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT)
+        if product:
+            return self.by_product.get(product.lower())
+        return None
+
+    def slice(
+        self, resource: str, parent: CatalogEntry | None, product: str
+    ) -> CatalogEntry | None:
+        """The catalog model of a MIG resource on a node whose whole GPUs are ``parent``."""
+        profile = resource.removeprefix(MIG_PREFIX)
+        candidates = self.by_resource.get(resource, [])
+        if parent is not None:
+            for entry in candidates:
+                if entry.key.startswith(f"{parent.key}-mig-"):
+                    return entry
+        if product:
+            return self.by_product.get(f"{product}-MIG-{profile}".lower())
+        return None
+
+
+@dataclass
+class NodeRow:
+    """One (node, GPU resource) as the inventory will store it."""
+
+    name: str
+    gpu_resource: str
+    model_pk: int | None
+    gpu_product: str
+    capacity: int
+    allocatable: int
+    used_by_others: int
+    mig_resources: dict[str, int]
+    ready: bool
+    schedulable: bool
+    labels: dict[str, str]
+    taints: list[dict[str, Any]]
+
+
+def _count(value: Any) -> int:
+    """A GPU quantity (always whole numbers; "8", 8)."""
+    try:
+        return max(0, int(str(value)))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _is_gpu_resource(name: str) -> bool:
+    return name in WHOLE_GPU_RESOURCES or name.startswith(MIG_PREFIX)
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _schedulable(node: dict[str, Any], *, tolerate_gpu_taint: bool) -> bool:
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") not in BLOCKING_EFFECTS:
+            continue
+        if tolerate_gpu_taint and taint.get("key") == GPU_TAINT:
+            continue
+        return False
+    return True
+
+
+def _pod_gpu_requests(pod: dict[str, Any]) -> dict[str, int]:
+    """GPU resources a pod holds: per container max(request, limit), init containers' peak."""
+    spec = pod.get("spec") or {}
+
+    def of(container: dict[str, Any]) -> dict[str, int]:
+        resources = container.get("resources") or {}
+        out: dict[str, int] = {}
+        for section in ("limits", "requests"):
+            for name, value in (resources.get(section) or {}).items():
+                if _is_gpu_resource(name):
+                    out[name] = max(out.get(name, 0), _count(value))
+        return out
+
+    total: dict[str, int] = defaultdict(int)
+    for container in spec.get("containers") or []:
+        for name, count in of(container).items():
+            total[name] += count
+    for container in spec.get("initContainers") or []:
+        for name, count in of(container).items():
+            total[name] = max(total[name], count)
+    return dict(total)
+
+
+def _is_portal_pod(pod: dict[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(volcano.LABEL_MANAGED_BY) == volcano.MANAGED_BY and bool(
+        labels.get(volcano.LABEL_JOB_ID)
+    )
+
+
+def foreign_gpu_use(pods: Iterable[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """GPUs per (node, resource) held by bound, unfinished pods the portal did not create."""
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in ("Succeeded", "Failed") or _is_portal_pod(pod):
+            continue
+        for resource, count in _pod_gpu_requests(pod).items():
+            used[(node, resource)] += count
+    return dict(used)
+
+
+def node_rows_from(
+    nodes: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
+    *,
+    catalog: Catalog,
+    gpu_label: str,
+    tolerate_gpu_taint: bool = True,
+) -> list[NodeRow]:
+    """Rows for every GPU resource of every node (nodes without GPUs are left out)."""
+    used = foreign_gpu_use(pods)
+    rows: list[NodeRow] = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        status = node.get("status") or {}
+        name = str(meta.get("name") or "")
+        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        capacity = status.get("capacity") or {}
+        allocatable = status.get("allocatable") or {}
+        resources = sorted({r for r in (*capacity, *allocatable) if _is_gpu_resource(r)})
+        if not resources and labels.get("nvidia.com/gpu.present") == "true":
+            resources = ["nvidia.com/gpu"]  # a GPU node whose device plugin is not up (yet)
+        if not name or not resources:
+            continue
+        parent = catalog.whole(labels, gpu_label)
+        product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT) or labels.get(gpu_label, "")
+        mig = {r: _count(allocatable.get(r, 0)) for r in resources if r.startswith(MIG_PREFIX)}
+        ready = _ready(node)
+        schedulable = _schedulable(node, tolerate_gpu_taint=tolerate_gpu_taint)
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        for resource in resources:
+            is_mig = resource.startswith(MIG_PREFIX)
+            model = catalog.slice(resource, parent, product) if is_mig else parent
+            shown = f"{product} MIG {resource.removeprefix(MIG_PREFIX)}" if is_mig else product
+            rows.append(
+                NodeRow(
+                    name=name,
+                    gpu_resource=resource,
+                    model_pk=model.pk if model else None,
+                    gpu_product=shown[:253],
+                    capacity=_count(capacity.get(resource, allocatable.get(resource, 0))),
+                    allocatable=_count(allocatable.get(resource, 0)),
+                    used_by_others=used.get((name, resource), 0),
+                    mig_resources=mig,
+                    ready=ready,
+                    schedulable=schedulable,
+                    labels=labels,
+                    taints=taints,
+                )
+            )
+    return rows
+
+
+@dataclass
+class InventoryResult:
+    ok: bool
+    message: str
+    nodes: int = 0
+    rows: int = 0
+    unknown: int = 0
+    removed: int = 0
+
+
+_FIELDS = (
+    "gpu_model_id",
+    "gpu_product",
+    "gpu_capacity",
+    "gpu_allocatable",
+    "gpus_used_by_others",
+    "mig_resources",
+    "ready",
+    "schedulable",
+    "labels",
+    "taints",
+    "last_seen_at",
+)
+
+
+def _store(cluster: Cluster, rows: list[NodeRow]) -> int:
+    """Upsert the rows and delete the cluster's rows that were not seen; returns removed."""
+    now = timezone.now()
+    objs = [
+        Node(
+            cluster=cluster,
+            name=r.name,
+            gpu_resource=r.gpu_resource,
+            gpu_model_id=r.model_pk,
+            gpu_product=r.gpu_product,
+            gpu_capacity=r.capacity,
+            gpu_allocatable=r.allocatable,
+            gpus_used_by_others=r.used_by_others,
+            mig_resources=r.mig_resources,
+            ready=r.ready,
+            schedulable=r.schedulable,
+            labels=r.labels,
+            taints=r.taints,
+            last_seen_at=now,
+        )
+        for r in rows
+    ]
+    seen = {(r.name, r.gpu_resource) for r in rows}
+    with transaction.atomic():
+        Node.objects.bulk_create(
+            objs,
+            update_conflicts=True,
+            unique_fields=["cluster", "name", "gpu_resource"],
+            update_fields=list(_FIELDS),
+            batch_size=500,
+        )
+        stale = [
+            pk
+            for pk, name, resource in Node.objects.filter(cluster=cluster).values_list(
+                "pk", "name", "gpu_resource"
+            )
+            if (name, resource) not in seen
+        ]
+        if stale:
+            Node.objects.filter(pk__in=stale).delete()
+        Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now, inventory_error="")
+    return len(stale)
+
+
+def inventory_sync(*, cluster: Cluster) -> InventoryResult:
+    """Read the cluster's nodes and pods and rewrite its Node rows; errors are recorded, and
+    the rows from the last good sync are kept (the scheduler goes on with what it knew)."""
+    try:
+        client = cluster_client(cluster)
+        nodes = client.list_nodes()
+        pods = client.list_pods(field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    except (ClusterUnavailable, KubeError) as exc:
+        message = exc.message if isinstance(exc, KubeError) else str(exc)
+        Cluster.objects.filter(pk=cluster.pk).update(inventory_error=message[:2000])
+        log.warning("inventory of %s failed: %s", cluster.name, message)
+        return InventoryResult(ok=False, message=message)
+    rows = node_rows_from(
+        nodes,
+        pods,
+        catalog=Catalog.load(),
+        gpu_label=cluster.gpu_label,
+        tolerate_gpu_taint=cluster.tolerate_gpu_taint,
+    )
+    removed = _store(cluster, rows)
+    unknown = sum(1 for r in rows if r.model_pk is None)
+    gpu_nodes = len({r.name for r in rows})
+    message = f"{gpu_nodes} GPU nodes ({len(rows)} GPU resources, {unknown} unknown products)"
+    return InventoryResult(
+        ok=True, message=message, nodes=gpu_nodes, rows=len(rows), unknown=unknown, removed=removed
+    )

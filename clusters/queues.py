@@ -1,0 +1,249 @@
+"""One Volcano Queue per team with quota on a cluster, kept in line with the portal's quotas.
+
+The portal does admission itself, so the queues are a second line: Volcano's proportion plugin
+shares what is left by weight, and ``capability`` stops a team's jobs from ever exceeding its
+quota plus borrowing limit on this cluster, even if the portal were wrong. A sync:
+
+1. computes the desired queues from plain values (:func:`queues_desired`: team slug → weight
+   and capability), so the rule is testable without the quota models;
+2. lists the portal's queues (label ``app.kubernetes.io/managed-by=gpupool``) and applies
+   (server-side apply, one fixed field manager, forced) each desired queue whose spec
+   differs: a first sync creates them, a later one corrects drift (someone edited a weight
+   with kubectl), an unchanged queue costs no write;
+3. closes queues of teams that lost their quota: capability drops to zero (so nothing new can
+   run there even before Volcano's controller acts) and a ``CloseQueue`` Command is created;
+   a team that regains quota gets its queue reopened with ``OpenQueue``.
+
+Queue *state* lives in ``status.state`` and only Commands change it (see ``clusters.volcano``).
+Where the cluster does not serve ``bus.volcano.sh`` Commands the capability-zero part still
+holds and the sync records why the state could not change.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from clusters import volcano
+from clusters.kube import KubeClient, KubeError
+from clusters.models import Cluster, Node
+from clusters.services import FIELD_MANAGER, ClusterUnavailable, cluster_client
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "QueueSyncResult",
+    "TeamQueue",
+    "queues_desired",
+    "queues_desired_for_cluster",
+    "queues_sync",
+    "volcano_weight",
+]
+
+WEIGHT_SCALE = 100  # TeamPolicy.weight is a float >= 0.01; Volcano's weight an int 1..65535
+
+
+@dataclass(frozen=True)
+class TeamQueue:
+    """What one team's queue on one cluster should say."""
+
+    team_slug: str
+    weight: int
+    capability: Mapping[str, int]
+
+    @property
+    def name(self) -> str:
+        return volcano.volcano_queue_name(self.team_slug)
+
+    def manifest(self) -> dict[str, Any]:
+        return volcano.build_volcano_queue(
+            self.name,
+            self.weight,
+            dict(self.capability),
+            labels={volcano.LABEL_TEAM: volcano.label_value(self.team_slug)},
+        )
+
+
+def volcano_weight(weight: float) -> int:
+    """A fair-share weight as Volcano's integer weight (ratios kept, 1..65535)."""
+    return max(1, min(65535, round(weight * WEIGHT_SCALE)))
+
+
+def queues_desired(
+    *,
+    weights: Mapping[str, float],
+    quotas: Iterable[tuple[str, str, int, int | None]],
+    cluster_gpus: Mapping[str, tuple[str, int]],
+) -> list[TeamQueue]:
+    """The queues a cluster should have, from plain values.
+
+    ``weights``: team slug → fair-share weight (teams without one get 1.0).
+    ``quotas``: (team slug, model key, nominal, borrowing limit or None = unlimited).
+    ``cluster_gpus``: model key → (resource name, allocatable GPUs on this cluster).
+
+    A team has a queue when some model it holds quota for (nominal + borrowing > 0) is on the
+    cluster. Capability per resource is the sum over those models of
+    min(nominal + borrowing limit, what the cluster has); an unlimited borrowing limit means
+    all the cluster has. Models sharing one resource (``nvidia.com/gpu`` for A100 and T4)
+    add up, since Volcano only sees resource names.
+    """
+    capability: dict[str, dict[str, int]] = {}
+    for slug, model, nominal, borrowing in quotas:
+        if model not in cluster_gpus:
+            continue
+        resource, available = cluster_gpus[model]
+        wanted = available if borrowing is None else min(available, nominal + borrowing)
+        if nominal + (borrowing if borrowing is not None else available) <= 0 or wanted <= 0:
+            continue
+        team = capability.setdefault(slug, {})
+        team[resource] = team.get(resource, 0) + wanted
+    return [
+        TeamQueue(slug, volcano_weight(weights.get(slug, 1.0)), dict(sorted(caps.items())))
+        for slug, caps in sorted(capability.items())
+    ]
+
+
+def queues_desired_for_cluster(cluster: Cluster) -> list[TeamQueue]:
+    """:func:`queues_desired` fed from TeamPolicy, Quota and the cluster's inventory."""
+    from scheduling.models import Quota, TeamPolicy
+
+    gpus: dict[str, tuple[str, int]] = {}
+    rows = (
+        Node.objects.filter(cluster=cluster, gpu_model__isnull=False)
+        .values("gpu_model__key", "gpu_resource")
+        .annotate(total=Sum("gpu_allocatable"))
+    )
+    for row in rows:
+        key = row["gpu_model__key"]
+        resource, total = gpus.get(key, (row["gpu_resource"], 0))
+        gpus[key] = (resource, total + int(row["total"] or 0))
+    weights = dict(TeamPolicy.objects.values_list("team__slug", "weight"))
+    quotas = Quota.objects.values_list("team__slug", "gpu_model__key", "nominal", "borrowing_limit")
+    return queues_desired(weights=weights, quotas=quotas, cluster_gpus=gpus)
+
+
+@dataclass
+class QueueSyncResult:
+    ok: bool = True
+    applied: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)
+    opened: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        parts = [
+            f"{len(self.applied)} applied",
+            f"{len(self.unchanged)} unchanged",
+            f"{len(self.closed)} closed",
+            f"{len(self.opened)} reopened",
+        ]
+        return ", ".join(parts) + (f"; {'; '.join(self.problems)}" if self.problems else "")
+
+
+def _spec_matches(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    spec = current.get("spec") or {}
+    want = desired["spec"]
+    caps = {k: str(v) for k, v in (spec.get("capability") or {}).items()}
+    return (
+        spec.get("weight") == want["weight"]
+        and caps == {k: str(v) for k, v in want["capability"].items()}
+        and spec.get("reclaimable", True) == want["reclaimable"]
+        and ((current.get("metadata") or {}).get("labels") or {}).items()
+        >= desired["metadata"]["labels"].items()
+    )
+
+
+def _state(queue: dict[str, Any]) -> str:
+    return str((queue.get("status") or {}).get("state") or "Open")
+
+
+def _command(
+    client: KubeClient, cluster: Cluster, queue: dict[str, Any], action: volcano.QueueAction
+) -> str | None:
+    """Issue an Open/CloseQueue Command; returns a problem in words, or None."""
+    name = queue["metadata"]["name"]
+    verb = "close" if action == "CloseQueue" else "open"
+    manifest = volcano.build_queue_command(
+        queue_name=name,
+        queue_uid=str(queue["metadata"].get("uid") or ""),
+        action=action,
+        namespace=cluster.command_namespace,
+        name=f"{name}-{verb}-{secrets.token_hex(3)}",
+    )
+    try:
+        client.create_command(cluster.command_namespace, manifest)
+    except KubeError as exc:
+        if exc.not_found:
+            return f"cannot {verb} {name}: the cluster does not serve Volcano Commands"
+        return f"cannot {verb} {name}: {exc.message}"
+    return None
+
+
+def queues_sync(*, cluster: Cluster, desired: list[TeamQueue] | None = None) -> QueueSyncResult:
+    """Make the cluster's portal queues match ``desired`` (default: from the quota models)."""
+    result = QueueSyncResult()
+    if desired is None:
+        desired = queues_desired_for_cluster(cluster)
+    try:
+        client = cluster_client(cluster)
+        existing = {
+            q["metadata"]["name"]: q
+            for q in client.list_queues(label_selector=volcano.managed_selector())
+        }
+    except (ClusterUnavailable, KubeError) as exc:
+        message = exc.message if isinstance(exc, KubeError) else str(exc)
+        Cluster.objects.filter(pk=cluster.pk).update(queues_error=message[:2000])
+        return QueueSyncResult(ok=False, problems=[message])
+    wanted = {q.name: q for q in desired}
+    for name, queue in wanted.items():
+        manifest = queue.manifest()
+        current = existing.get(name)
+        try:
+            if current is None or not _spec_matches(current, manifest):
+                current = client.apply_queue(manifest, field_manager=FIELD_MANAGER)
+                result.applied.append(name)
+            else:
+                result.unchanged.append(name)
+        except KubeError as exc:
+            result.ok = False
+            result.problems.append(exc.message)
+            continue
+        if _state(current) in ("Closed", "Closing"):
+            problem = _command(client, cluster, current, "OpenQueue")
+            (result.problems.append(problem) if problem else result.opened.append(name))
+    for name, current in existing.items():
+        if name in wanted:
+            continue
+        team = ((current.get("metadata") or {}).get("labels") or {}).get(volcano.LABEL_TEAM, "")
+        zero = {r: 0 for r in ((current.get("spec") or {}).get("capability") or {})}
+        closing = volcano.build_volcano_queue(
+            name,
+            int((current.get("spec") or {}).get("weight") or 1),
+            zero or {"nvidia.com/gpu": 0},
+            labels={volcano.LABEL_TEAM: team} if team else None,
+        )
+        try:
+            if not _spec_matches(current, closing):
+                current = client.apply_queue(closing, field_manager=FIELD_MANAGER)
+        except KubeError as exc:
+            result.ok = False
+            result.problems.append(exc.message)
+            continue
+        if _state(current) not in ("Closed", "Closing"):
+            problem = _command(client, cluster, current, "CloseQueue")
+            if problem:
+                result.problems.append(problem)
+        result.closed.append(name)
+    Cluster.objects.filter(pk=cluster.pk).update(
+        queues_synced_at=timezone.now(), queues_error="; ".join(result.problems)[:2000]
+    )
+    log.info("queues of %s: %s", cluster.name, result.message)
+    return result

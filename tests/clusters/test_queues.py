@@ -1,0 +1,156 @@
+"""Team queues on a cluster: computed from plain values, applied idempotently, drift corrected."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from clusters.inventory import inventory_sync
+from clusters.queues import (
+    TeamQueue,
+    queues_desired,
+    queues_desired_for_cluster,
+    queues_sync,
+    volcano_weight,
+)
+
+pytestmark = pytest.mark.django_db
+
+GPUS = {
+    "a100-80gb": ("nvidia.com/gpu", 20),
+    "t4": ("nvidia.com/gpu", 2),
+    "a100-80gb-mig-1g.10gb": ("nvidia.com/mig-1g.10gb", 14),
+}
+
+
+@pytest.mark.parametrize(
+    ("quotas", "expected"),
+    [
+        ([("vision", "a100-80gb", 8, 4)], {"vision": {"nvidia.com/gpu": 12}}),
+        ([("vision", "a100-80gb", 8, None)], {"vision": {"nvidia.com/gpu": 20}}),
+        ([("vision", "a100-80gb", 16, 16)], {"vision": {"nvidia.com/gpu": 20}}),
+        (
+            [("vision", "a100-80gb", 4, 0), ("vision", "t4", 1, 0)],
+            {"vision": {"nvidia.com/gpu": 5}},
+        ),
+        (
+            [("vision", "a100-80gb-mig-1g.10gb", 7, 0), ("nlp", "t4", 0, 1)],
+            {"nlp": {"nvidia.com/gpu": 1}, "vision": {"nvidia.com/mig-1g.10gb": 7}},
+        ),
+        ([("vision", "h100-sxm", 8, 8)], {}),
+        ([("vision", "a100-80gb", 0, 0)], {}),
+    ],
+    ids=[
+        "nominal plus borrowing",
+        "unlimited borrowing is what the cluster has",
+        "capped by the cluster",
+        "models sharing a resource add up",
+        "a MIG slice is its own resource",
+        "a model the cluster lacks gives no queue",
+        "zero quota gives no queue",
+    ],
+)
+def test_desired_queues_from_plain_values(quotas, expected):
+    desired = queues_desired(weights={"vision": 2.0}, quotas=quotas, cluster_gpus=GPUS)
+    assert {q.team_slug: dict(q.capability) for q in desired} == expected
+    for q in desired:
+        assert q.weight == (200 if q.team_slug == "vision" else 100)
+
+
+def test_weights_keep_their_ratios_within_volcanos_range():
+    assert volcano_weight(1.0) == 100 and volcano_weight(0.01) == 1
+    assert volcano_weight(2.5) == 250 and volcano_weight(10_000) == 65535
+
+
+def _queue(sim, name):
+    return sim.get("queues", name)
+
+
+def _caps(queue):
+    """Capability with quantities as text (a custom resource keeps what was sent: 12 or "12")."""
+    return {k: str(v) for k, v in (queue["spec"].get("capability") or {}).items()}
+
+
+def test_a_sync_creates_queues_and_a_second_sync_writes_nothing(sim, register):
+    cluster = register(sim)
+    desired = [
+        TeamQueue("vision", 200, {"nvidia.com/gpu": 12}),
+        TeamQueue("language", 100, {"nvidia.com/gpu": 4}),
+    ]
+    first = queues_sync(cluster=cluster, desired=desired)
+    assert sorted(first.applied) == ["gp-language", "gp-vision"]
+    queue = _queue(sim, "gp-vision")
+    assert queue["spec"]["weight"] == 200
+    assert _caps(queue) == {"nvidia.com/gpu": "12"}
+    assert queue["metadata"]["labels"]["gpupool.dev/team"] == "vision"
+    assert any(m["manager"] == "gpupool-portal" for m in queue["metadata"]["managedFields"])
+    version = queue["metadata"]["resourceVersion"]
+    second = queues_sync(cluster=cluster, desired=desired)
+    assert second.applied == [] and sorted(second.unchanged) == ["gp-language", "gp-vision"]
+    assert _queue(sim, "gp-vision")["metadata"]["resourceVersion"] == version
+
+
+def test_drift_made_by_hand_is_corrected(sim, register):
+    cluster = register(sim)
+    desired = [TeamQueue("vision", 200, {"nvidia.com/gpu": 12})]
+    queues_sync(cluster=cluster, desired=desired)
+    # Someone edits the queue with their own client (kubectl edit, in effect).
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+        "scheduling.volcano.sh",
+        "v1beta1",
+        "queues",
+        "gp-vision",
+        {"spec": {"weight": 1, "capability": {"nvidia.com/gpu": "64"}}},
+    )
+    api.close()
+    assert _queue(sim, "gp-vision")["spec"]["weight"] == 1
+    result = queues_sync(cluster=cluster, desired=desired)
+    assert result.applied == ["gp-vision"]
+    spec = _queue(sim, "gp-vision")["spec"]
+    assert spec["weight"] == 200 and _caps({"spec": spec}) == {"nvidia.com/gpu": "12"}
+
+
+def test_a_team_that_loses_its_quota_gets_its_queue_closed(sim, register):
+    cluster = register(sim)
+    queues_sync(
+        cluster=cluster,
+        desired=[
+            TeamQueue("vision", 200, {"nvidia.com/gpu": 12}),
+            TeamQueue("language", 100, {"nvidia.com/gpu": 4}),
+        ],
+    )
+    result = queues_sync(
+        cluster=cluster, desired=[TeamQueue("vision", 200, {"nvidia.com/gpu": 12})]
+    )
+    assert result.closed == ["gp-language"]
+    assert _caps(_queue(sim, "gp-language")) == {"nvidia.com/gpu": "0"}
+    # kubesim serves no bus.volcano.sh Commands: the state cannot change, and the sync says so.
+    assert any("does not serve Volcano Commands" in p for p in result.problems)
+    cluster.refresh_from_db()
+    assert "gp-language" in cluster.queues_error
+
+
+def test_queues_not_made_by_the_portal_are_left_alone(sim, register):
+    cluster = register(sim)
+    sim.add_queue("research", weight=5)
+    queues_sync(cluster=cluster, desired=[])
+    assert _queue(sim, "research")["spec"]["weight"] == 5
+
+
+def test_desired_queues_come_from_quotas_and_weights(sim, register, vision, language):
+    from scheduling.models import GpuModel, Quota, TeamPolicy
+
+    cluster = register(sim)
+    inventory_sync(cluster=cluster)
+    TeamPolicy.objects.create(team=vision, weight=3.0)
+    Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=8,
+                         borrowing_limit=4)  # fmt: skip
+    Quota.objects.create(team=language, gpu_model=GpuModel.objects.get(key="v100-32gb"), nominal=2)
+    desired = {q.team_slug: q for q in queues_desired_for_cluster(cluster)}
+    assert desired["vision"].weight == 300
+    assert dict(desired["vision"].capability) == {"nvidia.com/gpu": 12}
+    assert dict(desired["language"].capability) == {"nvidia.com/gpu": 8}  # unlimited borrowing
+    result = queues_sync(cluster=cluster)
+    assert sorted(result.applied) == ["gp-language", "gp-vision"]
