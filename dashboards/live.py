@@ -1,0 +1,550 @@
+"""The pool as it is now, read from the node inventory and the job table.
+
+``LiveState`` loads each part the first time it is asked for, in a fixed number of queries
+whatever the number of nodes, jobs or teams (the pages and the query-count tests rely on it):
+the snapshot task takes all of it, the overview page only the pool and the queue, the
+fair-share page the shares. Every figure here is an aggregate; job-level data never leaves
+this module.
+
+The fair-share figures are the scheduling engine's own: the same ``ShareBook`` over the same
+capacity (active models' allocatable GPUs in every cluster), decayed usage and weights the
+cycle feeds it (``scheduling/cycle.py``), so the dashboard and the scheduler cannot disagree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from django.db.models import Count, F, Sum
+from django.utils import timezone
+
+from portal.models import Job, JobState, Team
+from scheduling import engine
+from scheduling.cycle import HOLDING_STATES, decayed_usage, engine_catalog, engine_config
+from scheduling.engine.fairshare import ShareBook
+from scheduling.models import GpuModel, Quota, TeamPolicy, UsageRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    id: int
+    name: str
+    state: str
+    prometheus_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    id: int
+    key: str
+    display_name: str
+    cost_factor: float
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TeamInfo:
+    id: int
+    slug: str
+    name: str
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One (node, GPU model) row of the inventory with the portal's own jobs laid over it."""
+
+    cluster_id: int
+    name: str
+    gpu_model_id: int
+    capacity: int
+    allocatable: int
+    used_by_others: int
+    allocated: int
+    """GPUs the portal's holding jobs planned on this node (their ``node_plan``)."""
+    ready: bool
+    schedulable: bool
+
+    @property
+    def usable(self) -> bool:
+        return self.ready and self.schedulable
+
+    @property
+    def used(self) -> int:
+        return min(self.allocatable, self.used_by_others + self.allocated)
+
+    @property
+    def idle(self) -> int:
+        """GPUs nobody holds, whether or not the node can take work."""
+        return max(0, self.allocatable - self.used_by_others - self.allocated)
+
+    @property
+    def free(self) -> int:
+        """GPUs a new replica could get here now."""
+        return self.idle if self.usable else 0
+
+    @property
+    def fragmented(self) -> int:
+        """Free GPUs on a node that is partly in use: not available as a whole node."""
+        return self.free if 0 < self.free < self.allocatable else 0
+
+
+@dataclass(slots=True)
+class PoolCell:
+    """The GPUs of one model on one cluster (see ``dashboards.models.PoolMinute``)."""
+
+    cluster_id: int
+    gpu_model_id: int
+    gpus_total: int = 0
+    gpus_allocatable: int = 0
+    gpus_allocated: int = 0
+    gpus_used_by_others: int = 0
+    gpus_free: int = 0
+    gpus_unavailable: int = 0
+    gpus_fragmented: int = 0
+    largest_free_block: int = 0
+    nodes_total: int = 0
+    nodes_not_ready: int = 0
+    nodes_cordoned: int = 0
+
+    def add_node(self, node: NodeState) -> None:
+        self.gpus_total += node.capacity
+        self.gpus_allocatable += node.allocatable
+        self.gpus_used_by_others += node.used_by_others
+        self.gpus_free += node.free
+        self.gpus_unavailable += 0 if node.usable else node.idle
+        self.gpus_fragmented += node.fragmented
+        self.largest_free_block = max(self.largest_free_block, node.free)
+        self.nodes_total += 1
+        self.nodes_not_ready += 0 if node.ready else 1
+        self.nodes_cordoned += 0 if node.schedulable else 1
+
+    def figures(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in POOL_FIGURES}
+
+
+POOL_FIGURES = (
+    "gpus_total",
+    "gpus_allocatable",
+    "gpus_allocated",
+    "gpus_used_by_others",
+    "gpus_free",
+    "gpus_unavailable",
+    "gpus_fragmented",
+    "largest_free_block",
+    "nodes_total",
+    "nodes_not_ready",
+    "nodes_cordoned",
+)
+
+
+@dataclass(slots=True)
+class TeamModelCell:
+    """One team's GPUs of one model (see ``dashboards.models.TeamModelMinute``)."""
+
+    team_id: int
+    gpu_model_id: int
+    gpus_allocated: int = 0
+    gpus_running: int = 0
+    nominal: int = 0
+    pending_gpus: int = 0
+    queued_jobs: int = 0
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.gpus_allocated - self.nominal)
+
+    def is_empty(self) -> bool:
+        return not (self.gpus_allocated or self.nominal or self.pending_gpus or self.queued_jobs)
+
+
+@dataclass(slots=True)
+class TeamStanding:
+    """A team's totals and fair-share standing (see ``dashboards.models.TeamMinute``)."""
+
+    team_id: int
+    weight: float
+    gpus_allocated: int = 0
+    gpus_running: int = 0
+    pending_gpus: int = 0
+    queued_jobs: int = 0
+    nominal: int = 0
+    borrowed: int = 0
+    allocation_share: float = 0.0
+    dominant_model: str = ""
+    usage_share: float = 0.0
+    share: float = 0.0
+    target_share: float | None = None
+    gpu_hours: float = 0.0
+    """Raw GPU-hours in the ledger over the fair-share horizon."""
+    weighted_gpu_hours_decayed: float = 0.0
+    """Cost-weighted GPU-hours, decayed with the half-life: what fair share counts."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.gpus_allocated or self.queued_jobs)
+
+    @property
+    def dominant_share(self) -> float:
+        """What the scheduler weighs before dividing by the weight (allocation + usage)."""
+        return self.share * self.weight
+
+    def is_empty(self) -> bool:
+        return not (self.active or self.nominal or self.usage_share or self.gpu_hours)
+
+
+@dataclass(slots=True)
+class ModelSummary:
+    """One GPU model over all clusters: the pool overview's card."""
+
+    model: ModelInfo
+    cells: list[PoolCell] = field(default_factory=list)
+    pending_gpus: int = 0
+    queued_jobs: int = 0
+
+    def total(self, name: str) -> int:
+        return sum(getattr(c, name) for c in self.cells)
+
+    @property
+    def gpus_allocatable(self) -> int:
+        return self.total("gpus_allocatable")
+
+    @property
+    def gpus_allocated(self) -> int:
+        return self.total("gpus_allocated")
+
+    @property
+    def gpus_used_by_others(self) -> int:
+        return self.total("gpus_used_by_others")
+
+    @property
+    def gpus_free(self) -> int:
+        return self.total("gpus_free")
+
+    @property
+    def gpus_unavailable(self) -> int:
+        return self.total("gpus_unavailable")
+
+    @property
+    def largest_free_block(self) -> int:
+        return max((c.largest_free_block for c in self.cells), default=0)
+
+    @property
+    def allocated_percent(self) -> float:
+        total = self.gpus_allocatable
+        return 100.0 * self.gpus_allocated / total if total else 0.0
+
+    def percent(self, name: str) -> float:
+        total = self.gpus_allocatable
+        return min(100.0, 100.0 * self.total(name) / total) if total else 0.0
+
+
+NO_MODEL = 0
+"""Model id under which queued jobs count when no catalog model meets their requirement."""
+
+
+def _requirement(row: dict[str, Any]) -> engine.Requirement:
+    return engine.Requirement(
+        models=tuple(row["gpu_models"] or ()),
+        min_memory_gib=float(row["min_gpu_memory_gib"] or 0),
+        min_tflops_fp16=float(row["min_fp16_tflops"] or 0),
+        bf16=row["requires_bf16"],
+        fp8=row["requires_fp8"],
+    )
+
+
+class LiveState:
+    """The pool now; each part is loaded on first use (see the module docstring)."""
+
+    def __init__(self, *, now: dt.datetime | None = None) -> None:
+        self.now = now or timezone.now()
+
+    # -- reference data ---------------------------------------------------------------------
+
+    @cached_property
+    def clusters(self) -> dict[int, ClusterInfo]:
+        from clusters.models import Cluster
+
+        # prometheus_url arrives with the clusters issue; read it only where it exists.
+        fields = ["id", "name", "state"]
+        has_prometheus = any(f.name == "prometheus_url" for f in Cluster._meta.get_fields())
+        if has_prometheus:
+            fields.append("prometheus_url")
+        return {
+            r["id"]: ClusterInfo(r["id"], r["name"], r["state"], r.get("prometheus_url") or "")
+            for r in Cluster.objects.order_by("name").values(*fields)
+        }
+
+    @cached_property
+    def models(self) -> dict[int, ModelInfo]:
+        return {
+            m["id"]: ModelInfo(m["id"], m["key"], m["display_name"], m["cost_factor"], m["active"])
+            for m in GpuModel.objects.values("id", "key", "display_name", "cost_factor", "active")
+        }
+
+    @cached_property
+    def teams(self) -> dict[int, TeamInfo]:
+        weights = dict(TeamPolicy.objects.values_list("team_id", "weight"))
+        return {
+            pk: TeamInfo(pk, slug, name, weights.get(pk, 1.0))
+            for pk, slug, name in Team.objects.order_by("name").values_list("id", "slug", "name")
+        }
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    @cached_property
+    def holding(self) -> list[dict[str, Any]]:
+        """Jobs that hold GPUs (admitted to cancelling) with their placement."""
+        return list(
+            Job.objects.filter(state__in=HOLDING_STATES, gpu_model__isnull=False).values(
+                "team_id",
+                "cluster_id",
+                "gpu_model_id",
+                "replicas",
+                "gpus_per_replica",
+                "node_plan",
+                "state",
+            )
+        )
+
+    @cached_property
+    def queued(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(team id, first-choice model id or NO_MODEL) → (queued jobs, GPUs they ask for).
+
+        Grouped by requirement in SQL, so a deep queue costs one row per distinct requirement;
+        each requirement is resolved once against the catalog, as the queue page does.
+        """
+        catalog, model_pk = engine_catalog()
+        rows = (
+            Job.objects.filter(state=JobState.QUEUED)
+            .values(
+                "team_id",
+                "gpu_models",
+                "min_gpu_memory_gib",
+                "min_fp16_tflops",
+                "requires_bf16",
+                "requires_fp8",
+                "selection_policy",
+            )
+            .annotate(n=Count("id"), gpus=Sum(F("replicas") * F("gpus_per_replica")))
+            .order_by()
+        )
+        memo: dict[tuple[Any, ...], int] = {}
+        out: dict[tuple[int, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
+        for r in rows:
+            key = (
+                tuple(r["gpu_models"] or ()),
+                r["min_gpu_memory_gib"],
+                r["min_fp16_tflops"],
+                r["requires_bf16"],
+                r["requires_fp8"],
+                r["selection_policy"],
+            )
+            if key not in memo:
+                matched = engine.resolve_candidates(
+                    _requirement(r), engine.Policy(r["selection_policy"]), catalog
+                ).matched
+                memo[key] = model_pk[matched[0].key] if matched else NO_MODEL
+            slot = (r["team_id"], memo[key])
+            jobs, gpus = out[slot]
+            out[slot] = (jobs + r["n"], gpus + (r["gpus"] or 0))
+        return dict(out)
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    @cached_property
+    def nodes(self) -> list[NodeState]:
+        from clusters.models import Node
+
+        planned: dict[tuple[int, str], int] = defaultdict(int)
+        for job in self.holding:
+            for node in job["node_plan"] or []:
+                planned[(job["cluster_id"], node)] += job["gpus_per_replica"]
+        return [
+            NodeState(
+                cluster_id=n["cluster_id"],
+                name=n["name"],
+                gpu_model_id=n["gpu_model_id"],
+                capacity=n["gpu_capacity"],
+                allocatable=n["gpu_allocatable"],
+                used_by_others=n["gpus_used_by_others"],
+                allocated=planned.get((n["cluster_id"], n["name"]), 0),
+                ready=n["ready"],
+                schedulable=n["schedulable"],
+            )
+            for n in Node.objects.filter(gpu_model__isnull=False)
+            .order_by("cluster_id", "gpu_model_id", "name")
+            .values(
+                "cluster_id",
+                "name",
+                "gpu_model_id",
+                "gpu_capacity",
+                "gpu_allocatable",
+                "gpus_used_by_others",
+                "ready",
+                "schedulable",
+            )
+        ]
+
+    @cached_property
+    def unknown_nodes(self) -> dict[int, int]:
+        """Per cluster, node rows whose GPU product the catalog does not know (never used)."""
+        from clusters.models import Node
+
+        return dict(
+            Node.objects.filter(gpu_model__isnull=True, gpu_capacity__gt=0)
+            .values("cluster_id")
+            .annotate(n=Count("id"))
+            .values_list("cluster_id", "n")
+        )
+
+    @cached_property
+    def cells(self) -> dict[tuple[int, int], PoolCell]:
+        cells: dict[tuple[int, int], PoolCell] = {}
+        for node in self.nodes:
+            key = (node.cluster_id, node.gpu_model_id)
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = PoolCell(node.cluster_id, node.gpu_model_id)
+            cell.add_node(node)
+        for job in self.holding:
+            if job["cluster_id"] is None:
+                continue
+            key = (job["cluster_id"], job["gpu_model_id"])
+            cell = cells.get(key)
+            if cell is None:  # a job on nodes the inventory no longer lists
+                cell = cells[key] = PoolCell(job["cluster_id"], job["gpu_model_id"])
+            cell.gpus_allocated += job["replicas"] * job["gpus_per_replica"]
+        return cells
+
+    def model_summaries(self, *, include_idle_models: bool = False) -> list[ModelSummary]:
+        """One card per model that has GPUs or demand, most GPUs first."""
+        summaries: dict[int, ModelSummary] = {}
+        for cell in self.cells.values():
+            model = self.models.get(cell.gpu_model_id)
+            if model is not None:
+                summaries.setdefault(model.id, ModelSummary(model)).cells.append(cell)
+        for (_team, model_id), (jobs, gpus) in self.queued.items():
+            model = self.models.get(model_id)
+            if model is None:
+                continue
+            summary = summaries.setdefault(model.id, ModelSummary(model))
+            summary.queued_jobs += jobs
+            summary.pending_gpus += gpus
+        if include_idle_models:
+            for model in self.models.values():
+                if model.active:
+                    summaries.setdefault(model.id, ModelSummary(model))
+        for s in summaries.values():
+            s.cells.sort(key=lambda c: self.clusters[c.cluster_id].name)
+        return sorted(summaries.values(), key=lambda s: (-s.gpus_allocatable, s.model.key))
+
+    # -- teams ------------------------------------------------------------------------------
+
+    @cached_property
+    def team_cells(self) -> dict[tuple[int, int], TeamModelCell]:
+        cells: dict[tuple[int, int], TeamModelCell] = {}
+
+        def cell(team_id: int, model_id: int) -> TeamModelCell:
+            found = cells.get((team_id, model_id))
+            if found is None:
+                found = cells[(team_id, model_id)] = TeamModelCell(team_id, model_id)
+            return found
+
+        for job in self.holding:
+            c = cell(job["team_id"], job["gpu_model_id"])
+            gpus = job["replicas"] * job["gpus_per_replica"]
+            c.gpus_allocated += gpus
+            c.gpus_running += gpus if job["state"] == JobState.RUNNING else 0
+        for team_id, model_id, nominal in Quota.objects.filter(nominal__gt=0).values_list(
+            "team_id", "gpu_model_id", "nominal"
+        ):
+            cell(team_id, model_id).nominal = nominal
+        for (team_id, model_id), (jobs, gpus) in self.queued.items():
+            if model_id != NO_MODEL:
+                c = cell(team_id, model_id)
+                c.queued_jobs += jobs
+                c.pending_gpus += gpus
+        return cells
+
+    @cached_property
+    def standings(self) -> dict[int, TeamStanding]:
+        """Every team's totals and fair-share figures, the engine's formula over live data."""
+        config = engine_config()
+        half_life = config.usage_half_life
+        models = self.models
+        teams = self.teams
+        capacity: dict[str, int] = defaultdict(int)
+        for node in self.nodes:
+            model = models[node.gpu_model_id]
+            if model.active and node.allocatable > 0:
+                capacity[model.key] += node.allocatable
+        usage: dict[str, float] = defaultdict(float)
+        for (slug, _model), weighted in decayed_usage(now=self.now, half_life=half_life).items():
+            usage[slug] += max(0.0, weighted)
+        book = ShareBook(
+            dict(capacity),
+            {m.key: m.cost_factor for m in models.values()},
+            {t.slug: t.weight for t in teams.values()},
+            dict(usage),
+            half_life,
+            config.usage_weight,
+        )
+        standings = {t.id: TeamStanding(team_id=t.id, weight=t.weight) for t in teams.values()}
+        for job in self.holding:
+            if job["cluster_id"] is None or job["team_id"] not in teams:
+                continue
+            book.add(
+                teams[job["team_id"]].slug,
+                models[job["gpu_model_id"]].key,
+                job["replicas"] * job["gpus_per_replica"],
+            )
+        for cell in self.team_cells.values():
+            s = standings.get(cell.team_id)
+            if s is None:
+                continue
+            s.gpus_allocated += cell.gpus_allocated
+            s.gpus_running += cell.gpus_running
+            s.nominal += cell.nominal
+            s.borrowed += cell.borrowed
+        for (team_id, _model), (jobs, gpus) in self.queued.items():
+            if team_id in standings:
+                standings[team_id].queued_jobs += jobs
+                standings[team_id].pending_gpus += gpus
+        since = self.now - 8 * half_life  # the horizon decayed_usage counts
+        raw = dict(
+            UsageRecord.objects.filter(hour__gte=since)
+            .values("team_id")
+            .annotate(h=Sum("gpu_hours"))
+            .values_list("team_id", "h")
+        )
+        for t in teams.values():
+            s = standings[t.id]
+            s.allocation_share, s.dominant_model = book.allocation_share(t.slug)
+            s.usage_share = book.usage_share(t.slug)
+            s.share = book.share(t.slug)
+            s.weighted_gpu_hours_decayed = usage.get(t.slug, 0.0)
+            s.gpu_hours = raw.get(t.id) or 0.0
+        active_weight = sum(s.weight for s in standings.values() if s.active)
+        for s in standings.values():
+            s.target_share = s.weight / active_weight if s.active and active_weight else None
+        return standings
+
+    # -- totals -----------------------------------------------------------------------------
+
+    def totals(self) -> dict[str, int]:
+        figures = {name: 0 for name in POOL_FIGURES if name != "largest_free_block"}
+        for cell in self.cells.values():
+            for name in figures:
+                figures[name] += getattr(cell, name)
+        figures["queued_jobs"] = sum(jobs for jobs, _ in self.queued.values())
+        figures["pending_gpus"] = sum(gpus for _, gpus in self.queued.values())
+        figures["unplaceable_jobs"] = sum(
+            jobs for (_t, m), (jobs, _g) in self.queued.items() if m == NO_MODEL
+        )
+        figures["running_jobs"] = sum(1 for j in self.holding if j["state"] == JobState.RUNNING)
+        return figures

@@ -1,0 +1,297 @@
+"""What the dashboards remember: minute snapshots of the pool, their hourly downsample, queue
+waits, and GPU utilization read from DCGM.
+
+Snapshots are a time series of the pool as the portal saw it; they are never the truth the
+scheduler acts on (that is the job table and the node inventory). Three series, each at two
+resolutions:
+
+* per (cluster, GPU model): capacity and how it is used (``PoolMinute`` / ``PoolHour``);
+* per (team, GPU model): allocation, quota and demand (``TeamModelMinute`` / ``TeamModelHour``);
+* per team: totals and fair share (``TeamMinute`` / ``TeamHour``), so the "stacked by team"
+  and fair-share charts read one row per team and instant instead of one per model.
+
+Minute rows are kept for ``GPUPOOL_SNAPSHOT_MINUTE_RETENTION_DAYS`` (30), hourly rows for
+``GPUPOOL_SNAPSHOT_HOUR_RETENTION_DAYS`` (365). Team rows are sparse: a (team, model) with
+nothing allocated, queued or granted is not written, and counts as zero.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class SnapshotRun(models.Model):
+    """One minute of the series was written: its minute is the key, so a second run in the same
+    minute rewrites that minute instead of adding one. Hourly averages divide by the number of
+    runs in the hour, so a minute the worker missed does not count as an idle minute."""
+
+    at = models.DateTimeField(unique=True, help_text="Start of the UTC minute")
+    taken_at = models.DateTimeField(help_text="When the snapshot was actually taken")
+    took_ms = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"snapshot {self.at:%Y-%m-%d %H:%M}"
+
+
+class HourRun(models.Model):
+    """One hour of the series was downsampled (``samples`` minute runs went into it)."""
+
+    at = models.DateTimeField(unique=True, help_text="Start of the UTC hour")
+    samples = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"hour {self.at:%Y-%m-%d %H}h ({self.samples} samples)"
+
+
+class PoolMinute(models.Model):
+    """The GPUs of one model on one cluster at one minute.
+
+    ``gpus_allocatable`` splits into ``gpus_allocated`` (portal jobs holding them),
+    ``gpus_used_by_others`` (pods the portal did not create), ``gpus_free`` (on ready,
+    schedulable nodes) and ``gpus_unavailable`` (free but on NotReady or cordoned nodes).
+    ``gpus_fragmented`` is the part of ``gpus_free`` on nodes that are partly in use: free, but
+    not as a whole node, so a replica asking for a full node cannot use it.
+    ``largest_free_block`` is the most free GPUs on one node: the largest replica that fits now.
+    """
+
+    at = models.DateTimeField()
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    gpus_total = models.PositiveIntegerField(default=0, help_text="Capacity the nodes report")
+    gpus_allocatable = models.PositiveIntegerField(default=0)
+    gpus_allocated = models.PositiveIntegerField(default=0)
+    gpus_used_by_others = models.PositiveIntegerField(default=0)
+    gpus_free = models.PositiveIntegerField(default=0)
+    gpus_unavailable = models.PositiveIntegerField(default=0)
+    gpus_fragmented = models.PositiveIntegerField(default=0)
+    largest_free_block = models.PositiveIntegerField(default=0)
+    nodes_total = models.PositiveIntegerField(default=0)
+    nodes_not_ready = models.PositiveIntegerField(default=0)
+    nodes_cordoned = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["at", "cluster", "gpu_model"], name="one_pool_minute_per_series"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.cluster_id}/{self.gpu_model_id}"
+
+
+class PoolHour(models.Model):
+    """``PoolMinute`` averaged over one UTC hour (``*_peak``: the highest minute)."""
+
+    at = models.DateTimeField()
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    gpus_total = models.FloatField(default=0)
+    gpus_allocatable = models.FloatField(default=0)
+    gpus_allocated = models.FloatField(default=0)
+    gpus_used_by_others = models.FloatField(default=0)
+    gpus_free = models.FloatField(default=0)
+    gpus_unavailable = models.FloatField(default=0)
+    gpus_fragmented = models.FloatField(default=0)
+    largest_free_block = models.FloatField(default=0)
+    nodes_total = models.FloatField(default=0)
+    nodes_not_ready = models.FloatField(default=0)
+    nodes_cordoned = models.FloatField(default=0)
+    gpus_allocated_peak = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["at", "cluster", "gpu_model"], name="one_pool_hour_per_series"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H}h {self.cluster_id}/{self.gpu_model_id}"
+
+
+class TeamModelMinute(models.Model):
+    """One team's GPUs of one model at one minute.
+
+    ``gpus_allocated`` counts jobs that hold quota (admitted to cancelling), ``gpus_running``
+    those of them that run; ``borrowed`` is what is allocated above ``nominal``.
+    ``pending_gpus`` / ``queued_jobs`` are queued jobs counted on the model their policy tries
+    first (the queue page's "first choice").
+    """
+
+    at = models.DateTimeField()
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    gpus_allocated = models.PositiveIntegerField(default=0)
+    gpus_running = models.PositiveIntegerField(default=0)
+    nominal = models.PositiveIntegerField(default=0)
+    borrowed = models.PositiveIntegerField(default=0)
+    pending_gpus = models.PositiveIntegerField(default=0)
+    queued_jobs = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["at", "team", "gpu_model"], name="one_team_model_minute_per_series"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.team_id}/{self.gpu_model_id}"
+
+
+class TeamModelHour(models.Model):
+    """``TeamModelMinute`` averaged over one UTC hour."""
+
+    at = models.DateTimeField()
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    gpus_allocated = models.FloatField(default=0)
+    gpus_running = models.FloatField(default=0)
+    nominal = models.FloatField(default=0)
+    borrowed = models.FloatField(default=0)
+    pending_gpus = models.FloatField(default=0)
+    queued_jobs = models.FloatField(default=0)
+    gpus_allocated_peak = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["at", "team", "gpu_model"], name="one_team_model_hour_per_series"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H}h {self.team_id}/{self.gpu_model_id}"
+
+
+class TeamMinute(models.Model):
+    """One team's totals over all models and its fair-share standing at one minute.
+
+    The shares are the scheduling engine's (``scheduling/engine/fairshare.py``):
+    ``allocation_share`` is the dominant share (max over models of allocated / pool GPUs),
+    ``usage_share`` decayed cost-weighted GPU-hours over what the pool delivers in the decay
+    horizon, ``share`` = (allocation + usage weight x usage) / weight, the value the cycle orders
+    teams by. ``target_share`` = weight / the summed weights of teams with work (null when the
+    team has none): where equal weighted shares would put it.
+    """
+
+    at = models.DateTimeField()
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpus_allocated = models.PositiveIntegerField(default=0)
+    gpus_running = models.PositiveIntegerField(default=0)
+    pending_gpus = models.PositiveIntegerField(default=0)
+    queued_jobs = models.PositiveIntegerField(default=0)
+    weight = models.FloatField(default=1.0)
+    allocation_share = models.FloatField(default=0)
+    usage_share = models.FloatField(default=0)
+    share = models.FloatField(default=0)
+    target_share = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["at", "team"], name="one_team_minute_per_series")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.team_id}"
+
+
+class TeamHour(models.Model):
+    """``TeamMinute`` averaged over one UTC hour."""
+
+    at = models.DateTimeField()
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpus_allocated = models.FloatField(default=0)
+    gpus_running = models.FloatField(default=0)
+    pending_gpus = models.FloatField(default=0)
+    queued_jobs = models.FloatField(default=0)
+    weight = models.FloatField(default=1.0)
+    allocation_share = models.FloatField(default=0)
+    usage_share = models.FloatField(default=0)
+    share = models.FloatField(default=0)
+    target_share = models.FloatField(null=True, blank=True)
+    gpus_allocated_peak = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["at", "team"], name="one_team_hour_per_series")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H}h {self.team_id}"
+
+
+class QueueWait(models.Model):
+    """One wait in the queue: from entering QUEUED (submitted, or requeued after preemption) to
+    RUNNING, read from the job's timeline. A job preempted twice has three waits.
+
+    ``event_id`` is the JobEvent of the RUNNING transition, so collecting twice is harmless.
+    """
+
+    event_id = models.BigIntegerField(unique=True)
+    job = models.ForeignKey("portal.Job", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey(
+        "scheduling.GpuModel", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    gpus = models.PositiveIntegerField(default=0)
+    queued_at = models.DateTimeField()
+    started_at = models.DateTimeField()
+    wait_seconds = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["started_at"], name="queuewait_by_start")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} waited {self.wait_seconds:.0f} s"
+
+
+class MetricsSource(models.Model):
+    """How the last read of a cluster's Prometheus went: pages show "metrics unavailable" when
+    it failed or is older than a few collection intervals, and keep rendering either way."""
+
+    cluster = models.OneToOneField(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="metrics_source"
+    )
+    checked_at = models.DateTimeField()
+    ok = models.BooleanField(default=False)
+    message = models.TextField(blank=True, help_text="Why the last read failed, in words")
+    series = models.PositiveIntegerField(default=0, help_text="GPU series in the last answer")
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {'ok' if self.ok else 'unavailable'}"
+
+
+class JobUtilization(models.Model):
+    """A running job's GPU utilization over the last window, from DCGM via Prometheus.
+
+    ``gpu_util_*`` are percent (0-100) over the job's GPUs: ``DCGM_FI_DEV_GPU_UTIL``, or
+    ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` x 100 for MIG slices. ``idle`` means every sample of every
+    GPU stayed under the idle threshold for the whole window while the job held its GPUs:
+    an "idle allocation". ``idle_since`` is when it was first seen idle (kept while it stays so).
+    """
+
+    job = models.OneToOneField("portal.Job", on_delete=models.CASCADE, related_name="utilization")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    measured_at = models.DateTimeField()
+    window_minutes = models.PositiveIntegerField(default=30)
+    gpus_reporting = models.PositiveIntegerField(default=0)
+    gpu_util_avg = models.FloatField(null=True, blank=True)
+    gpu_util_max = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.FloatField(null=True, blank=True)
+    memory_total_mib = models.FloatField(null=True, blank=True)
+    idle = models.BooleanField(default=False)
+    idle_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["idle", "measured_at"], name="jobutil_idle")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.gpu_util_avg}% ({'idle' if self.idle else 'busy'})"
