@@ -5,15 +5,17 @@ The steps, in order (each is one method of :class:`_Cycle`):
 1. Index the snapshot into in-cycle state: pools of free GPUs per (cluster, model), the quota
    book, the share book; charge running allocations; mark which of them run on borrowed quota.
 2. Build each team's line: its queued jobs by (priority desc, submit time, id), cut at the
-   lookback; group them into priority bands; find each band's heads past the starvation guard.
-3. For each priority band, highest first: (a) its starving heads, oldest first; (b) progressive
-   filling on nominal quota only; (c) progressive filling of the jobs that need to borrow. Both
-   fills pop teams from a heap keyed by the team's weighted dominant share, FIFO within a team.
+   lookback; group them into priority bands; note each band's head if it waited past the
+   starvation guard.
+3. For each priority band, highest first: (a) progressive filling on nominal quota only, then
+   (b) progressive filling of the jobs that need to borrow. Both pop teams from a heap keyed by
+   the team's weighted dominant share (recomputed after each admission), FIFO within a team.
 4. For each job: resolve candidates, then per candidate model quota (nominal, then borrowing)
    and capacity (gang best fit over enabled clusters). Admit on the first candidate that fits and
    charge pools, quota and share at once, so the next job sees it; else reclaim by preemption
-   (evaluated on a copy) when the team is within nominal; else hold capacity for a starving
-   head; else record why it waits.
+   (evaluated on a copy) when the team is within nominal; else, for a head of line past the
+   starvation guard, hold what it lacks (free GPUs on the nodes it would use, the cohort's
+   lendable quota) against every job visited after it; else record why it waits.
 5. Assemble messages (all text lives in ``reasons``), positions and the not-considered tail.
 
 Why the memos are sound: within one cycle GPUs are only ever taken (admissions, reservations,
@@ -166,11 +168,14 @@ class _Cycle:
         self._quota_failed: dict[tuple[str, str], tuple[int, _Failure]] = {}
         self._cap_failed: dict[tuple[str, int, int], _Failure] = {}
         self._failed_sig: dict[tuple[str, int, int, int, int], tuple[_Failure, ...]] = {}
+        self._deferred_sig: set[tuple[str, int, int, int, int]] = set()
         self._no_cluster: dict[str, _Failure] = {}
         self._preempt_failed: set[tuple[str, int, int]] = set()
         self._fit0_memo: dict[tuple[str, int, int], bool] = {}
         self._ever_memo: dict[tuple[str, int, int], bool] = {}
         self._held_by: dict[int, str] = {}  # id(pool) -> first holder's job id
+        self._quota_held_by: dict[tuple[str, str], str] = {}  # (cohort, model) -> holder
+        self._held_models: set[str] = set()  # one hold per model and cycle
         self._final = False
         self._free_cache: dict[str, tuple[int, int]] = {}
         self._fallback_memo: dict[str, CandidateNote] = {}
@@ -251,7 +256,7 @@ class _Cycle:
         # bands[priority][team] = that team's considered jobs of that priority, in line order.
         self.bands: dict[int, dict[str, list[PendingJob]]] = {}
         self.beyond: dict[str, tuple[str, ...]] = {}
-        self.starving: dict[int, list[PendingJob]] = {}
+        self.starving: set[str] = set()
         guard = self.config.starvation_wait
         now = self.snap.now
         for team in sorted(grouped):
@@ -268,10 +273,8 @@ class _Cycle:
                     line = band[team] = []
                     # The head of the team's line in this band: the starvation guard's subject.
                     if now - job.submitted_at >= guard:
-                        self.starving.setdefault(job.priority, []).append(job)
+                        self.starving.add(job.id)
                 line.append(job)
-        for heads in self.starving.values():
-            heads.sort(key=lambda j: (j.submitted_at, j.id))
         self.decided: set[str] = set()
 
     # -- step 3 -------------------------------------------------------------------------------
@@ -280,13 +283,10 @@ class _Cycle:
         self._index()
         self._lines()
         for priority in sorted(self.bands, reverse=True):
-            # (a) heads past the starvation guard, oldest first: admitted or capacity held;
-            for job in self.starving.get(priority, ()):
-                self._visit(job, starving=True, nominal_only=False)
-            # (b) progressive filling on nominal quota only, so that a team's guarantee is
+            # (a) progressive filling on nominal quota only, so that a team's guarantee is
             #     served before anyone borrows it (as Kueue orders non-borrowing entries first);
             deferred = self._fill(self.bands[priority], nominal_only=True)
-            # (c) then the jobs that need to borrow, again by share.
+            # (b) then the jobs that need to borrow, again by share.
             self._fill(deferred, nominal_only=False)
         return self._assemble()
 
@@ -305,44 +305,40 @@ class _Cycle:
         share = self.shares.share
         decided = self.decided
         evaluate = self._evaluate
-        push = heapq.heappush
-        pop = heapq.heappop
+        starving = self.starving
         for team, line in lines.items():
             i = 0
             while i < len(line) and line[i].id in decided:
                 i += 1
             cursor[team] = i
             if i < len(line):
-                push(heap, (share(team), line[i].submitted_at, line[i].id, team))
+                heap.append((share(team), line[i].submitted_at, line[i].id, team))
+        heapq.heapify(heap)
+        pushpop = heapq.heappushpop
         while heap:
-            team = pop(heap)[3]
-            line = lines[team]
-            i = cursor[team]
-            job = line[i]
-            if evaluate(job, False, nominal_only):
-                decided.add(job.id)
-                self.visited += 1
-            else:
-                deferred.setdefault(team, []).append(job)
-            i += 1
-            while i < len(line) and line[i].id in decided:
+            team = heapq.heappop(heap)[3]
+            while True:
+                line = lines[team]
+                i = cursor[team]
+                job = line[i]
+                if evaluate(job, job.id in starving, nominal_only):
+                    decided.add(job.id)
+                    self.visited += 1
+                else:
+                    deferred.setdefault(team, []).append(job)
                 i += 1
-            cursor[team] = i
-            if i < len(line):
-                push(heap, (share(team), line[i].submitted_at, line[i].id, team))
+                while i < len(line) and line[i].id in decided:
+                    i += 1
+                cursor[team] = i
+                if i == len(line):
+                    break
+                # Push the team back and take the smallest; when it is still this team (its
+                # share did not move, as when nothing fits), the heap is not even touched.
+                head = line[i]
+                team = pushpop(heap, (share(team), head.submitted_at, head.id, team))[3]
         return deferred
 
     # -- step 4 -------------------------------------------------------------------------------
-
-    def _visit(self, job: PendingJob, *, starving: bool, nominal_only: bool) -> bool:
-        """Decide one job; False when it was deferred to the borrowing pass."""
-        if job.id in self.decided:
-            return True
-        if not self._evaluate(job, starving, nominal_only):
-            return False
-        self.decided.add(job.id)
-        self.visited += 1
-        return True
 
     def _wait(
         self,
@@ -392,6 +388,11 @@ class _Cycle:
                     _Waiting(job, None, self.visited, len(self.admissions), known, cands, n_tried)
                 )
                 return True
+            if nominal_only and signature in self._deferred_sig:
+                # An equal job needed to borrow: so does this one (quota use only grows), or
+                # it fails, which the borrowing pass finds just the same. Borrowers never
+                # preempt, so deferring changes nothing but when it is looked at.
+                return False
         tried = cands.matched[:n_tried]
         need = g * r
         failures: list[_Failure] = []
@@ -425,6 +426,7 @@ class _Cycle:
                 continue
             if nominal_only and borrowed:
                 if any(p.free_total >= need and p.fits(g, r) for p in pools):
+                    self._deferred_sig.add(signature)
                     return False  # would borrow: wait for the borrowing pass of this band
                 cf = cap_failed[ckey] = self._capacity_failure(model, g, r)
                 failures.append(cf)
@@ -443,7 +445,14 @@ class _Cycle:
                     return True
         if starving:
             for f in failures:
-                if f.code is SkipCode.NO_NODE_FITS and self._try_hold(job, f.model):
+                if f.code is SkipCode.NO_NODE_FITS:
+                    if self._try_hold(job, f.model, quota_short=False):
+                        return True
+                elif (
+                    f.code is SkipCode.QUOTA_FULL
+                    and self.quota.fits(team_id, f.model.key, need) == COHORT_SHORT
+                    and self._try_hold(job, f.model, quota_short=True)
+                ):
                     return True
         known = tuple(failures)
         if not starving:
@@ -683,60 +692,81 @@ class _Cycle:
 
     # -- starvation guard -------------------------------------------------------------------------
 
-    def _try_hold(self, job: PendingJob, model: GpuModel) -> bool:
-        """Hold free GPUs for a starving job that does not fit (the starvation guard).
+    def _try_hold(self, job: PendingJob, model: GpuModel, *, quota_short: bool) -> bool:
+        """Hold what a starving job lacks on ``model`` (the starvation guard); True when held.
 
-        On the enabled cluster where the most of its GPUs are already free, hold the free GPUs
-        of the nodes it would use (most free first), so that no later job takes them and the
-        job fits once the jobs still running there end.
+        Capacity: on the enabled cluster where the most of its GPUs are already free, the free
+        GPUs of the nodes it would use (most free first) are held, so that no later job takes
+        them and the job fits once the jobs still running there end. Quota: when the cohort
+        cannot lend enough (``quota_short``), what it can lend now is held for the job, so that
+        later borrowers do not take it; jobs within their own nominal quota are not affected.
         """
-        if len(self.holds) >= self.config.max_capacity_holds:
+        if len(self.holds) >= self.config.max_capacity_holds or model.key in self._held_models:
             return False
         g, r = job.gpus_per_replica, job.replicas
-        best: tuple[tuple[int, str], Pool, list[tuple[int, int]]] | None = None
-        for pool in self.enabled.get(model.key, ()):
-            if not pool.could_ever_fit(g, r):
-                continue
-            order = sorted(
-                (i for i in range(len(pool.names)) if pool.total[i] >= g),
-                key=lambda i: (-pool.free[i], pool.names[i]),
-            )
-            remaining = r
-            picks: list[tuple[int, int]] = []
-            for i in order:
-                k = min(pool.total[i] // g, remaining)
-                picks.append((i, min(pool.free[i], k * g)))
-                remaining -= k
-                if remaining == 0:
-                    break
-            rank = (-sum(h for _, h in picks), pool.cluster)
-            if best is None or rank < best[0]:
-                best = (rank, pool, picks)
-        if best is None:
+        pools = self.enabled.get(model.key, ())
+        if not any(p.could_ever_fit(g, r) for p in pools):
             return False
-        _, pool, picks = best
+        chosen: tuple[Pool, list[tuple[int, int]]] | None = None
+        if not any(p.free_total >= job.gpus and p.fits(g, r) for p in pools):
+            best: tuple[tuple[int, str], Pool, list[tuple[int, int]]] | None = None
+            for pool in pools:
+                if not pool.could_ever_fit(g, r):
+                    continue
+                order = sorted(
+                    (i for i in range(len(pool.names)) if pool.total[i] >= g),
+                    key=lambda i: (-pool.free[i], pool.names[i]),
+                )
+                remaining = r
+                picks: list[tuple[int, int]] = []
+                for i in order:
+                    k = min(pool.total[i] // g, remaining)
+                    picks.append((i, min(pool.free[i], k * g)))
+                    remaining -= k
+                    if remaining == 0:
+                        break
+                rank = (-sum(h for _, h in picks), pool.cluster)
+                if best is None or rank < best[0]:
+                    best = (rank, pool, picks)
+            if best is not None:
+                chosen = (best[1], best[2])
+        elif not quota_short:  # pragma: no cover - it would have been admitted
+            return False
+        cohort_gpus = max(0, self.quota.can_lend(job.team, model.key)) if quota_short else 0
+        if cohort_gpus:
+            self.quota.hold(job.team, model.key, cohort_gpus)
+            self._quota_held_by.setdefault(
+                (self.quota.row(job.team, model.key).cohort, model.key), job.id
+            )
         held_nodes: list[tuple[str, int]] = []
-        for i, h in picks:
-            if h:
-                pool.hold(i, h)
-            held_nodes.append((pool.names[i], h))
-        self._held_by.setdefault(id(pool), job.id)
-        # A capacity failure may now be "held for another job": classify afresh.
+        cluster = ""
+        if chosen is not None:
+            pool, picks = chosen
+            cluster = pool.cluster
+            for i, h in picks:
+                if h:
+                    pool.hold(i, h)
+                held_nodes.append((pool.names[i], h))
+            self._held_by.setdefault(id(pool), job.id)
+        # A failure may now be "held for another job": classify afresh.
         self._cap_failed = {k: f for k, f in self._cap_failed.items() if k[0] != model.key}
         self._failed_sig.clear()
+        self._held_models.add(model.key)
         hold = CapacityHold(
             job_id=job.id,
             team=job.team,
-            cluster=pool.cluster,
+            cluster=cluster,
             model=model.key,
             nodes=tuple(held_nodes),
+            cohort_gpus=cohort_gpus,
         )
         self.holds.append(hold)
         detail = reasons.detail_holding(
             hold.gpus,
             job.gpus,
             len(held_nodes),
-            pool.cluster,
+            cluster,
+            cohort_gpus,
             self.snap.now - job.submitted_at,
             self.config.starvation_wait,
         )
@@ -747,7 +777,11 @@ class _Cycle:
 
     def _quota_code(self, team: str, model: str, need: int) -> SkipCode:
         outcome = self.quota.fits(team, model, need)
-        return SkipCode.COHORT_CANNOT_LEND if outcome == COHORT_SHORT else SkipCode.QUOTA_FULL
+        if outcome != COHORT_SHORT:
+            return SkipCode.QUOTA_FULL
+        if self.quota.held(team, model) and self.quota.fits_ignoring_holds(team, model, need):
+            return SkipCode.HELD_FOR_OTHER_JOB
+        return SkipCode.COHORT_CANNOT_LEND
 
     def _code(self, f: _Failure, job: PendingJob) -> SkipCode:
         if f.code is SkipCode.QUOTA_FULL:
@@ -783,6 +817,10 @@ class _Cycle:
                 r, g, max(p.max_total for p in pools), max(p.empty_slots(g) for p in pools)
             )
         if code is SkipCode.HELD_FOR_OTHER_JOB:
+            if f.code is SkipCode.QUOTA_FULL:  # the cohort's lending is held
+                cohort = self.quota.row(job.team, m).cohort
+                holder = self._quota_held_by.get((cohort, m), "")
+                return reasons.detail_held_for_other(holder, self.quota.held(job.team, m))
             held = sum(p.held_total() for p in self.enabled[m])
             return reasons.detail_held_for_other(f.holder, held)
         largest, free = self._model_free(m)

@@ -66,7 +66,8 @@ class Admission:
     """GPUs of this job above the team's nominal quota at admission (0 = fully on nominal)."""
     explanation: Explanation
     starvation_guard: bool = False
-    """Admitted first in its priority band because it waited past the starvation guard."""
+    """Admitted as a head of line past the starvation guard (capacity may have been held for
+    it in earlier cycles)."""
 
     @property
     def on_borrowed_quota(self) -> bool:
@@ -112,17 +113,23 @@ class PendingReason:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityHold:
-    """Free GPUs held for a starving job; no job behind it may use them this cycle."""
+    """What the starvation guard holds for a starving job this cycle: free GPUs on nodes it
+    will use, and the cohort's lendable quota it needs to borrow. No job behind it in line may
+    use either (jobs within their own nominal quota still may: nominal is guaranteed)."""
 
     job_id: str
     team: str
     cluster: str
+    """Cluster of the held nodes ('' when only quota is held)."""
     model: str
-    nodes: tuple[tuple[str, int], ...]
+    nodes: tuple[tuple[str, int], ...] = ()
     """(node name, GPUs held there)."""
+    cohort_gpus: int = 0
+    """GPUs of the cohort's lendable quota on ``model`` held for the job."""
 
     @property
     def gpus(self) -> int:
+        """GPUs held on nodes."""
         return sum(n for _, n in self.nodes)
 
 

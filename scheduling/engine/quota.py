@@ -59,12 +59,13 @@ class QuotaRow:
 
 
 class CohortSums:
-    __slots__ = ("borrowed", "lendable", "own")
+    __slots__ = ("borrowed", "held", "lendable", "own")
 
     def __init__(self) -> None:
         self.own = 0
         self.lendable = 0
         self.borrowed = 0
+        self.held = 0  # lending held for a starving job: no one else may borrow it
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +120,30 @@ class QuotaBook:
             self._rows[(team, model)] = r
         return r
 
-    def can_lend(self, team: str, model: str) -> int:
+    def can_lend(self, team: str, model: str, *, ignoring_holds: bool = False) -> int:
+        """What the cohort can lend ``team`` on ``model`` now (may be negative when the
+        cohort's nominal use has outgrown what was lent)."""
         r = self.row(team, model)
         s = self._sums_for(r.cohort, model)
-        return s.own + s.lendable - r.lendable() - s.borrowed
+        held = 0 if ignoring_holds else s.held
+        return s.own + s.lendable - r.lendable() - s.borrowed - held
+
+    def hold(self, team: str, model: str, gpus: int) -> None:
+        """Hold ``gpus`` of the cohort's lending on ``model`` for a starving job of ``team``."""
+        self._sums_for(self.row(team, model).cohort, model).held += gpus
+
+    def held(self, team: str, model: str) -> int:
+        return self._sums_for(self.row(team, model).cohort, model).held
+
+    def fits_ignoring_holds(self, team: str, model: str, need: int) -> bool:
+        r = self.row(team, model)
+        after = r.used + need
+        if after <= r.nominal:
+            return True
+        borrowed_after = after - r.nominal
+        if r.borrowing_limit is not None and borrowed_after > r.borrowing_limit:
+            return False
+        return borrowed_after - r.borrowed() <= self.can_lend(team, model, ignoring_holds=True)
 
     def check(self, team: str, model: str, need: int) -> QuotaCheck:
         """Whether ``need`` more GPUs of ``model`` fit the team's quota (nominal first)."""
@@ -159,7 +180,7 @@ class QuotaBook:
         if s is None:
             return COHORT_SHORT
         borrowed_now = used - nominal if used > nominal else 0
-        if borrowed_after - borrowed_now > s.own + s.lendable - r.lendable() - s.borrowed:
+        if borrowed_after - borrowed_now > s.own + s.lendable - r.lendable() - s.borrowed - s.held:
             return COHORT_SHORT
         return need if need < borrowed_after else borrowed_after
 

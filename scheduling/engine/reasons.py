@@ -180,11 +180,23 @@ def detail_held_for_other(holder: str, held: int) -> str:
 
 
 def detail_holding(
-    held: int, need: int, nodes: int, cluster: str, waited: timedelta, guard: timedelta
+    held: int,
+    need: int,
+    nodes: int,
+    cluster: str,
+    cohort_gpus: int,
+    waited: timedelta,
+    guard: timedelta,
 ) -> str:
+    parts = []
+    if nodes:
+        parts.append(f"{held} of {need} GPUs on {nodes} nodes in {cluster}")
+    if cohort_gpus:
+        parts.append(f"{cohort_gpus} GPUs of cohort quota")
+    what = " and ".join(parts) if parts else "nothing yet (none is free)"
     return (
-        f"waited {fmt_wait(waited)} (guard {fmt_wait(guard)}): holding {held} of {need} GPUs on "
-        f"{nodes} nodes in {cluster} until running jobs there finish; later jobs may not use them"
+        f"waited {fmt_wait(waited)} (guard {fmt_wait(guard)}): holding {what} until running "
+        f"jobs finish; later jobs may not use them"
     )
 
 

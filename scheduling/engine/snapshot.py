@@ -275,10 +275,13 @@ class EngineConfig:
     """At most this many queued jobs per team are considered per cycle (like Armada's queue
     lookback); later ones are reported as not considered."""
     starvation_wait: timedelta = timedelta(hours=2)
-    """After waiting this long, a job at the head of its team's line is served first in its
-    priority band and, when it does not fit, capacity is held for it."""
+    """A job at the head of its team's line (in its priority band) that has waited this long
+    and does not fit when its turn comes (fair-share order) gets what it lacks held: free GPUs
+    on the nodes it would use and the cohort's lendable quota. Jobs visited after it may not
+    use them; jobs before it (higher priority, lower share) may."""
     max_capacity_holds: int = 4
-    """At most this many jobs get capacity held per cycle (oldest first)."""
+    """At most this many holds per cycle, and at most one per GPU model (the first starving
+    head visited: the lowest-share team's), so that holds do not fragment a model."""
     usage_half_life: timedelta = timedelta(days=7)
     """Half-life the caller decayed ``Usage`` with; normalises usage into a share."""
     usage_weight: float = 1.0

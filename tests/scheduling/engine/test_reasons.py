@@ -194,7 +194,7 @@ CASES = [
         (
             f"needs 8 {X} A100-80GB; "
             "waited 5h 0m (guard 1h 0m): holding 6 of 8 GPUs on 1 nodes in east "
-            "until running jobs there finish; "
+            "until running jobs finish; "
             f"later jobs may not use them"
         ),
         fast_guard(60),

@@ -71,6 +71,7 @@ def test_after_the_guard_capacity_is_held_and_shown_in_both_reasons() -> None:
     large = reasons_by_job(decision)["large"]
     assert large.code is ReasonCode.HOLDING_CAPACITY
     assert "waited 1h 30m (guard 1h 0m): holding 6 of 8 GPUs on 1 nodes in east" in large.message
+    assert "cohort quota" not in large.message  # the cohort can lend 10: only nodes are held
     # the small job may still use GPUs the large one cannot use yet (node 0)
     assert admitted(decision)["small"].node_plan == ("east-a100-80gb-0",)
 
@@ -88,7 +89,9 @@ def test_a_job_that_only_fits_in_held_room_says_so() -> None:
     assert "held for older job large" in medium.message
 
 
-def test_the_starving_head_goes_first_in_its_band_despite_a_larger_share() -> None:
+def test_a_starving_head_keeps_its_fair_share_turn_and_holds_what_is_left() -> None:
+    """The guard does not let a job jump the fair-share order (bob, with the lower share, goes
+    first); it stops jobs *behind* the starving head from taking what the head lacks."""
     snap = (
         a_snapshot()
         .with_clusters(a_cluster().with_nodes("a100-80gb", 1, gpus=8))
@@ -96,11 +99,41 @@ def test_the_starving_head_goes_first_in_its_band_despite_a_larger_share() -> No
         .with_usage("alice", "a100-80gb", 50_000)
         .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(500))
         .with_pending(a_job("small", team="bob", gpus=2).on_models("a100-80gb").submitted(1))
+        .with_pending(a_job("later", team="alice", gpus=1).on_models("a100-80gb").submitted(0))
         .build()
     )
     decision = decide(snap, fast_guard(60))
-    assert admitted(decision)["large"].starvation_guard
-    assert "small" not in admitted(decision)
+    assert list(admitted(decision)) == ["small"]
+    (hold,) = decision.holds
+    assert hold.job_id == "large" and hold.gpus == 6 and hold.cohort_gpus == 6
+    assert reasons_by_job(decision)["later"].code is ReasonCode.CAPACITY_HELD
+
+
+def test_one_hold_per_model_goes_to_the_first_starving_head_in_line() -> None:
+    snap = half_busy_pool()
+    for i in range(5):
+        snap.with_pending(
+            a_job(f"large{i}", team=f"t{i}", gpus=8).on_models("a100-80gb").submitted(100 + i)
+        )
+    decision = decide(snap.build(), fast_guard(60))
+    # all teams have share 0, so the line goes by submit time: large4 is first
+    assert [h.job_id for h in decision.holds] == ["large4"]
+    codes = {p.job_id: p.code for p in decision.pending}
+    assert codes["large4"] is ReasonCode.HOLDING_CAPACITY
+    # they would not fit even without the hold (no node has 8 free), so that is what they say
+    assert {codes[f"large{i}"] for i in range(4)} == {ReasonCode.NO_CAPACITY}
+
+
+def test_holds_can_be_switched_off() -> None:
+    snap = (
+        half_busy_pool()
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(90))
+        .with_pending(a_job("medium", team="bob", gpus=6).on_models("a100-80gb").submitted(1))
+        .build()
+    )
+    config = EngineConfig(starvation_wait=fast_guard(60).starvation_wait, max_capacity_holds=0)
+    decision = decide(snap, config)
+    assert not decision.holds and "medium" in admitted(decision)
 
 
 def test_higher_priority_work_is_not_blocked_by_a_hold() -> None:
@@ -112,17 +145,3 @@ def test_higher_priority_work_is_not_blocked_by_a_hold() -> None:
     )
     decision = decide(snap, fast_guard(60))
     assert "urgent" in admitted(decision)
-
-
-def test_the_number_of_holds_is_bounded() -> None:
-    snap = half_busy_pool()
-    for i in range(5):
-        snap.with_pending(
-            a_job(f"large{i}", team=f"t{i}", gpus=8).on_models("a100-80gb").submitted(100 + i)
-        )
-    config = EngineConfig(starvation_wait=fast_guard(60).starvation_wait, max_capacity_holds=1)
-    decision = decide(snap.build(), config)
-    assert [h.job_id for h in decision.holds] == ["large4"]  # the oldest
-    codes = {p.job_id: p.code for p in decision.pending}
-    assert codes["large4"] is ReasonCode.HOLDING_CAPACITY
-    assert codes["large0"] is not ReasonCode.HOLDING_CAPACITY

@@ -1,0 +1,62 @@
+"""Fairness simulation: three teams of weights 1:1:2 on 16 GPUs of two models, over days.
+
+    .venv/bin/python bench/fairness_sim.py [--days 14] [--seeds 5] [--cycle-minutes 10]
+
+Prints each team's share of GPU-hours against its weight, the worst relative deviation, and
+waits (median, 95th percentile, worst including jobs still queued) per seed. The same
+simulation asserts in tests/scheduling/engine/test_fairness.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.scheduling.engine.fairness import WEIGHTS, simulate  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=float, default=14)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--cycle-minutes", type=int, default=10)
+    args = parser.parse_args()
+    total = sum(WEIGHTS.values())
+    print(
+        f"{len(WEIGHTS)} teams, weights "
+        + ":".join(f"{w:g}" for w in WEIGHTS.values())
+        + f", 16 GPUs (8 A100 + 8 L4), {args.days:g} days, cycle every {args.cycle_minutes} min"
+    )
+    print("target shares: " + ", ".join(f"{t} {w / total:.1%}" for t, w in WEIGHTS.items()))
+    worst = 0.0
+    for seed in range(1, args.seeds + 1):
+        t0 = time.perf_counter()
+        r = simulate(days=args.days, seed=seed, cycle_minutes=args.cycle_minutes)
+        shares = r.shares()
+        dev = max(abs(shares[t] / (w / total) - 1) for t, w in WEIGHTS.items())
+        worst = max(worst, dev)
+        print(
+            f"\nseed {seed}: shares "
+            + ", ".join(f"{t} {shares[t]:.1%}" for t in WEIGHTS)
+            + f"; worst deviation {dev:.1%} ({r.cycles} cycles, {time.perf_counter() - t0:.1f} s)"
+        )
+        for team in WEIGHTS:
+            waits = sorted(r.waits_hours[team])
+            p95 = waits[int(0.95 * (len(waits) - 1))] if waits else 0.0
+            print(
+                f"  {team:6} admitted {r.admitted[team]:4}, refused at the queue cap "
+                f"{r.dropped[team]:4}; wait median {statistics.median(waits):5.1f} h, "
+                f"p95 {p95:5.1f} h, worst {r.max_wait()[team]:5.1f} h"
+            )
+    print(f"\nworst deviation from the weights over {args.seeds} seeds: {worst:.1%} (goal <= 10%)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
