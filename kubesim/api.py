@@ -539,7 +539,9 @@ class Api:
                 time.sleep(0.1)
                 with self.store.lock:
                     current = self.sim.pod(*self._key(route))
-                    done = current is None or current.started_at is None
+                    done = (
+                        current is None or current.state != "running" or current.started_at is None
+                    )
                     lines = self.sim.pod_log(pod, obj, container, timestamps=timestamps)
                 fresh = lines[sent:]
                 if fresh:
@@ -767,7 +769,7 @@ class Api:
         unknown = rt.crd.prune(obj).unknown
         if not unknown:
             return
-        texts = [f'unknown field "{path}"' for path in unknown]
+        texts = [f'unknown field "{path}"' for path in sorted(unknown)]
         if mode == "Strict":
             raise bad_request(
                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '

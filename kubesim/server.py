@@ -180,7 +180,7 @@ class HttpServer:
         """Serve in a daemon thread."""
         self._thread = threading.Thread(
             target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.05},
             name="kubesim-http",
             daemon=True,
         )

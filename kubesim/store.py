@@ -188,7 +188,7 @@ class Collection:
         return entry
 
     def record(self, event: WatchEvent) -> None:
-        if len(self.history) >= self.history_size:
+        while self.history and len(self.history) >= self.history_size:
             self.floor = self.history.popleft().rv
         self.history.append(event)
         for watcher in list(self.watchers):
@@ -444,7 +444,10 @@ class Store:
                 for event in reversed(col.history):
                     if event.rv <= since:
                         break
-                    initial.append(event)
+                    if namespace is None or (
+                        event.entry.obj.get("metadata", {}).get("namespace") == namespace
+                    ):
+                        initial.append(event)
                 initial.reverse()
             watcher = Watcher(rt, namespace)
             col.watchers.add(watcher)
@@ -458,6 +461,8 @@ class Store:
     def compact(self, rt: ResourceType | None = None) -> None:
         """Expire history now: older versions and continue tokens then answer 410."""
         with self.lock:
+            # Bump the revision so that a fresh list returns a version that is still valid.
+            self.rv += 1
             cols = [self.collections[rt.key]] if rt else list(self.collections.values())
             for col in cols:
                 col.history.clear()
