@@ -1,6 +1,7 @@
 """Fairness simulation: three teams of weights 1:1:2 on 16 GPUs of two models, over days.
 
     .venv/bin/python bench/fairness_sim.py [--days 14] [--seeds 5] [--cycle-minutes 10]
+                                           [--guard-hours 2] [--max-holds 4]
 
 Prints each team's share of GPU-hours against its weight, the worst relative deviation, and
 waits (median, 95th percentile, worst including jobs still queued) per seed. The same
@@ -13,11 +14,13 @@ import argparse
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scheduling.engine import EngineConfig  # noqa: E402
 from tests.scheduling.engine.fairness import WEIGHTS, simulate  # noqa: E402
 
 
@@ -26,18 +29,24 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=14)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--cycle-minutes", type=int, default=10)
+    parser.add_argument("--guard-hours", type=float, default=2, help="starvation wait")
+    parser.add_argument("--max-holds", type=int, default=4, help="0 switches the guard off")
     args = parser.parse_args()
+    config = EngineConfig(
+        starvation_wait=timedelta(hours=args.guard_hours), max_capacity_holds=args.max_holds
+    )
     total = sum(WEIGHTS.values())
     print(
         f"{len(WEIGHTS)} teams, weights "
         + ":".join(f"{w:g}" for w in WEIGHTS.values())
         + f", 16 GPUs (8 A100 + 8 L4), {args.days:g} days, cycle every {args.cycle_minutes} min"
+        + f", starvation guard {args.guard_hours:g} h, max holds {args.max_holds}"
     )
     print("target shares: " + ", ".join(f"{t} {w / total:.1%}" for t, w in WEIGHTS.items()))
     worst = 0.0
     for seed in range(1, args.seeds + 1):
         t0 = time.perf_counter()
-        r = simulate(days=args.days, seed=seed, cycle_minutes=args.cycle_minutes)
+        r = simulate(days=args.days, seed=seed, cycle_minutes=args.cycle_minutes, config=config)
         shares = r.shares()
         dev = max(abs(shares[t] / (w / total) - 1) for t, w in WEIGHTS.items())
         worst = max(worst, dev)
