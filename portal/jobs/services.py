@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connections, router, transaction
-from django.db.models import Model
+from django.db import IntegrityError, connections, models, router, transaction
+from django.db.models import Field, Model
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
@@ -48,9 +49,18 @@ def submit_limits() -> SpecLimits:
     )
 
 
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
 def _fingerprint(spec: JobSpec) -> str:
-    """A stable digest of what was asked, to tell a retry from a reused Idempotency-Key."""
-    canonical = json.dumps(asdict(spec), sort_keys=True, default=str)
+    """A stable digest of what was asked, to tell a retry from a reused Idempotency-Key.
+
+    Stored with every job, so it must never change for the same spec: this is the JSON of
+    ``dataclasses.asdict(spec)``, built without asdict's deep copy (a fifth of a batch's CPU).
+    """
+    canonical = json.dumps(
+        {name: getattr(spec, name) for name in _SPEC_FIELDS}, sort_keys=True, default=str
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -102,18 +112,79 @@ def _validate_key(key: str | None) -> str | None:
     return key
 
 
+# Field types whose attribute value psycopg sends as it is, as their get_db_prep_save would
+# for the values a JobSpec and the model defaults produce (str, int, bool, float, UUID, aware
+# datetime, None). JSON goes through the backend's adapter; any other type through the field.
+_NATIVE_ON_POSTGRESQL = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.FloatField,
+    models.UUIDField,
+    models.DateTimeField,
+    models.ForeignKey,
+)
+
+
+Reader = Callable[[Model, Any], Any]
+
+
+def _reader(f: Field[Any, Any], vendor: str) -> Reader:
+    """How to get ``f``'s database value out of an unsaved instance, given a connection."""
+    if type(f).pre_save is not Field.pre_save:  # auto_now and the like compute the value
+
+        def computed(obj: Model, conn: Any) -> Any:
+            return f.get_db_prep_save(f.pre_save(obj, True), conn)
+
+        return computed
+    if vendor == "postgresql" and isinstance(f, models.JSONField):
+
+        def json_value(obj: Model, conn: Any) -> Any:
+            value = getattr(obj, f.attname)
+            return None if value is None else conn.ops.adapt_json_value(value, f.encoder)
+
+        return json_value
+    if vendor == "postgresql" and isinstance(f, _NATIVE_ON_POSTGRESQL):
+
+        def native(obj: Model, conn: Any) -> Any:
+            return getattr(obj, f.attname)
+
+        return native
+
+    def prepared(obj: Model, conn: Any) -> Any:
+        return f.get_db_prep_save(getattr(obj, f.attname), conn)
+
+    return prepared
+
+
+@functools.cache
+def _row_format(
+    model: type[Model], vendor: str, skip: str = ""
+) -> tuple[list[Field[Any, Any]], list[Reader]]:
+    """The columns ``Model.save()`` would insert for ``model`` (the auto primary key, and
+    ``skip``, left out) and a reader per column.
+
+    ``get_db_prep_save`` per field and row is most of the CPU of inserting a batch, and on
+    PostgreSQL it returns most fields' values unchanged; those are read as attributes.
+    """
+    meta = model._meta
+    columns = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
+    columns = [f for f in columns if f.attname != skip]
+    return columns, [_reader(f, vendor) for f in columns]
+
+
 def _insert_values(obj: Model, connection: Any, *, skip: str = "") -> tuple[list[str], list[Any]]:
     """Quoted columns and prepared values of an unsaved row, as ``Model.save()`` would insert
     them (``pre_save`` applied, the auto primary key and database defaults left out)."""
     columns, values = [], []
-    for f in obj._meta.local_concrete_fields:
-        if f.attname == skip or f is obj._meta.auto_field:
-            continue
-        value = f.pre_save(obj, add=True)
+    fields_, readers = _row_format(type(obj), connection.vendor, skip)
+    for f, read in zip(fields_, readers, strict=True):
+        value = read(obj, connection)
         if isinstance(value, DatabaseDefault):
             continue
         columns.append(connection.ops.quote_name(f.column))
-        values.append(f.get_db_prep_save(value, connection=connection))
+        values.append(value)
     return columns, values
 
 
@@ -240,9 +311,8 @@ def job_submit_batch(
         for s, k in zip(specs, keys, strict=True)
     ]
     try:
-        with transaction.atomic():
-            Job.objects.bulk_create(jobs)
-            JobEvent.objects.bulk_create([_submitted_event(j, user, now) for j in jobs])
+        with transaction.atomic(using=router.db_for_write(Job)):
+            _insert_jobs_with_events(jobs, [_submitted_event(j, user, now) for j in jobs])
             _notify_jobs_changed()
     except IntegrityError:
         if key is None:
@@ -252,6 +322,53 @@ def job_submit_batch(
             raise
         return existing, False
     return jobs, True
+
+
+def _copy_rows(connection: Any, cursor: Any, model: type[Model], objs: Sequence[Model]) -> None:
+    """COPY unsaved instances into ``model``'s table, their primary keys included if set."""
+    qn = connection.ops.quote_name
+    columns, readers = _row_format(model, connection.vendor)
+    with_pk = objs[0].pk is not None
+    names = [qn(model._meta.pk.column)] * with_pk + [qn(f.column) for f in columns]
+    sql = f"COPY {qn(model._meta.db_table)} ({', '.join(names)}) FROM STDIN"
+    with cursor.cursor.copy(sql) as copy:
+        for obj in objs:
+            row = [read(obj, connection) for read in readers]
+            copy.write_row([obj.pk, *row] if with_pk else row)
+
+
+def _insert_jobs_with_events(jobs: list[Job], events: list[JobEvent]) -> None:
+    """Insert a batch's jobs and their first events; call inside a transaction.
+
+    On PostgreSQL: the jobs' ids from their sequence in one query, then one COPY per table,
+    which costs a fraction of the CPU of ``bulk_create`` (which prepares every value of every
+    row through its field and has psycopg quote them all into one statement). Elsewhere, or
+    once a column has a database default (COPY cannot say DEFAULT per row), ``bulk_create``.
+    """
+    alias = router.db_for_write(Job)
+    connection = connections[alias]
+    copyable = connection.vendor == "postgresql" and not any(
+        f.has_db_default() for m in (Job, JobEvent) for f in m._meta.local_concrete_fields
+    )
+    if not copyable:
+        Job.objects.using(alias).bulk_create(jobs)
+        for job, event in zip(jobs, events, strict=True):
+            event.job = job
+        JobEvent.objects.using(alias).bulk_create(events)
+        return
+    table = connection.ops.quote_name(Job._meta.db_table)
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [table, Job._meta.pk.column, len(jobs)],
+        )
+        for job, event, (job_id,) in zip(jobs, events, cursor.fetchall(), strict=True):
+            job.pk = job_id
+            event.job = job
+        _copy_rows(connection, cursor, Job, jobs)
+        _copy_rows(connection, cursor, JobEvent, events)
+    for job in jobs:
+        job._state.adding, job._state.db = False, alias
 
 
 def _replay_batch(

@@ -107,3 +107,59 @@ def test_another_process_edit_is_seen_within_the_cache_lifetime(catalog):
 def test_inside_a_transaction_the_catalog_is_read_fresh(catalog):
     GpuModel.objects.filter(key="t4").update(active=False)
     assert "t4" not in catalog_entries()  # the test's own transaction sees its own edit
+
+
+def _stored(job: Job) -> dict[str, object]:
+    row = Job.objects.filter(pk=job.pk).values().get()
+    return {k: v for k, v in row.items() if k not in {"id", "public_id", "idempotency_key"}}
+
+
+def test_a_batch_stores_jobs_exactly_as_a_single_submit_does(bob, catalog):
+    from django.utils import timezone
+
+    from portal.jobs.services import job_submit_batch
+
+    now = timezone.now()
+    body = job_body(env={"EPOCHS": "3"}, gpu_models=["l4", "t4"], min_gpu_memory_gib=None)
+    single = job_submit(user=bob, data=body, now=now).job
+    jobs, created = job_submit_batch(user=bob, items=[body, job_body()], now=now)
+    assert created and [j.pk for j in jobs] == sorted(j.pk for j in jobs)
+    assert _stored(jobs[0]) == _stored(single)
+    events = JobEvent.objects.filter(job__in=jobs).order_by("job_id")
+    assert [(e.job_id, e.reason, e.message) for e in events] == [
+        (jobs[0].pk, "Submitted", "Submitted by bob: 2 × 4 GPU."),
+        (jobs[1].pk, "Submitted", "Submitted by bob: 2 × 4 GPU."),
+    ]
+
+
+def test_a_batch_losing_the_key_race_raises_an_integrity_error(bob, catalog):
+    from django.db import IntegrityError
+    from django.utils import timezone
+
+    from portal.jobs import services
+    from portal.jobs.spec import parse_job_spec
+
+    job_submit(user=bob, data=job_body(), idempotency_key="k#0")
+    spec = parse_job_spec(job_body(), catalog=catalog_entries(), limits=services.submit_limits())
+    now = timezone.now()
+    team = Job.objects.get().team
+    duplicate = services._new_job(spec=spec, team=team, user=bob, key="k#0", now=now)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        services._insert_jobs_with_events(
+            [duplicate], [services._submitted_event(duplicate, bob, now)]
+        )
+    assert Job.objects.count() == JobEvent.objects.count() == 1
+
+
+def test_the_fingerprint_is_the_json_of_the_spec_as_before(catalog):
+    import dataclasses
+    import hashlib
+    import json
+
+    from portal.jobs import services
+    from portal.jobs.spec import parse_job_spec
+
+    body = job_body(env={"B": "2", "A": "1"}, args=["--lr", "0.1"], kind="inference", port=8080)
+    spec = parse_job_spec(body, catalog=catalog_entries(), limits=services.submit_limits())
+    canonical = json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str)
+    assert services._fingerprint(spec) == hashlib.sha256(canonical.encode()).hexdigest()
