@@ -102,44 +102,33 @@ class _Failure:
 
 
 class _Waiting:
-    """A job left pending, with what its message needs (formatted in step 5)."""
+    """A job left pending for a reason decided and worded when it was visited (held team,
+    invalid, no model, preempting, holding capacity)."""
 
-    __slots__ = (
-        "admitted_ahead",
-        "ahead",
-        "cands",
-        "code",
-        "detail",
-        "failures",
-        "job",
-        "label",
-        "n_tried",
-        "rejected",
-    )
+    __slots__ = ("admitted_ahead", "ahead", "code", "detail", "job", "label", "rejected")
 
     def __init__(
         self,
         job: PendingJob,
-        code: ReasonCode | None,
+        code: ReasonCode,
         ahead: int,
         admitted_ahead: int,
-        failures: tuple[_Failure, ...] = (),
-        cands: Candidates | None = None,
-        n_tried: int = 0,
         label: str = "",
         detail: str = "",
         rejected: tuple[CandidateNote, ...] = (),
     ) -> None:
         self.job = job
-        self.code = code  # None: decided from the failures in step 5
+        self.code = code
         self.ahead = ahead
         self.admitted_ahead = admitted_ahead
-        self.failures = failures
-        self.cands = cands
-        self.n_tried = n_tried
         self.label = label
         self.detail = detail
-        self.rejected = cands.rejected if cands is not None else rejected
+        self.rejected = rejected
+
+
+_Blocked = tuple[PendingJob, "tuple[_Failure, ...]", Candidates, int, int, int]
+"""A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
+admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
 
 
 class _Victim:
@@ -160,7 +149,8 @@ class _Cycle:
         self.config = config
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        self.waiting: list[_Waiting] = []
+        # A wait is a _Waiting (worded on the spot) or, on the hot path, a _Blocked tuple.
+        self.waiting: list[_Waiting | _Blocked] = []
         self.holds: list[CapacityHold] = []
         self.visited = 0
         self.claimed: set[str] = set()  # running jobs preempted (or waited for) this cycle
@@ -385,7 +375,7 @@ class _Cycle:
             known = self._failed_sig.get(signature)
             if known is not None:  # an equal job already failed: it fails the same way
                 self.waiting.append(
-                    _Waiting(job, None, self.visited, len(self.admissions), known, cands, n_tried)
+                    (job, known, cands, n_tried, self.visited, len(self.admissions))
                 )
                 return True
             if nominal_only and signature in self._deferred_sig:
@@ -457,9 +447,7 @@ class _Cycle:
         known = tuple(failures)
         if not starving:
             self._failed_sig[signature] = known
-        self.waiting.append(
-            _Waiting(job, None, self.visited, len(self.admissions), known, cands, n_tried)
-        )
+        self.waiting.append((job, known, cands, n_tried, self.visited, len(self.admissions)))
         return True
 
     def _candidates(self, req: Requirement, policy: Policy) -> Candidates:
@@ -859,36 +847,42 @@ class _Cycle:
         return note
 
     def _pending_reason(self, w: _Waiting, position: int) -> PendingReason:
+        """A wait decided and worded when the job was visited."""
         job = w.job
-        if w.code is not None:  # decided and worded when the job was visited
-            if w.code is ReasonCode.TEAM_HELD:
-                message = reasons.msg_team_held(job.team)
-            elif w.code is ReasonCode.INVALID_JOB:
-                message = reasons.msg_invalid(w.detail)
-            elif w.code is ReasonCode.NO_MODEL_MATCHES:
-                message = reasons.msg_no_model_matches(
-                    len(self.snap.models), [n.message for n in w.rejected]
-                )
-            else:  # PREEMPTING, HOLDING_CAPACITY
-                message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail)
-            return PendingReason(
-                job_id=job.id,
-                team=job.team,
-                code=w.code,
-                message=message,
-                position=position,
-                candidates=w.rejected,
+        if w.code is ReasonCode.TEAM_HELD:
+            message = reasons.msg_team_held(job.team)
+        elif w.code is ReasonCode.INVALID_JOB:
+            message = reasons.msg_invalid(w.detail)
+        elif w.code is ReasonCode.NO_MODEL_MATCHES:
+            message = reasons.msg_no_model_matches(
+                len(self.snap.models), [n.message for n in w.rejected]
             )
-        # Jobs of one signature (team, candidates, fallback, shape) share one failures tuple
-        # (the signature memo), hence the same words: assemble them once per tuple. The tuples
-        # live in `self.waiting` until the cycle ends, so their ids stay unique.
-        # WAITING_BEHIND differs per job only in its counts.
-        cached = self._reason_memo.get(id(w.failures))
+        else:  # PREEMPTING, HOLDING_CAPACITY
+            message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail)
+        return PendingReason(
+            job_id=job.id,
+            team=job.team,
+            code=w.code,
+            message=message,
+            position=position,
+            candidates=w.rejected,
+        )
+
+    def _blocked_reason(self, b: _Blocked, position: int) -> PendingReason:
+        """A job blocked by quota or capacity. Jobs of one signature (team, candidates,
+        fallback, shape) share one failures tuple (the signature memo), hence the same words:
+        they are assembled once per tuple. The tuples live in ``self.waiting`` until the cycle
+        ends, so their ids stay unique. WAITING_BEHIND differs per job only in its counts."""
+        job, failures, cands, n_tried, ahead, admitted_ahead = b
+        cached = self._reason_memo.get(id(failures))
         if cached is None:
-            cached = self._reason_memo[id(w.failures)] = self._reason_words(w)
-        code, message, candidates = cached
-        if code is ReasonCode.WAITING_BEHIND:
-            message = message.format(ahead=w.ahead, admitted=w.admitted_ahead)
+            cached = self._reason_memo[id(failures)] = self._reason_words(
+                job, failures, cands, n_tried
+            )
+        code, message, candidates, label, others = cached
+        if code is ReasonCode.WAITING_BEHIND:  # the one message with per-job numbers
+            detail = reasons.detail_waiting_behind(ahead, admitted_ahead)
+            message = reasons.pending(job.replicas, job.gpus_per_replica, label, detail, others)
         return PendingReason(
             job_id=job.id,
             team=job.team,
@@ -898,32 +892,33 @@ class _Cycle:
             candidates=candidates,
         )
 
-    def _reason_words(self, w: _Waiting) -> tuple[ReasonCode, str, tuple[CandidateNote, ...]]:
-        """Code, message and candidate notes of a capacity/quota wait (the message is a
-        template with {ahead} and {admitted} for WAITING_BEHIND)."""
-        job = w.job
+    def _reason_words(
+        self, job: PendingJob, failures: tuple[_Failure, ...], cands: Candidates, n_tried: int
+    ) -> tuple[ReasonCode, str, tuple[CandidateNote, ...], str, int]:
+        """Code, message, candidate notes, label and number of other blocked candidates of a
+        capacity/quota wait (WAITING_BEHIND's message is worded per job)."""
         memo = self._note_memo
         need = job.gpus
-        notes = [memo.get((id(f), need)) or self._note(f, job) for f in w.failures]
+        notes = [memo.get((id(f), need)) or self._note(f, job) for f in failures]
         ranks = [_RANK[n.code] for n in notes]
         best = min(ranks)
         primary_at = ranks.index(best)
         primary = notes[primary_at]
-        f = w.failures[primary_at]
-        code = self._reason_code(primary.code, f, w)
-        if code is ReasonCode.WAITING_BEHIND:
-            detail = reasons.detail_waiting_behind(-1, -2).replace("-1", "{ahead}")
-            detail = detail.replace("-2", "{admitted}")
-        else:
-            detail = primary.message[len(f.model.label) + 2 :]
+        f = failures[primary_at]
+        code = self._reason_code(primary.code, f, failures)
         others = sum(1 for rank in ranks if rank <= _RANK_QUOTA) - (best <= _RANK_QUOTA)
-        message = reasons.pending(job.replicas, job.gpus_per_replica, f.model.label, detail, others)
+        label = f.model.label
+        message = ""
+        if code is not ReasonCode.WAITING_BEHIND:
+            detail = primary.message[len(label) + 2 :]
+            message = reasons.pending(job.replicas, job.gpus_per_replica, label, detail, others)
         ordered = [primary, *(n for i, n in enumerate(notes) if i != primary_at)]
-        skipped = w.cands.matched[w.n_tried :] if w.cands is not None else ()
-        ordered.extend(self._fallback_note(m) for m in skipped)
-        return code, message, (*w.rejected, *ordered)
+        ordered.extend(self._fallback_note(m) for m in cands.matched[n_tried:])
+        return code, message, (*cands.rejected, *ordered), label, others
 
-    def _reason_code(self, primary: SkipCode, f: _Failure, w: _Waiting) -> ReasonCode:
+    def _reason_code(
+        self, primary: SkipCode, f: _Failure, failures: tuple[_Failure, ...]
+    ) -> ReasonCode:
         if primary is SkipCode.HELD_FOR_OTHER_JOB:
             return ReasonCode.CAPACITY_HELD
         if primary is SkipCode.NO_NODE_FITS:
@@ -935,7 +930,7 @@ class _Cycle:
         if primary is SkipCode.NO_ENABLED_CLUSTER:
             draining = any(
                 p.state is ClusterState.DRAINING
-                for g in w.failures
+                for g in failures
                 for p in self.unavailable.get(g.model.key, ())
             )
             return ReasonCode.CLUSTER_DRAINING if draining else ReasonCode.NO_ENABLED_CLUSTER
@@ -964,9 +959,14 @@ class _Cycle:
     def _assemble(self) -> Decision:
         self._final = True
         self._note_memo: dict[tuple[int, int], CandidateNote] = {}
-        self._reason_memo: dict[int, tuple[ReasonCode, str, tuple[CandidateNote, ...]]] = {}
+        self._reason_memo: dict[
+            int, tuple[ReasonCode, str, tuple[CandidateNote, ...], str, int]
+        ] = {}
+        blocked = self._blocked_reason
+        worded = self._pending_reason
         pending = [
-            self._pending_reason(w, position) for position, w in enumerate(self.waiting, start=1)
+            blocked(w, position) if isinstance(w, tuple) else worded(w, position)
+            for position, w in enumerate(self.waiting, start=1)
         ]
         position_from = len(pending) + 1
         backlog: dict[str, int] = {}
