@@ -57,6 +57,7 @@ class PortalCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from django.core.cache import cache
+        from django.db import connection
         from django.db.models import Count
         from django.utils import timezone
 
@@ -72,7 +73,9 @@ class PortalCollector(Collector):
             .values_list("state", "n")
         )
         # Finished jobs only grow and counting them scans the table: cache the count a while.
-        terminal = cache.get(TERMINAL_COUNTS_CACHE_KEY)
+        # Keyed by database, so test databases sharing one Redis never read each other's.
+        key = f"{TERMINAL_COUNTS_CACHE_KEY}:{connection.settings_dict['NAME']}"
+        terminal = cache.get(key)
         if terminal is None:
             terminal = dict(
                 Job.objects.filter(state__in=TERMINAL_STATES)
@@ -80,7 +83,7 @@ class PortalCollector(Collector):
                 .annotate(n=Count("id"))
                 .values_list("state", "n")
             )
-            cache.set(TERMINAL_COUNTS_CACHE_KEY, terminal, TERMINAL_COUNTS_SECONDS)
+            cache.set(key, terminal, TERMINAL_COUNTS_SECONDS)
         counts.update(terminal)
         for state in JobState:
             jobs.add_metric([state.value], counts.get(state.value, 0))

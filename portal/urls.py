@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("clusters/", include("clusters.urls")),
     path("", include("scheduling.urls")),
+    path("", include("dashboards.urls")),
     path("", include("portal.web.urls")),
 ]
 

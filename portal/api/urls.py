@@ -22,4 +22,5 @@ urlpatterns = [
         scheduling_api.QuotaDetailView.as_view(),
         name="api-quota",
     ),
+    path("", include("dashboards.api_urls")),
 ]

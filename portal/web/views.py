@@ -46,7 +46,10 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return redirect("job-list")
+    """The pool overview is the home page (``dashboards``)."""
+    from dashboards.views import pool_overview_page
+
+    return pool_overview_page(request)
 
 
 @login_required

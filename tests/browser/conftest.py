@@ -78,9 +78,17 @@ def page(browser: Any) -> Iterator[PageRecorder]:
     context.close()
 
 
-def log_in(page: Any, live_server: Any, username: str, password: str = "pw-for-tests") -> None:
-    page.goto(f"{live_server.url}/login/")
+def log_in(
+    page: Any,
+    live_server: Any,
+    username: str,
+    password: str = "pw-for-tests",
+    *,
+    next_url: str = "/jobs/",
+) -> None:
+    """Log in through the form and land on ``next_url`` (the home page is the pool overview)."""
+    page.goto(f"{live_server.url}/login/?next={next_url}")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/jobs/")
+    page.wait_for_url(f"{live_server.url}{next_url}")

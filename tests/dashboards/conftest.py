@@ -11,12 +11,15 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Node
 from kubesim.config import build_nodes, load_config
+from portal.jobs.services import job_submit
 from portal.jobs.state import job_transition
 from portal.models import Job, JobState
-from scheduling.models import GpuModel
+from scheduling.models import GpuModel, Quota
+from tests.conftest import job_body
 from tests.scheduling.conftest import pool, quota  # noqa: F401  (fixtures, re-exported)
 
 MIG_PREFIX = "nvidia.com/mig-"
+NOW = dt.datetime(2025, 3, 4, 10, 30, 15, tzinfo=dt.UTC)
 
 
 def inventory_from_kubesim(
@@ -92,3 +95,45 @@ def start(job: Job, *, at: dt.datetime) -> Job:
     )
     job.refresh_from_db()
     return job
+
+
+@pytest.fixture
+def scenario(kubesim_cluster, alice, bob, charlie, vision, language):
+    """kubesim's ``small`` cluster (2 x 8 A100, 1 A100 with 4 whole GPUs and MIG slices,
+    2 x 4 V100, 3 x 1 T4) with: a running 1 x 8 A100 job and an admitted 2 x 2 on a100-1
+    (Vision, nominal 8 A100), one foreign pod on the MIG node's whole GPUs, v100-1 cordoned,
+    t4-2 NotReady, and two queued jobs (Language 2 x 4 on V100, Vision 1 x 1 on T4)."""
+    east = kubesim_cluster("east")
+    Node.objects.filter(cluster=east, name="a100-mig-0", gpu_resource="nvidia.com/gpu").update(
+        gpus_used_by_others=1
+    )
+    Node.objects.filter(cluster=east, name="v100-1").update(schedulable=False)
+    Node.objects.filter(cluster=east, name="t4-2").update(ready=False)
+    Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=8)
+    Quota.objects.create(team=language, gpu_model=GpuModel.objects.get(key="v100-32gb"), nominal=4)
+    before = NOW - dt.timedelta(hours=1)
+    big = job_submit(
+        user=alice, data=job_body(name="big", replicas=1, gpus_per_replica=8), now=before
+    ).job
+    start(place(big, cluster=east, model="a100-80gb", nodes=["a100-0"], at=before), at=before)
+    pair = job_submit(
+        user=bob, data=job_body(name="pair", replicas=2, gpus_per_replica=2), now=before
+    ).job
+    place(pair, cluster=east, model="a100-80gb", nodes=["a100-1", "a100-1"], at=before)
+    job_submit(
+        user=charlie,
+        data=job_body(
+            team="language",
+            replicas=2,
+            gpus_per_replica=4,
+            gpu_models=["v100-32gb"],
+            min_gpu_memory_gib=None,
+        ),
+        now=before,
+    )
+    job_submit(
+        user=bob,
+        data=job_body(replicas=1, gpus_per_replica=1, gpu_models=["t4"], min_gpu_memory_gib=None),
+        now=before,
+    )
+    return east

@@ -7,7 +7,6 @@ import datetime as dt
 
 import pytest
 
-from clusters.models import Node
 from dashboards.models import (
     HourRun,
     PoolHour,
@@ -20,57 +19,11 @@ from dashboards.models import (
     TeamModelMinute,
 )
 from dashboards.snapshots import snapshot_downsample, snapshot_prune, snapshot_take
-from portal.jobs.services import job_submit
 from scheduling.models import GpuModel
-from tests.conftest import job_body
-from tests.dashboards.conftest import place, start
+from tests.dashboards.conftest import NOW
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
-
-NOW = dt.datetime(2025, 3, 4, 10, 30, 15, tzinfo=dt.UTC)
-
-
-@pytest.fixture
-def scenario(kubesim_cluster, alice, bob, charlie, vision, language, quota):
-    """kubesim's ``small`` cluster (2 x 8 A100, 1 A100 with 4 whole GPUs and MIG slices,
-    2 x 4 V100, 3 x 1 T4) with: a running 1 x 8 A100 job and an admitted 2 x 2 on a100-1
-    (Vision, nominal 8 A100), one foreign pod on the MIG node's whole GPUs, v100-1 cordoned,
-    t4-2 NotReady, and two queued jobs (Language 2 x 4 on V100, Vision 1 x 1 on T4)."""
-    east = kubesim_cluster("east")
-    Node.objects.filter(cluster=east, name="a100-mig-0", gpu_resource="nvidia.com/gpu").update(
-        gpus_used_by_others=1
-    )
-    Node.objects.filter(cluster=east, name="v100-1").update(schedulable=False)
-    Node.objects.filter(cluster=east, name="t4-2").update(ready=False)
-    quota(vision, "a100-80gb", nominal=8)
-    quota(language, "v100-32gb", nominal=4)
-    before = NOW - dt.timedelta(hours=1)
-    big = job_submit(
-        user=alice, data=job_body(name="big", replicas=1, gpus_per_replica=8), now=before
-    ).job
-    start(place(big, cluster=east, model="a100-80gb", nodes=["a100-0"], at=before), at=before)
-    pair = job_submit(
-        user=bob, data=job_body(name="pair", replicas=2, gpus_per_replica=2), now=before
-    ).job
-    place(pair, cluster=east, model="a100-80gb", nodes=["a100-1", "a100-1"], at=before)
-    job_submit(
-        user=charlie,
-        data=job_body(
-            team="language",
-            replicas=2,
-            gpus_per_replica=4,
-            gpu_models=["v100-32gb"],
-            min_gpu_memory_gib=None,
-        ),
-        now=before,
-    )
-    job_submit(
-        user=bob,
-        data=job_body(replicas=1, gpus_per_replica=1, gpu_models=["t4"], min_gpu_memory_gib=None),
-        now=before,
-    )
-    return east
 
 
 def _pool_row(key: str) -> PoolMinute:

@@ -30,9 +30,10 @@ FORM = {
 }
 
 
-def test_login_then_land_on_my_jobs(client, bob):
+def test_login_then_land_on_the_pool_overview(client, bob):
     response = client.post("/login/", {"username": "bob", "password": "pw-for-tests"}, follow=True)
-    assert response.redirect_chain[-1][0] == "/jobs/"
+    assert response.redirect_chain[-1][0] == "/"
+    assert "GPU pool" in response.content.decode()
     assert "My jobs" in response.content.decode()
 
 

@@ -1,0 +1,398 @@
+"""REST for the dashboards: the pool now and over time, a team's usage, queue statistics and
+fair-share standings. Thin views over ``dashboards.selectors``; the output serializers only
+document and shape what the selectors return.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.conf import settings
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dashboards import selectors as sel
+from dashboards.live import LiveState
+from portal.access import teams_visible_to
+from portal.errors import ApplicationError
+
+
+class _PoolFigures(serializers.Serializer):
+    gpus_total = serializers.IntegerField(help_text="Capacity the nodes report")
+    gpus_allocatable = serializers.IntegerField()
+    gpus_allocated = serializers.IntegerField(help_text="Held by portal jobs")
+    gpus_used_by_others = serializers.IntegerField(
+        help_text="Held by pods the portal did not create"
+    )
+    gpus_free = serializers.IntegerField(help_text="Free on ready, schedulable nodes")
+    gpus_unavailable = serializers.IntegerField(help_text="Idle on NotReady or cordoned nodes")
+    gpus_fragmented = serializers.IntegerField(
+        help_text="Free GPUs on partly used nodes (not usable by a whole-node replica)"
+    )
+    largest_free_block = serializers.IntegerField(help_text="Most free GPUs on one node")
+    nodes_total = serializers.IntegerField()
+    nodes_not_ready = serializers.IntegerField()
+    nodes_cordoned = serializers.IntegerField()
+
+
+class PoolCellSerializer(_PoolFigures):
+    cluster = serializers.CharField()
+    model = serializers.CharField()
+
+
+class PoolModelSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    display_name = serializers.CharField()
+    gpus_allocatable = serializers.IntegerField()
+    gpus_allocated = serializers.IntegerField()
+    gpus_used_by_others = serializers.IntegerField()
+    gpus_free = serializers.IntegerField()
+    gpus_unavailable = serializers.IntegerField()
+    largest_free_block = serializers.IntegerField()
+    pending_gpus = serializers.IntegerField(
+        help_text="GPUs asked for by queued jobs (first choice)"
+    )
+    queued_jobs = serializers.IntegerField()
+    clusters = serializers.ListField(child=serializers.CharField())
+
+
+class PoolSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    cells = PoolCellSerializer(many=True, help_text="One per (cluster, GPU model)")
+    models = PoolModelSerializer(many=True)
+    queued_jobs = serializers.IntegerField()
+    pending_gpus = serializers.IntegerField()
+    unplaceable_jobs = serializers.IntegerField(help_text="Queued jobs no catalog model can serve")
+    last_snapshot_at = serializers.DateTimeField(allow_null=True)
+
+
+class PoolView(APIView):
+    """The pool now, per cluster × GPU model, and per model over all clusters."""
+
+    @extend_schema(responses=PoolSerializer)
+    def get(self, request: Request) -> Response:
+        live = LiveState()
+        overview = sel.pool_overview(live=live)
+        names = overview.cluster_names
+        cells = [
+            {
+                "cluster": names[c.cluster_id],
+                "model": live.models[c.gpu_model_id].key,
+                **c.figures(),
+            }
+            for c in sorted(
+                live.cells.values(),
+                key=lambda c: (names[c.cluster_id], live.models[c.gpu_model_id].key),
+            )
+        ]
+        models = [
+            {
+                "model": s.model.key,
+                "display_name": s.model.display_name,
+                "gpus_allocatable": s.gpus_allocatable,
+                "gpus_allocated": s.gpus_allocated,
+                "gpus_used_by_others": s.gpus_used_by_others,
+                "gpus_free": s.gpus_free,
+                "gpus_unavailable": s.gpus_unavailable,
+                "largest_free_block": s.largest_free_block,
+                "pending_gpus": s.pending_gpus,
+                "queued_jobs": s.queued_jobs,
+                "clusters": [names[c.cluster_id] for c in s.cells],
+            }
+            for s in overview.summaries
+        ]
+        body = {
+            "at": overview.now,
+            "cells": cells,
+            "models": models,
+            "queued_jobs": overview.totals["queued_jobs"],
+            "pending_gpus": overview.totals["pending_gpus"],
+            "unplaceable_jobs": overview.unplaceable_jobs,
+            "last_snapshot_at": overview.last_snapshot,
+        }
+        return Response(PoolSerializer(body).data)
+
+
+class PoolPointSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="Start of the step")
+    gpus_total = serializers.FloatField()
+    gpus_allocatable = serializers.FloatField()
+    gpus_allocated = serializers.FloatField()
+    gpus_used_by_others = serializers.FloatField()
+    gpus_free = serializers.FloatField()
+    gpus_unavailable = serializers.FloatField()
+    gpus_fragmented = serializers.FloatField()
+    largest_free_block = serializers.FloatField(help_text="Highest within the step")
+    nodes_total = serializers.FloatField()
+    nodes_not_ready = serializers.FloatField()
+    nodes_cordoned = serializers.FloatField()
+
+
+class PoolHistorySerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    step = serializers.IntegerField(help_text="Seconds per point (may be widened)")
+    resolution = serializers.ChoiceField(choices=["minute", "hour"])
+    points = PoolPointSerializer(many=True)
+
+
+def _names(raw: str | None) -> list[str]:
+    return [n for n in (raw or "").split(",") if n]
+
+
+class PoolHistoryView(APIView):
+    """The pool over time, summed over the chosen clusters and models, averaged per step."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("model", str, description="GPU model keys, comma-separated"),
+            OpenApiParameter("cluster", str, description="Cluster names, comma-separated"),
+            OpenApiParameter(
+                "since", str, description="ISO 8601 time or a duration ago (24h, 7d); default 24h"
+            ),
+            OpenApiParameter("until", str, description="ISO 8601 time; default now"),
+            OpenApiParameter(
+                "step", str, description="Seconds or a duration (1m, 10m, 1h); default by range"
+            ),
+        ],
+        responses=PoolHistorySerializer,
+    )
+    def get(self, request: Request) -> Response:
+        live = LiveState()
+        params = request.query_params
+        since = sel.parse_instant(params.get("since") or "24h", name="since", now=live.now)
+        until = (
+            sel.parse_instant(params["until"], name="until", now=live.now)
+            if params.get("until")
+            else live.now
+        )
+        step = (
+            int(sel.parse_duration(params["step"], name="step").total_seconds())
+            if params.get("step")
+            else None
+        )
+        model_ids = cluster_ids = None
+        if models := _names(params.get("model")):
+            known = {m.key: m.id for m in live.models.values()}
+            unknown = [m for m in models if m not in known]
+            if unknown:
+                raise ApplicationError(
+                    "Unknown GPU model.", fields={"model": [f"Unknown: {', '.join(unknown)}"]}
+                )
+            model_ids = [known[m] for m in models]
+        if clusters := _names(params.get("cluster")):
+            known = {c.name: c.id for c in live.clusters.values()}
+            unknown = [c for c in clusters if c not in known]
+            if unknown:
+                raise ApplicationError(
+                    "Unknown cluster.", fields={"cluster": [f"Unknown: {', '.join(unknown)}"]}
+                )
+            cluster_ids = [known[c] for c in clusters]
+        history = sel.pool_history(
+            since=since,
+            until=until,
+            step=step,
+            cluster_ids=cluster_ids,
+            model_ids=model_ids,
+            now=live.now,
+        )
+        return Response(PoolHistorySerializer(history).data)
+
+
+class UsageRowSerializer(serializers.Serializer):
+    period = serializers.DateField(help_text="First day of the day or month (UTC)")
+    model = serializers.CharField()
+    user = serializers.CharField(allow_null=True)
+    gpu_hours = serializers.FloatField()
+    weighted_gpu_hours = serializers.FloatField(help_text="GPU-hours × the model's cost factor")
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True)
+
+
+class TeamUsageSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    period = serializers.ChoiceField(choices=["day", "month"])
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    currency = serializers.CharField()
+    rows = UsageRowSerializer(many=True)
+
+
+class TeamUsageView(APIView):
+    """A team's GPU-hours and cost per day or month, per model and user (members only)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("period", str, enum=["day", "month"]),
+            OpenApiParameter("since", str, description="ISO 8601 or a duration ago; default 30d"),
+            OpenApiParameter("until", str, description="ISO 8601; default now"),
+        ],
+        responses=TeamUsageSerializer,
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        team = teams_visible_to(request.user).filter(slug=slug).first()
+        if team is None:
+            raise Http404
+        params = request.query_params
+        now = dt.datetime.now(tz=dt.UTC)
+        period = params.get("period") or "day"
+        if period not in ("day", "month"):
+            raise ApplicationError("Unknown period.", fields={"period": ["day or month"]})
+        since = sel.parse_instant(params.get("since") or "30d", name="since", now=now)
+        until = (
+            sel.parse_instant(params["until"], name="until", now=now)
+            if params.get("until")
+            else now
+        )
+        rows = sel.usage_rows(
+            period=period, since=since, until=until, team_ids=[team.pk], by_user=True
+        )
+        body = {
+            "team": team.slug,
+            "period": period,
+            "since": since,
+            "until": until,
+            "currency": settings.GPUPOOL_COST_CURRENCY,
+            "rows": [r.__dict__ for r in rows],
+        }
+        return Response(TeamUsageSerializer(body).data)
+
+
+class WaitSerializer(serializers.Serializer):
+    started = serializers.IntegerField(help_text="Jobs that started running in the window")
+    p50 = serializers.FloatField(help_text="Seconds")
+    p90 = serializers.FloatField(help_text="Seconds")
+    p99 = serializers.FloatField(help_text="Seconds")
+
+
+class ModelQueueSerializer(serializers.Serializer):
+    model = serializers.CharField(help_text="First-choice model; 'none' when no model fits")
+    queued_jobs = serializers.IntegerField()
+    pending_gpus = serializers.IntegerField()
+    wait = WaitSerializer(allow_null=True)
+
+
+class TeamQueueSerializer(ModelQueueSerializer):
+    team = serializers.CharField()
+
+
+class QueueStatsSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    window_hours = serializers.FloatField()
+    models = ModelQueueSerializer(many=True)
+    teams = TeamQueueSerializer(many=True)
+
+
+def _wait(w: sel.WaitStats | None) -> dict[str, Any] | None:
+    if w is None:
+        return None
+    return {"started": w.started, "p50": w.p50, "p90": w.p90, "p99": w.p99}
+
+
+class QueueStatsView(APIView):
+    """What waits now per first-choice model, and how long jobs waited (QUEUED → RUNNING)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("window", str, description="Duration, e.g. 24h or 7d; default 7d")
+        ],
+        responses=QueueStatsSerializer,
+    )
+    def get(self, request: Request) -> Response:
+        live = LiveState()
+        window = (
+            sel.parse_duration(request.query_params["window"], name="window")
+            if request.query_params.get("window")
+            else dt.timedelta(hours=settings.GPUPOOL_WAIT_WINDOW_HOURS)
+        )
+        scope = sel.team_scope(user=request.user)
+        models, teams = sel.queue_stats(scope=scope, live=live, window=window)
+        body = {
+            "at": live.now,
+            "window_hours": window.total_seconds() / 3600,
+            "models": [
+                {
+                    "model": m.key,
+                    "queued_jobs": m.queued_jobs,
+                    "pending_gpus": m.pending_gpus,
+                    "wait": _wait(m.waits),
+                }
+                for m in models
+            ],
+            "teams": [
+                {
+                    "team": t.team.slug,
+                    "model": t.model.key if t.model else "none",
+                    "queued_jobs": t.queued_jobs,
+                    "pending_gpus": t.pending_gpus,
+                    "wait": _wait(t.waits),
+                }
+                for t in teams
+            ],
+        }
+        return Response(QueueStatsSerializer(body).data)
+
+
+class StandingSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    weight = serializers.FloatField()
+    target_share = serializers.FloatField(
+        allow_null=True, help_text="weight / summed weights of teams with work; null: no work"
+    )
+    dominant_share = serializers.FloatField(
+        help_text="allocation_share + usage weight × usage_share"
+    )
+    allocation_share = serializers.FloatField(help_text="max over models of allocated / pool GPUs")
+    dominant_model = serializers.CharField()
+    usage_share = serializers.FloatField()
+    weighted_share = serializers.FloatField(help_text="dominant_share / weight: the cycle's order")
+    nominal_gpus = serializers.IntegerField()
+    gpus_allocated = serializers.IntegerField()
+    borrowed_gpus = serializers.IntegerField()
+    gpu_hours = serializers.FloatField(help_text="Raw GPU-hours over the fair-share horizon")
+    weighted_gpu_hours_decayed = serializers.FloatField()
+    status = serializers.CharField()
+
+
+class FairShareSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    teams = StandingSerializer(many=True)
+    hidden_teams = serializers.IntegerField(help_text="Teams not shown by the deployment's setting")
+
+
+class FairShareView(APIView):
+    """Fair-share standings of every (visible) team, like Slurm's ``sshare``."""
+
+    @extend_schema(responses=FairShareSerializer)
+    def get(self, request: Request) -> Response:
+        live = LiveState()
+        standings, hidden = sel.fair_share_standings(
+            scope=sel.team_scope(user=request.user), live=live
+        )
+        rows = []
+        for s in standings:
+            f = s.figures
+            rows.append(
+                {
+                    "team": s.team.slug,
+                    "weight": f.weight,
+                    "target_share": f.target_share,
+                    "dominant_share": f.dominant_share,
+                    "allocation_share": f.allocation_share,
+                    "dominant_model": f.dominant_model,
+                    "usage_share": f.usage_share,
+                    "weighted_share": f.share,
+                    "nominal_gpus": f.nominal,
+                    "gpus_allocated": f.gpus_allocated,
+                    "borrowed_gpus": f.borrowed,
+                    "gpu_hours": f.gpu_hours,
+                    "weighted_gpu_hours_decayed": f.weighted_gpu_hours_decayed,
+                    "status": s.status,
+                }
+            )
+        body = {"at": live.now, "teams": rows, "hidden_teams": hidden}
+        return Response(FairShareSerializer(body).data)
