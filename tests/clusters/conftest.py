@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +39,8 @@ TEST_KEYS = [
     "ni275Kw9zX1dblvT2Xssxo5jL-qfVcGwPYyKlRJ3Lho=",
 ]
 BACKOFF_MS = 100
+MAX_ATTEMPTS = 5
+TIMEOUT_SECONDS = 2
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +48,8 @@ def _cluster_settings(settings: Any) -> None:
     settings.GPUPOOL_SECRET_KEYS = TEST_KEYS
     settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = True
     settings.GPUPOOL_DISPATCH_BACKOFF_MS = BACKOFF_MS
+    settings.GPUPOOL_DISPATCH_MAX_ATTEMPTS = MAX_ATTEMPTS
+    settings.GPUPOOL_CLUSTER_TIMEOUT_SECONDS = TIMEOUT_SECONDS
 
 
 @pytest.fixture(autouse=True)
@@ -160,13 +165,43 @@ def cluster(sim: KubeSim, register: Callable[..., Cluster], vision: Any) -> Clus
 # The Celery worker process
 # ---------------------------------------------------------------------------------------------
 class WorkerProcess:
-    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, queue: str) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], log_path: Path, queue: str, broker: str
+    ) -> None:
         self.proc = proc
         self.log_path = log_path
         self.queue = queue
+        self.broker = broker
+        self.hostname = f"{queue}@{socket.gethostname()}"
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def quiesce(self, timeout: float = 20.0) -> None:
+        """Drop what is queued or scheduled and wait for running tasks to finish, so no task
+        of this test runs into the next one (or into the table flush between them)."""
+        import redis
+
+        from portal.celery import app
+
+        client = redis.Redis.from_url(self.broker)
+        inspect = app.control.inspect(destination=[self.hostname], timeout=2.0, limit=1)
+        deadline = time.monotonic() + timeout
+        quiet = 0
+        try:
+            while quiet < 2 and time.monotonic() < deadline:
+                client.delete(self.queue)
+                scheduled = [
+                    t["request"]["id"] for ts in (inspect.scheduled() or {}).values() for t in ts
+                ]
+                reserved = [t["id"] for ts in (inspect.reserved() or {}).values() for t in ts]
+                active = [t["id"] for ts in (inspect.active() or {}).values() for t in ts]
+                if scheduled or reserved:
+                    app.control.revoke(scheduled + reserved, destination=[self.hostname])
+                quiet = quiet + 1 if not active else 0
+                time.sleep(0.05)
+        finally:
+            client.close()
 
 
 def _database_url() -> str:
@@ -180,7 +215,7 @@ def _database_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(
+def celery_worker_process(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     from portal.celery import app
@@ -201,6 +236,8 @@ def celery_worker(
         "GPUPOOL_SECRET_KEYS": ",".join(TEST_KEYS),
         "GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS": "true",
         "GPUPOOL_DISPATCH_BACKOFF_MS": str(BACKOFF_MS),
+        "GPUPOOL_DISPATCH_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "GPUPOOL_CLUSTER_TIMEOUT_SECONDS": str(TIMEOUT_SECONDS),
         "DB_CONN_MAX_AGE": "0",
         "PYTHONUNBUFFERED": "1",
     }
@@ -214,8 +251,9 @@ def celery_worker(
         cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
     )
     # This process publishes to the worker's broker and queue from now on.
-    previous = (app.conf.broker_url, app.conf.task_routes)
-    app.conf.broker_url = broker
+    keys = ("broker_url", "broker_read_url", "broker_write_url", "task_routes")
+    previous = {key: app.conf[key] for key in keys}
+    app.conf.update(broker_url=broker, broker_read_url=broker, broker_write_url=broker)
     app.conf.task_routes = {"clusters.*": {"queue": queue}}
     app._pool = None
     app.amqp._producer_pool = None
@@ -229,7 +267,7 @@ def celery_worker(
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the Celery worker did not start:\n{text[-3000:]}")
             time.sleep(0.1)
-        yield WorkerProcess(proc, log_path, queue)
+        yield WorkerProcess(proc, log_path, queue, broker)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -239,11 +277,20 @@ def celery_worker(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         log_file.close()
-        app.conf.broker_url, app.conf.task_routes = previous
+        app.conf.update(previous)
         app._pool = None
         app.amqp._producer_pool = None
         app.amqp.flush_routes()
         _drop_queue(broker, queue)
+
+
+@pytest.fixture
+def celery_worker(
+    celery_worker_process: WorkerProcess, transactional_db: Any
+) -> Iterator[WorkerProcess]:
+    """The session's worker, quiet again when the test ends."""
+    yield celery_worker_process
+    celery_worker_process.quiesce()
 
 
 def _drop_queue(broker: str, queue: str) -> None:

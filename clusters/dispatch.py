@@ -1,0 +1,428 @@
+"""From an admitted job to a Volcano Job, and back off the cluster (cancel and preemption).
+
+The job row is the outbox: each task here loads the row, checks its state, talks to the
+cluster, and records the outcome with a compare-and-set, so a duplicated, late or reordered
+message does nothing harmful.
+
+Dispatch (``ADMITTED → SUBMITTED``)
+    The Volcano Job's name is derived from the job's UUID, so a retried create cannot make a
+    twin: it gets ``409 AlreadyExists``. The object then carries a submission UID (derived
+    from the job's UUID and the admission time): the same UID means an earlier attempt of
+    this very dispatch got through, and the object is adopted; another UID means someone
+    else's object (or one left from an earlier admission) and it is never overwritten.
+    Overload and network trouble (5xx, 429, timeouts) are retried with exponential backoff
+    and full jitter, honouring ``Retry-After``, up to ``GPUPOOL_DISPATCH_MAX_ATTEMPTS``;
+    what retrying cannot fix (400/422 validation, 403, a missing namespace or queue) fails
+    the job with the API server's own words. If the job left ADMITTED while the create was in
+    flight (cancelled, preempted), the object just created is deleted again.
+
+Cancel (``CANCELLING → CANCELLED``) and eviction (``PREEMPTING → QUEUED``)
+    Delete the Volcano Job with background propagation and move on once a read says it is
+    gone; a job still being deleted (finalizers) is looked at again a little later, and the
+    watcher's DELETED event or the reconcile finish the job if this task does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from clusters import volcano
+from clusters.kube import KubeError
+from clusters.models import Cluster, Node, VolcanoJobRecord
+from clusters.services import (
+    ClusterUnavailable,
+    cluster_client,
+    cluster_job_namespace,
+)
+from portal.jobs.state import job_transition
+from portal.models import Job, JobEvent, JobState
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Outcome",
+    "job_cancel_on_cluster",
+    "job_dispatch",
+    "job_evict",
+    "job_manifest",
+    "submission_uid",
+]
+
+MAX_BACKOFF_SECONDS = 60.0
+# Admission errors a retry cannot fix but a queue sync can: the team's queue is missing or
+# closed on the cluster (it is created by the queue sync, which may not have run yet).
+QUEUE_PROBLEMS = ("unable to find job queue", "can only submit job to queue with state")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a task should do next: nothing, or run again in ``retry_in`` seconds."""
+
+    done: bool
+    message: str = ""
+    retry_in: float | None = None
+
+
+def submission_uid(job: Job) -> str:
+    """The UID written on the Volcano Job: one per (job, admission).
+
+    A requeued job is admitted again with a new ``admitted_at``, so an object that survived
+    from its earlier run never looks like this run's.
+    """
+    admitted = job.admitted_at.isoformat() if job.admitted_at else "-"
+    return str(uuid.uuid5(job.public_id, f"gpupool-admission:{admitted}"))
+
+
+def job_event_record(job: Job, reason: str, message: str) -> None:
+    """A fact about a job that does not change its state (from_state == to_state)."""
+    JobEvent.objects.create(
+        job_id=job.pk,
+        created_at=timezone.now(),
+        from_state=job.state,
+        to_state=job.state,
+        reason=reason[:64],
+        message=message,
+    )
+
+
+def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with full jitter; a server's Retry-After is a floor, not a hint."""
+    base = settings.GPUPOOL_DISPATCH_BACKOFF_MS / 1000.0
+    ceiling = min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
+    delay = random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not a secret
+    if retry_after is not None:
+        delay = max(delay, retry_after + random.uniform(0, base / 2))  # noqa: S311
+    return delay
+
+
+# ---------------------------------------------------------------------------------------------
+# The manifest
+# ---------------------------------------------------------------------------------------------
+def _model_nodes(job: Job) -> list[Node]:
+    nodes = list(
+        Node.objects.filter(cluster_id=job.cluster_id, gpu_model_id=job.gpu_model_id).only(
+            "name", "gpu_resource", "labels"
+        )
+    )
+    planned = set(job.node_plan or [])
+    return [n for n in nodes if n.name in planned] or nodes
+
+
+def _node_selector(cluster: Cluster, job: Job, nodes: list[Node]) -> dict[str, str]:
+    """Select the model's nodes by the label they actually carry (the cluster's label when
+    every node of the model has the same value, else GPU Feature Discovery's product)."""
+    assert job.gpu_model is not None
+    for key in (cluster.gpu_label, "nvidia.com/gpu.product", "amd.com/gpu.product-name"):
+        values = {(n.labels or {}).get(key) for n in nodes}
+        if len(values) == 1 and None not in values:
+            return {key: str(values.pop())}
+    return {cluster.gpu_label: job.gpu_model.key}
+
+
+def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
+    """(namespace, Volcano Job manifest) for an admitted job."""
+    cluster, model = job.cluster, job.gpu_model
+    assert cluster is not None and model is not None
+    nodes = _model_nodes(job)
+    resource = nodes[0].gpu_resource if nodes else model.resource_name
+    namespace = cluster_job_namespace(cluster, job.team.slug)
+    tolerations = (
+        (volcano.Toleration(key="nvidia.com/gpu", effect="NoSchedule"),)
+        if cluster.tolerate_gpu_taint
+        else ()
+    )
+    spec = volcano.VolcanoJobSpec(
+        job_id=str(job.public_id),
+        display_name=job.name,
+        team_slug=job.team.slug,
+        namespace=namespace,
+        queue=volcano.volcano_queue_name(job.team.slug),
+        kind=job.kind,  # type: ignore[arg-type]
+        image=job.image,
+        command=list(job.command or []),
+        args=list(job.args or []),
+        env=dict(job.env or {}),
+        replicas=job.replicas,
+        gpus_per_replica=job.gpus_per_replica,
+        gpu_resource=resource,
+        gpu_model=model.key,
+        node_selector=_node_selector(cluster, job, nodes),
+        cpu_millicores=job.cpu_millicores,
+        memory_mib=job.memory_mib,
+        max_runtime_seconds=job.max_runtime_seconds,
+        port=job.port,
+        scheduler_name=cluster.scheduler_name,
+        submission_uid=submission_uid(job),
+        portal_url=f"{settings.SITE_URL.rstrip('/')}/jobs/{job.public_id}/",
+        tolerations=tolerations,
+        automount_service_account_token=cluster.mount_service_account_token,
+        run_as_non_root=cluster.run_as_non_root,
+    )
+    return namespace, volcano.build_volcano_job(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch
+# ---------------------------------------------------------------------------------------------
+def _load(job_id: int) -> Job | None:
+    return Job.objects.select_related("cluster", "gpu_model", "team").filter(pk=job_id).first()
+
+
+def _fail(job: Job, reason: str, message: str) -> Outcome:
+    job_transition(
+        job_id=job.pk,
+        expected=JobState.ADMITTED,
+        to=JobState.FAILED,
+        reason=reason,
+        message=message,
+    )
+    log.info("job %s failed to dispatch: %s", job.pk, message)
+    return Outcome(done=True, message=message)
+
+
+def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = None) -> Outcome:
+    if attempt >= settings.GPUPOOL_DISPATCH_MAX_ATTEMPTS:
+        return _fail(
+            job,
+            "DispatchFailed",
+            f"Could not create the Volcano Job after {attempt} attempts: {problem}",
+        )
+    delay = backoff_seconds(attempt, retry_after)
+    job_event_record(
+        job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s"
+    )
+    return Outcome(done=False, message=problem, retry_in=delay)
+
+
+def _record(job: Job, namespace: str, obj: dict[str, Any], uid: str) -> None:
+    meta = obj.get("metadata") or {}
+    VolcanoJobRecord.objects.update_or_create(
+        job_id=job.pk,
+        defaults={
+            "cluster_id": job.cluster_id,
+            "namespace": namespace,
+            "name": meta.get("name", ""),
+            "submission_uid": uid,
+            "uid": str(meta.get("uid") or ""),
+            "phase": str(((obj.get("status") or {}).get("state") or {}).get("phase") or ""),
+            "retry_count": 0,
+            "pods": {},
+            "reported": [],
+            "created_at": timezone.now(),
+            "seen_at": timezone.now(),
+            "deleted_at": None,
+        },
+    )
+
+
+def _delete_quietly(job: Job, namespace: str, name: str, uid: str | None = None) -> None:
+    """Best effort: remove an object this dispatch made for a job that moved on."""
+    try:
+        client = cluster_client(job.cluster)  # type: ignore[arg-type]
+        client.delete_job(namespace, name, uid=uid)
+    except (KubeError, ClusterUnavailable) as exc:
+        if not (isinstance(exc, KubeError) and exc.not_found):
+            log.warning("could not delete %s/%s of job %s: %s", namespace, name, job.pk, exc)
+
+
+def job_dispatch(*, job_id: int) -> Outcome:
+    """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED."""
+    job = _load(job_id)
+    if job is None or job.state != JobState.ADMITTED:
+        return Outcome(done=True, message="not admitted")
+    # The attempt counter lives on the row, so it survives worker restarts and redeliveries.
+    if not Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+        dispatch_attempts=F("dispatch_attempts") + 1
+    ):
+        return Outcome(done=True, message="not admitted")
+    attempt = job.dispatch_attempts + 1
+    if job.cluster is None or job.gpu_model is None:
+        return _fail(job, "DispatchFailed", "The job was admitted without a cluster or GPU model.")
+    try:
+        namespace, manifest = job_manifest(job)
+    except volcano.ManifestError as exc:
+        return _fail(job, "InvalidJob", f"The job cannot run as a Volcano Job: {exc}")
+    name, uid = manifest["metadata"]["name"], submission_uid(job)
+    try:
+        client = cluster_client(job.cluster)
+    except ClusterUnavailable as exc:
+        return _retry(job, attempt, f"cluster {job.cluster.name} is unavailable: {exc}")
+    try:
+        created = client.create_job(namespace, manifest)
+    except KubeError as exc:
+        if exc.already_exists:
+            return _adopt_or_conflict(job, attempt, namespace, name, uid)
+        if exc.transient:
+            return _retry(job, attempt, exc.message, exc.retry_after)
+        if any(p in exc.message for p in QUEUE_PROBLEMS) and attempt == 1:
+            _queue_repair(job.cluster)
+            return Outcome(done=False, message=exc.message, retry_in=0.5)
+        return _fail(job, "SubmitRejected", f"The cluster refused the job: {exc.message}")
+    return _submitted(job, namespace, created, uid, adopted=False)
+
+
+def _queue_repair(cluster: Cluster) -> None:
+    from clusters.queues import queues_sync
+
+    try:
+        queues_sync(cluster=cluster)
+    except Exception:  # the retry that follows reports the real problem
+        log.warning("queue sync for %s failed during dispatch", cluster.name, exc_info=True)
+
+
+def _adopt_or_conflict(job: Job, attempt: int, namespace: str, name: str, uid: str) -> Outcome:
+    client = cluster_client(job.cluster)  # type: ignore[arg-type]
+    try:
+        existing = client.get_job(namespace, name)
+    except KubeError as exc:
+        if exc.not_found:  # deleted between our create and our read: just try again
+            return Outcome(done=False, message="the existing object went away", retry_in=0.2)
+        return _retry(job, attempt, exc.message, exc.retry_after)
+    meta = existing.get("metadata") or {}
+    theirs = (meta.get("annotations") or {}).get(volcano.ANNOTATION_SUBMISSION_UID)
+    if theirs == uid:
+        return _submitted(job, namespace, existing, uid, adopted=True)
+    if meta.get("deletionTimestamp"):
+        return _retry(job, attempt, f"an earlier Volcano Job {name} is still being deleted")
+    job_event_record(
+        job,
+        "VolcanoJobConflict",
+        f"A Volcano Job named {namespace}/{name} already exists and was not created by this "
+        f"dispatch (submission UID {theirs or 'missing'}, expected {uid}); it was left alone.",
+    )
+    return _fail(
+        job,
+        "VolcanoJobConflict",
+        f"A different Volcano Job named {namespace}/{name} already exists on {job.cluster}; "
+        "the portal never overwrites it.",
+    )
+
+
+def _submitted(
+    job: Job, namespace: str, obj: dict[str, Any], uid: str, *, adopted: bool
+) -> Outcome:
+    name = obj["metadata"]["name"]
+    with transaction.atomic():
+        won = job_transition(
+            job_id=job.pk,
+            expected=JobState.ADMITTED,
+            to=JobState.SUBMITTED,
+            reason="Submitted" if not adopted else "Adopted",
+            message=(
+                f"Volcano Job {namespace}/{name} created on {job.cluster}."
+                if not adopted
+                else f"Volcano Job {namespace}/{name} already existed from an earlier attempt; "
+                "adopted."
+            ),
+            updates={"volcano_job_name": name},
+        )
+        if won:
+            _record(job, namespace, obj, uid)
+    if won:
+        return Outcome(done=True, message="submitted")
+    # Cancelled or preempted while we created it: leave nothing behind (a duplicate delivery
+    # that lost to another worker's success is the one case where the object stays).
+    current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+    if current not in (JobState.SUBMITTED, JobState.RUNNING):
+        _delete_quietly(job, namespace, name, uid=str(obj["metadata"].get("uid") or "") or None)
+    return Outcome(done=True, message=f"job is {current}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cancel and eviction
+# ---------------------------------------------------------------------------------------------
+def _where(job: Job) -> tuple[str, str]:
+    record = VolcanoJobRecord.objects.filter(job_id=job.pk).first()
+    if record is not None:
+        return record.namespace, record.name
+    assert job.cluster is not None
+    return (
+        cluster_job_namespace(job.cluster, job.team.slug),
+        volcano.volcano_job_name(str(job.public_id)),
+    )
+
+
+def _remove(job: Job, *, attempt: int) -> Outcome | None:
+    """Delete the job's Volcano Job and confirm it is gone; None once it is."""
+    if job.cluster is None:
+        return None
+    namespace, name = _where(job)
+    try:
+        client = cluster_client(job.cluster)
+        try:
+            client.delete_job(namespace, name)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+        try:
+            leftover = client.get_job(namespace, name)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            leftover = None
+    except ClusterUnavailable as exc:
+        return Outcome(done=False, message=str(exc), retry_in=backoff_seconds(attempt))
+    except KubeError as exc:
+        return Outcome(
+            done=False, message=exc.message, retry_in=backoff_seconds(attempt, exc.retry_after)
+        )
+    if leftover is not None:
+        return Outcome(done=False, message="still being deleted", retry_in=backoff_seconds(attempt))
+    VolcanoJobRecord.objects.filter(job_id=job.pk).update(deleted_at=timezone.now())
+    return None
+
+
+def job_cancel_on_cluster(*, job_id: int, attempt: int = 1) -> Outcome:
+    """Delete a CANCELLING job's Volcano Job, then mark it CANCELLED."""
+    job = _load(job_id)
+    if job is None or job.state != JobState.CANCELLING:
+        return Outcome(done=True, message="not cancelling")
+    pending = _remove(job, attempt=attempt)
+    if pending is not None:
+        return pending
+    job_transition(
+        job_id=job.pk,
+        expected=JobState.CANCELLING,
+        to=JobState.CANCELLED,
+        reason="Cancelled",
+        message="The Volcano Job was deleted." if job.cluster else "Nothing was running.",
+    )
+    return Outcome(done=True, message="cancelled")
+
+
+def preemption_message(job: Job) -> str:
+    """The message the scheduler wrote when it decided to preempt this job."""
+    event = (
+        JobEvent.objects.filter(job_id=job.pk, to_state=JobState.PREEMPTING)
+        .exclude(from_state=JobState.PREEMPTING)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    return event.message if event else ""
+
+
+def job_evict(*, job_id: int, attempt: int = 1) -> Outcome:
+    """Delete a PREEMPTING job's Volcano Job, then requeue it (reason Preempted)."""
+    job = _load(job_id)
+    if job is None or job.state != JobState.PREEMPTING:
+        return Outcome(done=True, message="not preempting")
+    pending = _remove(job, attempt=attempt)
+    if pending is not None:
+        return pending
+    job_transition(
+        job_id=job.pk,
+        expected=JobState.PREEMPTING,
+        to=JobState.QUEUED,
+        reason="Preempted",
+        message=preemption_message(job),
+    )
+    return Outcome(done=True, message="requeued")

@@ -1,0 +1,170 @@
+"""Celery tasks of the clusters app: thin, idempotent, IDs only in their arguments.
+
+Each task loads rows by id and calls a service; the row's state decides whether there is
+anything to do, so a redelivered or duplicated message is harmless (``acks_late``: a worker
+that dies mid-task leaves the message for another). Transient failures come back from the
+services as an :class:`~clusters.dispatch.Outcome` with ``retry_in``, and the task re-queues
+itself with that countdown; the attempt count of a dispatch lives on the job row.
+
+The ``*_enqueue`` helpers are what hooks call (on commit): best effort, because the job table
+is the outbox and the periodic reconcile re-enqueues work whose message was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from celery import shared_task
+from django.core.cache import cache
+
+from clusters import dispatch, inventory, queues
+from clusters.models import Cluster, ClusterState
+
+log = logging.getLogger(__name__)
+
+MAX_CLEANUP_TRIES = 30
+QUEUE_SYNC_PENDING_KEY = "clusters:queue-sync-requested"
+
+
+def _cluster(cluster_id: int) -> Cluster | None:
+    return Cluster.objects.filter(pk=cluster_id).first()
+
+
+@shared_task(
+    name="clusters.dispatch_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
+)
+def dispatch_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
+    outcome = dispatch.job_dispatch(job_id=job_id)
+    if outcome.retry_in is not None:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.message
+
+
+@shared_task(
+    name="clusters.evict_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
+)
+def evict_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
+    outcome = dispatch.job_evict(job_id=job_id, attempt=self.request.retries + 1)
+    if outcome.retry_in is not None and self.request.retries < MAX_CLEANUP_TRIES:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.message
+
+
+@shared_task(
+    name="clusters.cancel_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
+)
+def cancel_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
+    outcome = dispatch.job_cancel_on_cluster(job_id=job_id, attempt=self.request.retries + 1)
+    if outcome.retry_in is not None and self.request.retries < MAX_CLEANUP_TRIES:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.message
+
+
+@shared_task(name="clusters.sync_inventory", acks_late=True, ignore_result=True)
+def sync_inventory(cluster_id: int) -> str:
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return "no such cluster"
+    result = inventory.inventory_sync(cluster=cluster)
+    if result.ok:
+        _request_cycle()
+    return result.message
+
+
+@shared_task(name="clusters.sync_all_inventories", ignore_result=True)
+def sync_all_inventories() -> int:
+    ids = list(Cluster.objects.exclude(state=ClusterState.DISABLED).values_list("pk", flat=True))
+    for pk in ids:
+        sync_inventory.delay(pk)
+    return len(ids)
+
+
+@shared_task(name="clusters.sync_queues", acks_late=True, ignore_result=True)
+def sync_queues(cluster_id: int) -> str:
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return "no such cluster"
+    return queues.queues_sync(cluster=cluster).message
+
+
+@shared_task(name="clusters.sync_all_queues", ignore_result=True)
+def sync_all_queues() -> int:
+    cache.delete(QUEUE_SYNC_PENDING_KEY)
+    ids = list(Cluster.objects.exclude(state=ClusterState.DISABLED).values_list("pk", flat=True))
+    for pk in ids:
+        sync_queues.delay(pk)
+    return len(ids)
+
+
+@shared_task(name="clusters.reconcile_cluster", acks_late=True, ignore_result=True)
+def reconcile_cluster(cluster_id: int) -> str:
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return "no such cluster"
+    # Single-flight per cluster: a reconcile that overlaps another only doubles the load.
+    from clusters import status  # the reconcile imports the tasks it re-enqueues
+
+    key = f"clusters:reconciling:{cluster_id}"
+    if not cache.add(key, 1, timeout=120):
+        return "already running"
+    try:
+        return status.cluster_reconcile(cluster=cluster).message
+    finally:
+        cache.delete(key)
+
+
+@shared_task(name="clusters.reconcile_all_clusters", ignore_result=True)
+def reconcile_all_clusters() -> int:
+    # Disabled clusters are still reconciled: their running jobs must reach an end.
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for pk in ids:
+        reconcile_cluster.delay(pk)
+    return len(ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hooks (called on commit by the scheduling cycle and the portal's cancel)
+# ---------------------------------------------------------------------------------------------
+def dispatch_job_enqueue(job_ids: Iterable[int]) -> None:
+    for job_id in job_ids:
+        try:
+            dispatch_job.delay(job_id)
+        except Exception:  # broker down: the reconcile finds the job still ADMITTED
+            log.warning("could not enqueue dispatch of job %s", job_id, exc_info=True)
+
+
+def evict_job_enqueue_many(job_ids: Iterable[int]) -> None:
+    for job_id in job_ids:
+        evict_job_enqueue(job_id)
+
+
+def evict_job_enqueue(job_id: int) -> None:
+    try:
+        evict_job.delay(job_id)
+    except Exception:
+        log.warning("could not enqueue eviction of job %s", job_id, exc_info=True)
+
+
+def cancel_job_enqueue(job_id: int) -> None:
+    try:
+        cancel_job.delay(job_id)
+    except Exception:
+        log.warning("could not enqueue cancel of job %s", job_id, exc_info=True)
+
+
+def queue_sync_request(*_: object, **__: object) -> None:
+    """Quotas or weights changed: sync every cluster's queues soon (coalesced)."""
+    try:
+        if cache.add(QUEUE_SYNC_PENDING_KEY, 1, timeout=30):
+            sync_all_queues.delay()
+    except Exception:
+        log.warning("could not request a queue sync; beat runs one", exc_info=True)
+
+
+def _request_cycle() -> None:
+    try:
+        from scheduling.tasks import cycle_request
+    except ImportError:  # pragma: no cover - the scheduler is part of the project
+        return
+    cycle_request()

@@ -1,0 +1,218 @@
+"""From ADMITTED to a Volcano Job on kubesim, through a real Celery worker process.
+
+Each test admits a job by hand (what the scheduling cycle does), hands it over through the
+cycle's ``on_admitted`` hook, and watches the job row and the simulated cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from clusters import volcano
+from clusters.dispatch import job_manifest, submission_uid
+from clusters.models import VolcanoJobRecord
+from portal.models import Job, JobEvent, JobState
+from tests.clusters.conftest import MAX_ATTEMPTS, dispatch, wait_for, wait_state
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+def _events(job, reason=None):
+    events = JobEvent.objects.filter(job_id=job.pk).order_by("created_at", "id")
+    return [e for e in events if reason is None or e.reason == reason]
+
+
+def _vcjob(sim, job):
+    return sim.get("jobs", volcano.volcano_job_name(str(job.public_id)), "gpupool")
+
+
+def _precreate(sim, manifest):
+    """Create a Volcano Job as some other client would (the official client, over HTTPS)."""
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    try:
+        return k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", "gpupool", "jobs", manifest
+        )
+    finally:
+        api.close()
+
+
+def test_an_admitted_job_becomes_a_volcano_job(sim, cluster, admit):
+    job = admit(cluster, replicas=2, gpus_per_replica=4, nodes=["a100-0", "a100-1"])
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    job.refresh_from_db()
+    obj = _vcjob(sim, job)
+    assert obj is not None
+    assert job.volcano_job_name == obj["metadata"]["name"] == f"gp-{job.public_id.hex}"
+    assert job.dispatch_attempts == 1
+    meta = obj["metadata"]
+    assert meta["labels"]["gpupool.dev/job-id"] == str(job.public_id)
+    assert meta["labels"]["gpupool.dev/team"] == "vision"
+    assert meta["annotations"]["gpupool.dev/submission-uid"] == submission_uid(job)
+    spec = obj["spec"]
+    assert spec["queue"] == "gp-vision" and spec["minAvailable"] == 2
+    assert [t["name"] for t in spec["tasks"]] == ["master", "worker"]
+    pod = spec["tasks"][0]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu-type": "a100-80gb"}
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] in (4, "4")
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    record = VolcanoJobRecord.objects.get(job_id=job.pk)
+    assert (record.namespace, record.uid) == ("gpupool", meta["uid"])
+    assert [e.reason for e in _events(job)][-1] == "Submitted"
+
+
+def test_a_mig_job_asks_for_its_slice_resource(sim, cluster, admit):
+    job = admit(cluster, model="a100-80gb-mig-1g.10gb", gpus_per_replica=2, nodes=["a100-mig-0"])
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    limits = _vcjob(sim, job)["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert limits["resources"]["limits"]["nvidia.com/mig-1g.10gb"] in (2, "2")
+
+
+def test_an_existing_object_with_our_submission_uid_is_adopted(sim, cluster, admit):
+    job = admit(cluster)
+    _, manifest = job_manifest(
+        Job.objects.select_related("cluster", "gpu_model", "team").get(pk=job.pk)
+    )
+    created = _precreate(sim, manifest)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    assert [e.reason for e in _events(job)][-1] == "Adopted"
+    after = _vcjob(sim, job)
+    assert after["metadata"]["uid"] == created["metadata"]["uid"]
+    assert after["spec"] == created["spec"]
+
+
+def test_an_existing_object_of_someone_else_is_a_conflict_and_never_overwritten(
+    sim, cluster, admit
+):
+    job = admit(cluster)
+    _, manifest = job_manifest(
+        Job.objects.select_related("cluster", "gpu_model", "team").get(pk=job.pk)
+    )
+    theirs = copy.deepcopy(manifest)
+    theirs["metadata"]["annotations"][volcano.ANNOTATION_SUBMISSION_UID] = "someone-else"
+    _precreate(sim, theirs)
+    dispatch(job)
+    wait_state(job, JobState.FAILED)
+    assert _events(job, "VolcanoJobConflict")
+    failed = _events(job)[-1]
+    assert failed.to_state == JobState.FAILED and "never overwrites" in failed.message
+    kept = _vcjob(sim, job)
+    assert kept["metadata"]["annotations"][volcano.ANNOTATION_SUBMISSION_UID] == "someone-else"
+
+
+def test_server_errors_are_retried_with_backoff_until_the_create_succeeds(sim, cluster, admit):
+    sim.faults.add(verb="create", resource="jobs", status=500, count=3)
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    job.refresh_from_db()
+    assert job.dispatch_attempts == 4
+    retries = _events(job, "DispatchRetry")
+    assert len(retries) == 3 and "500" in retries[0].message
+    assert sim.faults.count(verb="create", resource="jobs") == 3
+
+
+def test_too_many_requests_waits_at_least_retry_after(sim, cluster, admit):
+    sim.faults.add(verb="create", resource="jobs", status=429, retry_after=2, count=1)
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    retry = _events(job, "DispatchRetry")[0]
+    submitted = _events(job, "Submitted")[0]
+    assert "429" in retry.message
+    assert (submitted.created_at - retry.created_at).total_seconds() >= 2.0
+
+
+def test_a_timeout_is_retried_and_the_late_create_is_adopted_not_doubled(sim, cluster, admit):
+    # The first create stalls past the client's timeout, then succeeds on the server anyway.
+    sim.faults.add(verb="create", resource="jobs", hang=3, count=1)
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED, timeout=30)
+    retries = _events(job, "DispatchRetry")
+    assert retries and "did not answer in time" in retries[0].message
+    time.sleep(1.5)  # let the stalled request finish on the server
+    assert len(sim.list("jobs", "gpupool")) == 1
+
+
+def test_a_validation_error_fails_the_job_with_the_api_servers_message(sim, cluster, admit):
+    sim.faults.add(
+        verb="create",
+        resource="jobs",
+        status=422,
+        message='Job.batch.volcano.sh "x" is invalid: spec.tasks[0].template: Invalid value',
+    )
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.FAILED)
+    failed = _events(job)[-1]
+    assert failed.reason == "SubmitRejected"
+    assert "spec.tasks[0].template: Invalid value" in failed.message
+    assert not _events(job, "DispatchRetry")
+
+
+def test_a_missing_queue_fails_the_job_saying_so(sim, cluster, admit):
+    sim.delete_queue("gp-vision")
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.FAILED)
+    failed = _events(job)[-1]
+    assert 'unable to find job queue: queue.scheduling.volcano.sh "gp-vision" not found' in (
+        failed.message
+    )
+
+
+def test_a_forbidden_create_fails_at_once(sim, cluster, admit):
+    sim.faults.add(verb="create", resource="jobs", status=403, count=1)
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.FAILED)
+    assert "403" in _events(job)[-1].message
+    assert Job.objects.filter(pk=job.pk).values_list("dispatch_attempts", flat=True).get() == 1
+
+
+def test_retries_are_bounded(sim, cluster, admit):
+    sim.faults.add(verb="create", resource="jobs", status=503, count=-1)
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.FAILED, timeout=30)
+    job.refresh_from_db()
+    assert job.dispatch_attempts == MAX_ATTEMPTS
+    assert f"after {MAX_ATTEMPTS} attempts" in _events(job)[-1].message
+
+
+def test_a_duplicated_message_creates_one_volcano_job(sim, cluster, admit):
+    job = admit(cluster)
+    dispatch(job)
+    dispatch(job)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    time.sleep(0.5)
+    assert len(sim.list("jobs", "gpupool")) == 1
+    assert len(_events(job, "Submitted")) == 1
+
+
+def test_a_job_cancelled_while_its_create_is_in_flight_leaves_nothing_behind(
+    sim, cluster, admit, bob
+):
+    from portal.jobs.services import job_cancel
+
+    sim.faults.add(verb="create", resource="jobs", hang=1.5, count=1)
+    job = admit(cluster)
+    dispatch(job)
+    assert wait_for(lambda: sim.faults.count(verb="create", kind="hang") == 1, timeout=10)
+    job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
+    wait_state(job, JobState.CANCELLED)
+    assert wait_for(lambda: not sim.list("jobs", "gpupool"), timeout=10), sim.list(
+        "jobs", "gpupool"
+    )
