@@ -122,10 +122,6 @@ class Pool:
         """Charge ``gpus`` on node index ``node`` (an admission or a reservation)."""
         self._set_free(node, self.free[node] - gpus)
 
-    def give(self, node: int, gpus: int) -> None:
-        """Return ``gpus`` to node index ``node`` (only used on what-if copies)."""
-        self._set_free(node, min(self.total[node], self.free[node] + gpus))
-
     def hold(self, node: int, gpus: int) -> None:
         """Withdraw ``gpus`` free GPUs of a node for a starving job (the starvation guard)."""
         self.take(node, gpus)
@@ -142,10 +138,6 @@ class Pool:
             if slots >= replicas:
                 return True
         return False
-
-    def copy_free(self) -> dict[int, int]:
-        """Free GPUs per node index, for what-if evaluation on a copy."""
-        return dict(enumerate(self.free))
 
 
 def fits_free(

@@ -14,8 +14,6 @@ limits this is exactly "the cohort's total use stays within its total quota".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from scheduling.engine.snapshot import CohortQuota, Quota
 
 OVER_LIMIT = -1
@@ -66,22 +64,6 @@ class CohortSums:
         self.lendable = 0
         self.borrowed = 0
         self.held = 0  # lending held for a starving job: no one else may borrow it
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaCheck:
-    """The outcome of asking for ``need`` GPUs of a model for a team."""
-
-    ok: bool
-    borrowed: int
-    """GPUs of the request above nominal (0 = fully on nominal)."""
-    cohort_short: bool
-    """False: blocked by the team's own limit. True: blocked because the cohort cannot lend."""
-    used: int
-    nominal: int
-    borrowing_limit: int | None
-    can_lend: int
-    """What the cohort can lend the team right now."""
 
 
 class QuotaBook:
@@ -145,25 +127,10 @@ class QuotaBook:
             return False
         return borrowed_after - r.borrowed() <= self.can_lend(team, model, ignoring_holds=True)
 
-    def check(self, team: str, model: str, need: int) -> QuotaCheck:
-        """Whether ``need`` more GPUs of ``model`` fit the team's quota (nominal first)."""
-        r = self.row(team, model)
-        lend = self.can_lend(team, model)
-        outcome = self.fits(team, model, need)
-        return QuotaCheck(
-            outcome >= 0,
-            max(0, outcome),
-            outcome == COHORT_SHORT,
-            r.used,
-            r.nominal,
-            r.borrowing_limit,
-            lend,
-        )
-
     def fits(self, team: str, model: str, need: int) -> int:
-        """The hot-path form of :meth:`check`: GPUs borrowed (>= 0) when ``need`` fits,
-        ``OVER_LIMIT`` when the team's own limit blocks it, ``COHORT_SHORT`` when the cohort
-        cannot lend enough."""
+        """Whether ``need`` more GPUs of ``model`` fit the team's quota, nominal first: the GPUs
+        of it that are borrowed (>= 0) when it fits, ``OVER_LIMIT`` when the team's own
+        borrowing limit blocks it, ``COHORT_SHORT`` when the cohort cannot lend enough."""
         r = self._rows.get((team, model))
         if r is None:
             r = self.row(team, model)
@@ -198,6 +165,3 @@ class QuotaBook:
         """Record the use at the start of the cycle (after running allocations are charged)."""
         for r in self._rows.values():
             r.used_at_start = r.used
-
-    def rows(self) -> dict[tuple[str, str], QuotaRow]:
-        return self._rows
