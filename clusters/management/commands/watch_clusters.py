@@ -1,0 +1,39 @@
+"""``manage.py watch_clusters``: follow every cluster's Volcano Jobs and pods until stopped.
+
+Run one (or more, for availability: a per-(cluster, resource) lease keeps them from doubling
+work) next to the Celery workers. SIGTERM or Ctrl-C stops it within a moment.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from clusters.watch import WatchSupervisor
+
+
+class Command(BaseCommand):
+    help = "Watch every registered cluster's Volcano Jobs and pods and apply what changes."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--refresh", type=float, default=15.0, help="seconds between cluster list checks"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        supervisor = WatchSupervisor(stop=stop, refresh_seconds=options["refresh"])
+        logging.getLogger(__name__).info("watching clusters as %s", supervisor.holder)
+        self.stdout.write(f"watch_clusters: running as {supervisor.holder}")
+        supervisor.run()
+        self.stdout.write("watch_clusters: stopped")

@@ -1,0 +1,294 @@
+"""List + watch of Volcano Jobs and pods, per cluster, as a long-running process.
+
+``manage.py watch_clusters`` runs one :class:`ResourceWatcher` thread per (cluster, resource)
+for every cluster that is not disabled. A watcher:
+
+1. takes the lease of its :class:`~clusters.models.ClusterWatch` row (a compare-and-set, so
+   a second watcher process, e.g. during a rolling deploy, waits instead of doubling work);
+2. without a stored resourceVersion, *lists* (applying every object, which heals whatever
+   was missed while nobody watched) and keeps the list's version;
+3. watches from that version, applying each event as it comes and saving the version (and
+   renewing the lease) every few seconds;
+4. on ``410 Gone`` forgets the version and relists; on any other failure backs off and
+   resumes from the saved version.
+
+Events are an optimization: the periodic reconcile (``clusters.status.cluster_reconcile``)
+stays the truth. Pod events are filtered in memory first (a pod whose node and facts did not
+change costs no query), because a busy cluster sends many status updates per pod.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from clusters import volcano
+from clusters.kube import KubeClient, KubeError, WatchEvent
+from clusters.models import Cluster, ClusterState, ClusterWatch
+from clusters.services import ClusterUnavailable, cluster_client
+from clusters.status import job_status_apply, job_view, pod_view, pods_apply
+from portal.models import Job
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ResourceWatcher", "WatchSupervisor", "watch_lease_take"]
+
+RESOURCES = ("jobs", "pods")
+LEASE_SECONDS = 30
+SAVE_EVERY_SECONDS = 2.0
+
+
+def default_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def watch_lease_take(*, cluster_id: int, resource: str, holder: str) -> ClusterWatch | None:
+    """The watch row if ``holder`` now holds its lease (taken or renewed), else None."""
+    ClusterWatch.objects.get_or_create(cluster_id=cluster_id, resource=resource)
+    now = timezone.now()
+    free = ClusterWatch.objects.filter(cluster_id=cluster_id, resource=resource).filter(
+        models_q_lease_free(holder, now)
+    )
+    if not free.update(holder=holder, lease_expires_at=now + dt.timedelta(seconds=LEASE_SECONDS)):
+        return None
+    return ClusterWatch.objects.get(cluster_id=cluster_id, resource=resource)
+
+
+def models_q_lease_free(holder: str, now: dt.datetime) -> Any:
+    from django.db.models import Q
+
+    return Q(holder=holder) | Q(holder="") | Q(lease_expires_at__lt=now) | Q(lease_expires_at=None)
+
+
+def watch_lease_release(*, cluster_id: int, resource: str, holder: str) -> None:
+    ClusterWatch.objects.filter(cluster_id=cluster_id, resource=resource, holder=holder).update(
+        holder="", lease_expires_at=None
+    )
+
+
+class ResourceWatcher:
+    """Follows one resource (``jobs`` or ``pods``) of one cluster until ``stop`` is set."""
+
+    def __init__(
+        self,
+        *,
+        cluster_id: int,
+        resource: str,
+        stop: threading.Event,
+        holder: str | None = None,
+        watch_timeout: int = 60,
+    ) -> None:
+        if resource not in RESOURCES:
+            raise ValueError(f"cannot watch {resource!r}")
+        self.cluster_id = cluster_id
+        self.resource = resource
+        self.stop = stop
+        self.holder = holder or default_holder()
+        self.watch_timeout = watch_timeout
+        self.client: KubeClient | None = None
+        self.events = 0
+        self.relists = 0
+        self._pods_seen: dict[str, tuple[str, frozenset[str]]] = {}
+
+    def abort(self) -> None:
+        """Stop now: set the flag and end the open watch request (for shutdown)."""
+        self.stop.set()
+        if self.client is not None:
+            self.client.abort_streams()
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        failures = 0
+        try:
+            while not self.stop.is_set():
+                try:
+                    self._run_once()
+                    failures = 0
+                except (KubeError, ClusterUnavailable) as exc:
+                    if self.stop.is_set():
+                        break  # the error is our own abort
+                    failures += 1
+                    pause = min(30.0, 0.5 * 2**failures) * random.uniform(0.5, 1.0)  # noqa: S311
+                    log.warning(
+                        "watch %s/%s: %s; again in %.1f s",
+                        self.cluster_id,
+                        self.resource,
+                        exc.message if isinstance(exc, KubeError) else exc,
+                        pause,
+                    )
+                    self.stop.wait(pause)
+                except Exception:
+                    log.exception("watch %s/%s crashed; restarting", self.cluster_id, self.resource)
+                    self.stop.wait(5)
+                finally:
+                    close_old_connections()
+        finally:
+            watch_lease_release(
+                cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
+            )
+            connection.close()
+
+    def _run_once(self) -> None:
+        row = watch_lease_take(
+            cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
+        )
+        if row is None:  # someone else follows this stream; look again when the lease may end
+            self.stop.wait(LEASE_SECONDS / 3)
+            return
+        cluster = Cluster.objects.get(pk=self.cluster_id)
+        self.client = cluster_client(cluster)
+        version = row.resource_version or self._relist(cluster)
+        saved_at = time.monotonic()
+        try:
+            for event in self.client.watch(
+                self.resource,
+                label_selector=volcano.managed_selector(),
+                resource_version=version,
+                timeout_seconds=self.watch_timeout,
+                stop=self.stop,
+            ):
+                if event.type != "BOOKMARK":
+                    self._apply(cluster, event)
+                    self.events += 1
+                version = event.resource_version or version
+                if time.monotonic() - saved_at > SAVE_EVERY_SECONDS:
+                    if not self._save(version):
+                        return  # lost the lease
+                    saved_at = time.monotonic()
+        except KubeError as exc:
+            if not exc.gone:
+                self._save(version)
+                raise
+            log.info("watch %s/%s: %s; relisting", cluster.name, self.resource, exc.message)
+            self.relists += 1
+            ClusterWatch.objects.filter(
+                cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
+            ).update(resource_version="", relists=row.relists + self.relists)
+            return
+        self._save(version)
+
+    def _save(self, version: str) -> bool:
+        now = timezone.now()
+        return bool(
+            ClusterWatch.objects.filter(
+                cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
+            ).update(
+                resource_version=version,
+                lease_expires_at=now + dt.timedelta(seconds=LEASE_SECONDS),
+            )
+        )
+
+    def _relist(self, cluster: Cluster) -> str:
+        """Apply the current state of every object, and return the list's resourceVersion."""
+        assert self.client is not None
+        selector = volcano.managed_selector()
+        if self.resource == "jobs":
+            items, version = self.client.list_jobs_with_version(label_selector=selector)
+        else:
+            items, version = self.client.list_pods_with_version(label_selector=selector)
+            self._pods_seen.clear()
+        for obj in items:
+            self._apply(cluster, WatchEvent("ADDED", obj))
+        self._save(version)
+        return version
+
+    # -- one event ------------------------------------------------------------------------
+    def _job(self, cluster: Cluster, job_uuid: uuid.UUID) -> Job | None:
+        return (
+            Job.objects.select_related("team", "cluster", "volcano")
+            .filter(public_id=job_uuid, cluster_id=cluster.pk)
+            .first()
+        )
+
+    def _apply(self, cluster: Cluster, event: WatchEvent) -> None:
+        if self.resource == "jobs":
+            view = job_view(event.object)
+            if view is None:
+                return
+            job = self._job(cluster, view.job_uuid)
+            if job is not None:
+                job_status_apply(job=job, view=view, deleted=event.type == "DELETED")
+            return
+        pod = pod_view(event.object)
+        if pod is None:
+            return
+        if event.type == "DELETED":
+            self._pods_seen.pop(pod.uid, None)
+            return
+        signature = (pod.node, frozenset(f.key for f in pod.facts))
+        if self._pods_seen.get(pod.uid) == signature:
+            return
+        job = self._job(cluster, pod.job_uuid)
+        if job is None:
+            return
+        pods_apply(job=job, pods=[pod])
+        self._pods_seen[pod.uid] = signature
+        if len(self._pods_seen) > 100_000:
+            self._pods_seen.clear()
+
+
+class WatchSupervisor:
+    """Keeps one watcher thread per (cluster, resource) for clusters that are not disabled."""
+
+    def __init__(self, *, stop: threading.Event, refresh_seconds: float = 15.0) -> None:
+        self.stop = stop
+        self.refresh_seconds = refresh_seconds
+        self.holder = default_holder()
+        self.threads: dict[tuple[int, str], tuple[threading.Thread, threading.Event]] = {}
+        self.watchers: dict[tuple[int, str], ResourceWatcher] = {}
+
+    def wanted(self) -> set[int]:
+        return set(
+            Cluster.objects.exclude(state=ClusterState.DISABLED).values_list("pk", flat=True)
+        )
+
+    def refresh(self) -> None:
+        wanted = self.wanted()
+        for (pk, resource), (thread, stop) in list(self.threads.items()):
+            if pk not in wanted or not thread.is_alive():
+                stop.set()
+                del self.threads[(pk, resource)]
+                self.watchers.pop((pk, resource)).abort()
+        for pk in wanted:
+            for resource in RESOURCES:
+                if (pk, resource) in self.threads:
+                    continue
+                stop = threading.Event()
+                watcher = ResourceWatcher(
+                    cluster_id=pk, resource=resource, stop=stop, holder=self.holder
+                )
+                thread = threading.Thread(
+                    target=watcher.run, name=f"watch-{pk}-{resource}", daemon=True
+                )
+                thread.start()
+                self.threads[(pk, resource)] = (thread, stop)
+                self.watchers[(pk, resource)] = watcher
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                try:
+                    self.refresh()
+                except Exception:
+                    log.exception("watch supervisor: refresh failed")
+                finally:
+                    close_old_connections()
+                self.stop.wait(self.refresh_seconds)
+        finally:
+            for _thread, stop in self.threads.values():
+                stop.set()
+            for watcher in self.watchers.values():
+                watcher.abort()
+            for thread, _ in self.threads.values():
+                thread.join(timeout=self.refresh_seconds)
+            connection.close()

@@ -1,0 +1,123 @@
+"""Cancel at every state, and preemption: the Volcano Job goes, the job ends or is requeued."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters import volcano
+from portal.errors import Conflict
+from portal.jobs.services import job_cancel
+from portal.jobs.state import job_transition
+from portal.models import Job, JobEvent, JobState
+from scheduling import cycle
+from tests.clusters.conftest import dispatch, wait_for, wait_state
+from tests.factories import JobFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+def _name(job):
+    return volcano.volcano_job_name(str(job.public_id))
+
+
+def _gone(sim, job):
+    return wait_for(lambda: sim.get("jobs", _name(job), "gpupool") is None, timeout=10)
+
+
+def test_cancelling_a_queued_job_needs_no_cluster(bob, vision):
+    job = JobFactory(team=vision, owner=bob)
+    job_cancel(job=job, by=bob)
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+
+
+def test_cancelling_an_admitted_job_before_dispatch(sim, cluster, admit, bob):
+    job = admit(cluster)  # never handed to the dispatcher
+    job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
+    wait_state(job, JobState.CANCELLED)
+    dispatch(job)  # a late dispatch message finds nothing to do
+    assert not wait_for(lambda: sim.list("jobs", "gpupool"), timeout=1)
+
+
+def test_cancelling_a_submitted_job_deletes_its_volcano_job(sim, cluster, admit, api_as, bob):
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    answer = api_as(bob).post(f"/api/v1/jobs/{job.public_id}/cancel/")
+    assert answer.status_code == 202 and answer.json()["state"] == JobState.CANCELLING
+    wait_state(job, JobState.CANCELLED)
+    assert _gone(sim, job)
+    last = JobEvent.objects.filter(job_id=job.pk).order_by("-id").first()
+    assert (last.reason, last.message) == ("Cancelled", "The Volcano Job was deleted.")
+
+
+def test_cancelling_a_running_job_stops_its_pods(sim, cluster, admit, bob, watchers):
+    watchers.start(cluster)
+    job = admit(cluster, replicas=2, gpus_per_replica=2)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    sim.advance(3)
+    wait_state(job, JobState.RUNNING)
+    job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
+    wait_state(job, JobState.CANCELLED)
+    assert _gone(sim, job)
+    sim.advance(5)
+    assert wait_for(lambda: not sim.job_pods("gpupool", _name(job)), timeout=10)
+
+
+def test_a_preempting_job_cannot_be_cancelled_but_is_requeued(sim, cluster, admit, bob):
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    assert job_transition(
+        job_id=job.pk,
+        expected=JobState.SUBMITTED,
+        to=JobState.PREEMPTING,
+        reason="Preempted",
+        message="Preempted for language's job (within its nominal quota).",
+    )
+    with pytest.raises(Conflict):
+        job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
+    for hook in cycle.on_preempted:  # what the cycle does on commit
+        hook([job.pk])
+    wait_state(job, JobState.QUEUED)
+    assert _gone(sim, job)
+    requeued = Job.objects.get(pk=job.pk)
+    assert requeued.cluster_id is None and requeued.node_plan == []
+    last = JobEvent.objects.filter(job_id=job.pk).order_by("-id").first()
+    assert last.reason == "Preempted"
+    assert last.message == "Preempted for language's job (within its nominal quota)."
+
+
+def test_a_requeued_job_is_dispatched_again_under_a_new_submission_uid(sim, cluster, admit):
+    from clusters.dispatch import submission_uid
+
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    first = submission_uid(Job.objects.get(pk=job.pk))
+    job_transition(job_id=job.pk, expected=JobState.SUBMITTED, to=JobState.PREEMPTING,
+                   reason="Preempted", message="m")  # fmt: skip
+    for hook in cycle.on_preempted:
+        hook([job.pk])
+    wait_state(job, JobState.QUEUED)
+    from scheduling.models import GpuModel
+
+    job_transition(
+        job_id=job.pk,
+        expected=JobState.QUEUED,
+        to=JobState.ADMITTED,
+        reason="Admitted",
+        updates={
+            "cluster_id": cluster.pk,
+            "gpu_model_id": GpuModel.objects.get(key="a100-80gb").pk,
+            "node_plan": ["a100-1"],
+        },
+    )
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    again = Job.objects.get(pk=job.pk)
+    obj = sim.get("jobs", _name(job), "gpupool")
+    assert obj["metadata"]["annotations"][volcano.ANNOTATION_SUBMISSION_UID] == submission_uid(
+        again
+    )
+    assert submission_uid(again) != first
