@@ -130,9 +130,16 @@ _NATIVE_ON_POSTGRESQL = (
 Reader = Callable[[Model, Any], Any]
 
 
+def _computes_on_save(f: Field[Any, Any]) -> bool:
+    """Whether ``f.pre_save`` may change the value (auto_now and the like), not just read it."""
+    if isinstance(f, models.DateField):  # DateField overrides pre_save only for these two
+        return bool(f.auto_now or f.auto_now_add)
+    return type(f).pre_save is not Field.pre_save
+
+
 def _reader(f: Field[Any, Any], vendor: str) -> Reader:
     """How to get ``f``'s database value out of an unsaved instance, given a connection."""
-    if type(f).pre_save is not Field.pre_save:  # auto_now and the like compute the value
+    if _computes_on_save(f):
 
         def computed(obj: Model, conn: Any) -> Any:
             return f.get_db_prep_save(f.pre_save(obj, True), conn)
