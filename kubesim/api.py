@@ -171,6 +171,9 @@ class Api:
         self.faults = faults
         self.control = control
         self.requests = 0
+        self.inflight = 0  # approximate (unlocked) count of requests being answered
+        self.cpu_seconds = 0.0  # thread CPU spent in handle(), for the benchmark
+        sim.busy = lambda: self.inflight > 0
 
     # ==================================================================================
     # entry point
@@ -178,6 +181,15 @@ class Api:
     def handle(self, req: Request) -> Response:
         """Answer one request; every failure becomes a Status body."""
         self.requests += 1
+        self.inflight += 1
+        started = time.thread_time()
+        try:
+            return self._handle(req)
+        finally:
+            self.inflight -= 1
+            self.cpu_seconds += time.thread_time() - started
+
+    def _handle(self, req: Request) -> Response:
         try:
             principal = self.auth.authenticate(req.headers.get("authorization"))
             route = self.route(req.path)

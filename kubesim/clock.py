@@ -9,6 +9,7 @@ them that way.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from datetime import UTC, datetime
@@ -69,7 +70,13 @@ class SimClock:
 
 def rfc3339(ts: float) -> str:
     """Kubernetes timestamp format (second precision, UTC, ``Z``)."""
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339_second(int(ts))
+
+
+@functools.lru_cache(maxsize=256)
+def _rfc3339_second(second: int) -> str:
+    # thousands of objects are stamped within the same second; format each second once
+    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def rfc3339_micro(ts: float) -> str:

@@ -376,6 +376,8 @@ class KubeSim:
         stats = dict(self.sim.stats.__dict__)
         cycles = stats["scheduling_seconds"]
         stats.update(
+            cpu_seconds=time.process_time(),
+            api_seconds=self.api.cpu_seconds,
             requests=self.api.requests,
             watchers=watchers,
             objects=counts,

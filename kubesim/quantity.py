@@ -8,6 +8,7 @@ a float rounding error must never let a pod onto a full node.
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
@@ -60,6 +61,14 @@ def parse_quantity(value: str | int | float) -> Decimal:
 
 def to_milli(value: str | int | float) -> int:
     """Parse a quantity into integer milli-units, rounding up like the apiserver does."""
+    if isinstance(value, str):
+        return _to_milli_text(value)
+    return int((parse_quantity(value) * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+@functools.lru_cache(maxsize=4096)
+def _to_milli_text(value: str) -> int:
+    # Quantities repeat endlessly ("1", "8", "64Gi"); Decimal parsing is the slow part.
     return int((parse_quantity(value) * 1000).to_integral_value(rounding=ROUND_CEILING))
 
 

@@ -16,6 +16,18 @@ from kubesim.store import ResourceType
 def path_getter(path: str) -> Callable[[dict[str, Any]], str]:
     """A field-selector getter for a dotted path; booleans render as ``true``/``false``."""
     parts = path.split(".")
+    if len(parts) == 2:
+        first, second = parts
+
+        def get_two(obj: dict[str, Any]) -> str:
+            value = (obj.get(first) or {}).get(second)
+            if value is None:
+                return ""
+            if value is True or value is False:
+                return "true" if value else "false"
+            return value if isinstance(value, str) else str(value)
+
+        return get_two
 
     def get(obj: dict[str, Any]) -> str:
         value: Any = obj

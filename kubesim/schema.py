@@ -52,6 +52,19 @@ OBJECT_META_FIELDS = frozenset(
 )
 
 
+def _cache_key(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def clone(value: Any) -> Any:
+    """Deep copy of JSON-like data (cached results must never be shared)."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
 def format_path(parts: Any) -> str:
     """Render a JSON path the way ``field.Path`` does: ``spec.tasks[0].template``."""
     out = ""
@@ -168,9 +181,12 @@ class CRD:
         self.status_subresource: bool = "status" in (version.get("subresources") or {})
         self.schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
         self.validator = jsonschema.Draft7Validator(self.schema)
-        # Validation is pure in the object (metadata is not validated by the schema), so the
-        # result for a given spec can be reused; a portal submits many identical templates.
+        # Pruning, defaulting and validation are pure in the object body (the schema does not
+        # look into metadata), so their results are memoised per distinct body: a portal
+        # submits many identical templates, and this halves the cost of a create.
         self._cache: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
+        self._prune_cache: OrderedDict[str, tuple[dict[str, Any], list[str]]] = OrderedDict()
+        self._default_cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._cache_lock = threading.Lock()
 
     # -- pruning -------------------------------------------------------------------------
@@ -182,13 +198,24 @@ class CRD:
             for key in [k for k in meta if k not in OBJECT_META_FIELDS]:
                 unknown.append(f"metadata.{key}")
                 del meta[key]
-        for key in [k for k in obj if k not in self.schema.get("properties", {})]:
-            unknown.append(key)
-            del obj[key]
-        for key, sub in self.schema.get("properties", {}).items():
-            if key != "metadata" and key in obj:
-                self._prune(sub, obj[key], [key], unknown)
-        return PruneResult(unknown)
+        body = {k: v for k, v in obj.items() if k != "metadata"}
+        key = _cache_key(body)
+        cached = self._cached(self._prune_cache, key)
+        if cached is None:
+            found: list[str] = []
+            for name in [k for k in body if k not in self.schema.get("properties", {})]:
+                found.append(name)
+                del body[name]
+            for name, sub in self.schema.get("properties", {}).items():
+                if name != "metadata" and name in body:
+                    self._prune(sub, body[name], [name], found)
+            cached = (clone(body), found)
+            self._remember(self._prune_cache, key, cached)
+        pruned, found = cached
+        for name in [k for k in obj if k != "metadata"]:
+            del obj[name]
+        obj.update(clone(pruned))
+        return PruneResult(unknown + list(found))
 
     def _prune(self, schema: dict[str, Any], value: Any, path: list[Any], out: list[str]) -> None:
         if schema.get("x-kubernetes-preserve-unknown-fields"):
@@ -213,7 +240,29 @@ class CRD:
     # -- defaulting ----------------------------------------------------------------------
     def apply_defaults(self, obj: dict[str, Any]) -> None:
         """Fill ``default`` values of absent properties whose parent object is present."""
-        self._default(self.schema, obj)
+        body = {k: v for k, v in obj.items() if k != "metadata"}
+        key = _cache_key(body)
+        cached = self._cached(self._default_cache, key)
+        if cached is None:
+            self._default(self.schema, body)
+            cached = clone(body)
+            self._remember(self._default_cache, key, cached)
+        for name in [k for k in obj if k != "metadata"]:
+            del obj[name]
+        obj.update(clone(cached))
+
+    def _cached(self, cache: OrderedDict[str, Any], key: str) -> Any:
+        with self._cache_lock:
+            value = cache.get(key)
+            if value is not None:
+                cache.move_to_end(key)
+            return value
+
+    def _remember(self, cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+        with self._cache_lock:
+            cache[key] = value
+            if len(cache) > 1024:
+                cache.popitem(last=False)
 
     def _default(self, schema: dict[str, Any], value: Any) -> None:
         if isinstance(value, dict):
@@ -235,20 +284,15 @@ class CRD:
     def validate(self, obj: dict[str, Any]) -> list[dict[str, str]]:
         """Return StatusCauses for every schema violation (empty list when valid)."""
         body = {k: v for k, v in obj.items() if k != "metadata"}
-        key = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        with self._cache_lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
+        key = _cache_key(body)
+        cached = self._cached(self._cache, key)
+        if cached is not None:
+            return list(cached)
         causes = [error_to_cause(e) for e in self.validator.iter_errors(body)]
         unique = {c["message"]: c for c in causes}
         result = sorted(unique.values(), key=lambda c: (c["field"], c["message"]))
-        with self._cache_lock:
-            self._cache[key] = result
-            if len(self._cache) > 1024:
-                self._cache.popitem(last=False)
-        return result
+        self._remember(self._cache, key, result)
+        return list(result)
 
     def check(self, obj: dict[str, Any], name: str) -> None:
         """Raise 422 Invalid when the object fails the schema."""

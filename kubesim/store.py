@@ -25,8 +25,8 @@ import base64
 import binascii
 import json
 import queue
+import random
 import threading
-import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -36,6 +36,16 @@ from kubesim.errors import ApiError, bad_request, gone
 from kubesim.selectors import FieldSelector, LabelSelector
 
 ObjectKey = tuple[str, str]
+
+
+_uid_random = random.Random()  # noqa: S311 - object identifiers, not secrets
+
+
+def new_uid() -> str:
+    """A random (version 4 layout) UID; several times faster than uuid4()."""
+    bits = _uid_random.getrandbits(128)
+    text = f"{bits:032x}"
+    return f"{text[:8]}-{text[8:12]}-4{text[13:16]}-{'89ab'[bits & 3]}{text[17:20]}-{text[20:]}"
 
 
 def _dumps(obj: Any) -> bytes:
@@ -145,32 +155,46 @@ class Collection:
         self.floor = 0  # events with rv <= floor may be missing from history
         self.watchers: set[Watcher] = set()
 
-    def _index(self, key: ObjectKey, obj: dict[str, Any], add: bool) -> None:
-        for pair in (obj.get("metadata", {}).get("labels") or {}).items():
-            bucket = self.labels[pair]
+    def _index_labels(self, key: ObjectKey, labels: dict[str, str] | None, add: bool) -> None:
+        for pair in (labels or {}).items():
             if add:
-                bucket.add(key)
+                self.labels[pair].add(key)
             else:
+                bucket = self.labels.get(pair)
+                if bucket is not None:
+                    bucket.discard(key)
+                    if not bucket:
+                        del self.labels[pair]
+
+    def _index_field(self, key: ObjectKey, name: str, value: str, add: bool) -> None:
+        index = self.field_index[name]
+        if add:
+            index[value].add(key)
+        else:
+            bucket = index.get(value)
+            if bucket is not None:
                 bucket.discard(key)
                 if not bucket:
-                    del self.labels[pair]
-        for name, index in self.field_index.items():
-            value = self.rt.fields[name](obj)
-            if add:
-                index[value].add(key)
-            else:
-                index[value].discard(key)
+                    del index[value]
+
+    def _index(self, key: ObjectKey, obj: dict[str, Any], add: bool) -> None:
+        self._index_labels(key, obj.get("metadata", {}).get("labels"), add)
+        for name in self.field_index:
+            self._index_field(key, name, self.rt.fields[name](obj), add)
 
     def put(self, key: ObjectKey, entry: Entry, old: Entry | None) -> None:
         if old is not None:
-            old_meta, new_meta = old.obj.get("metadata", {}), entry.obj.get("metadata", {})
-            same_labels = old_meta.get("labels") == new_meta.get("labels")
-            same_fields = all(
-                self.rt.fields[f](old.obj) == self.rt.fields[f](entry.obj) for f in self.field_index
-            )
-            if not (same_labels and same_fields):
-                self._index(key, old.obj, add=False)
-                self._index(key, entry.obj, add=True)
+            old_labels = old.obj.get("metadata", {}).get("labels")
+            new_labels = entry.obj.get("metadata", {}).get("labels")
+            if old_labels is not new_labels and old_labels != new_labels:
+                self._index_labels(key, old_labels, add=False)
+                self._index_labels(key, new_labels, add=True)
+            for name in self.field_index:
+                getter = self.rt.fields[name]
+                before, after = getter(old.obj), getter(entry.obj)
+                if before != after:
+                    self._index_field(key, name, before, add=False)
+                    self._index_field(key, name, after, add=True)
         else:
             self._index(key, entry.obj, add=True)
         self.objects[key] = entry
@@ -373,7 +397,7 @@ class Store:
             if key in col.objects:
                 raise already_exists(rt.plural, rt.group, key[1])
             rv = self._next_rv()
-            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("uid", new_uid())
             meta.setdefault("creationTimestamp", self.now())
             meta.setdefault("generation", 1)
             meta["resourceVersion"] = str(rv)
