@@ -10,6 +10,8 @@ from django.views.decorators.http import require_http_methods
 
 from clusters import selectors, services
 from clusters.models import Cluster
+from portal.access import job_get_for_user
+from portal.errors import ApplicationError, NotFound
 
 
 def _cluster_or_404(name: str) -> Cluster:
@@ -44,3 +46,24 @@ def cluster_test_view(request: HttpRequest, name: str) -> HttpResponse:
     if report is not None:
         cluster.refresh_from_db()
     return render(request, "clusters/test.html", {"cluster": cluster, "report": report})
+
+
+@login_required
+def job_logs_view(request: HttpRequest, job_id: str) -> HttpResponse:
+    """One replica's log: the job page loads it as a fragment (htmx), or a page of its own."""
+    try:
+        job = job_get_for_user(request.user, job_id)
+    except NotFound as exc:
+        raise Http404("Job not found.") from exc
+    try:
+        replica = int(request.GET.get("replica", 0))
+        tail = int(request.GET.get("tail", services.LOG_TAIL_DEFAULT))
+    except ValueError:
+        replica, tail = 0, services.LOG_TAIL_DEFAULT
+    try:
+        logs = services.job_logs(job=job, replica=replica, tail=tail)
+    except ApplicationError:
+        logs = services.job_logs(job=job, replica=0, tail=tail)
+    context = {"job": job, "logs": logs, "replicas": range(job.replicas), "tail": tail}
+    template = "clusters/_logs.html" if request.htmx else "clusters/logs.html"
+    return render(request, template, context)
