@@ -167,11 +167,16 @@ def chart_range(key: str | None) -> ChartRange:
 
 def _sample_times(rng: ChartRange, now: dt.datetime) -> list[dt.datetime]:
     """The snapshot instants a chart over ``rng`` draws, oldest first."""
-    runs = SnapshotRun if rng.resolution == "minute" else HourRun
+    if rng.resolution == "minute":
+        runs: type[models.Model] = SnapshotRun
+        start = now - rng.span
+    else:  # an hour counts when any of it lies in the range
+        runs = HourRun
+        start = (now - rng.span).replace(minute=0, second=0, microsecond=0) - dt.timedelta(
+            microseconds=1
+        )
     ats = list(
-        runs.objects.filter(at__gt=now - rng.span, at__lte=now)
-        .order_by("-at")
-        .values_list("at", flat=True)
+        runs.objects.filter(at__gt=start, at__lte=now).order_by("-at").values_list("at", flat=True)
     )
     return sorted(ats[:: rng.every])
 
@@ -802,6 +807,71 @@ def usage_totals(rows: Iterable[UsageRow]) -> dict[str, Any]:
         "cost": sum(costs, Decimal("0")) if costs else None,
         "cost_complete": len(costs) == len(rows),
     }
+
+
+@dataclass
+class UsagePeriod:
+    """One row of the usage table: a day or month, GPU-hours per model, and totals."""
+
+    period: dt.date
+    hours: list[float]
+    """GPU-hours per model, in the order of the table's model columns."""
+    gpu_hours: float
+    weighted_gpu_hours: float
+    cost: Decimal | None
+    cost_complete: bool
+
+
+def usage_pivot(rows: Sequence[UsageRow]) -> tuple[list[str], list[UsagePeriod]]:
+    """Model columns (most GPU-hours first) and one row per period, newest first."""
+    per_model: dict[str, float] = defaultdict(float)
+    for r in rows:
+        per_model[r.model] += r.gpu_hours
+    columns = sorted(per_model, key=lambda m: (-per_model[m], m))
+    index = {m: i for i, m in enumerate(columns)}
+    grouped: dict[dt.date, list[UsageRow]] = defaultdict(list)
+    for r in rows:
+        grouped[r.period].append(r)
+    out = []
+    for period in sorted(grouped, reverse=True):
+        group = grouped[period]
+        hours = [0.0] * len(columns)
+        for r in group:
+            hours[index[r.model]] += r.gpu_hours
+        totals = usage_totals(group)
+        out.append(
+            UsagePeriod(
+                period,
+                hours,
+                totals["gpu_hours"],
+                totals["weighted_gpu_hours"],
+                totals["cost"],
+                totals["cost_complete"],
+            )
+        )
+    return columns, out
+
+
+def usage_by_user(rows: Sequence[UsageRow]) -> list[UsageRow]:
+    """Per-user rows summed over the whole range, per (user, model), most GPU-hours first."""
+    grouped: dict[tuple[str, str], list[UsageRow]] = defaultdict(list)
+    for r in rows:
+        grouped[(r.user or "", r.model)].append(r)
+    out = []
+    for (user, model), group in grouped.items():
+        totals = usage_totals(group)
+        cost = totals["cost"] if totals["cost_complete"] else None
+        out.append(
+            UsageRow(
+                group[0].period,
+                model,
+                user,
+                totals["gpu_hours"],
+                totals["weighted_gpu_hours"],
+                cost,
+            )
+        )
+    return sorted(out, key=lambda r: (-r.gpu_hours, r.user or "", r.model))
 
 
 def usage_chart(rows: Sequence[UsageRow], *, period: Period, rng_label: str) -> Chart:

@@ -159,10 +159,13 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     q = _usage_query(request)
     per_model = _by_model(q["rows"]) if q["team"] else q["rows"]
     label = "last 30 days" if q["period"] == "day" else "last 12 months"
+    columns, periods = sel.usage_pivot(per_model)
     context = {
         **q,
         "per_model": per_model,
-        "per_user": q["rows"] if q["team"] else [],
+        "columns": columns,
+        "periods": periods,
+        "per_user": sel.usage_by_user(q["rows"]) if q["team"] else [],
         "totals": sel.usage_totals(per_model),
         "chart": sel.usage_chart(per_model, period=q["period"], rng_label=label),
         "range_label": label,

@@ -14,7 +14,7 @@
   function fmt(v, unit) {
     if (v == null || isNaN(v)) return "–";
     var n = Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
-    return n.replace(/\.0+$/, "") + (unit === "%" ? " %" : " " + unit);
+    return n.replace(/\.0+$/, "") + (unit === "%" ? " %" : unit ? " " + unit : "");
   }
 
   function width(el) {
@@ -56,8 +56,9 @@
       series: series,
       bands: bands,
       scales: { y: { range: function (u, min, max) { return [0, Math.max(1, max * 1.05)]; } } },
-      axes: [{}, { label: spec.unit, size: 60, values: function (u, ticks) {
-        return ticks.map(function (t) { return fmt(t, spec.unit); });
+      axes: [{}, { size: 50, values: function (u, ticks) {
+        // numbers only: the unit is in the caption, and "12 GPU-hours" would not fit
+        return ticks.map(function (t) { return fmt(t, spec.unit === "%" ? "%" : ""); });
       } }],
       legend: { live: true },
       cursor: { focus: { prox: 30 } },

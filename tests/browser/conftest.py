@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.dashboards.conftest import kubesim_cluster, scenario  # noqa: F401  (fixtures)
+
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless=new",
