@@ -161,12 +161,14 @@ class Run:
     errors: int = 0
     first_error: str = ""
     items_per_request: int = 1
-    server_cpu_s: float = 0.0
+    python_cpu_s: float = 0.0
+    postgres_cpu_s: float = 0.0
 
     def extend(self, other: Run) -> None:
         self.latencies_ns += other.latencies_ns
         self.elapsed_s += other.elapsed_s
-        self.server_cpu_s += other.server_cpu_s
+        self.python_cpu_s += other.python_cpu_s
+        self.postgres_cpu_s += other.postgres_cpu_s
         self.errors += other.errors
         self.first_error = self.first_error or other.first_error
 
@@ -178,10 +180,9 @@ class Run:
     def per_s(self) -> float:
         return self.requests * self.items_per_request / self.elapsed_s if self.elapsed_s else 0.0
 
-    @property
-    def cpu_ms_per_item(self) -> float:
+    def cpu_ms_per_item(self, seconds: float) -> float:
         items = self.requests * self.items_per_request
-        return self.server_cpu_s * 1000 / items if items else float("nan")
+        return seconds * 1000 / items if items else float("nan")
 
     def percentile_ms(self, q: float) -> float:
         ordered = sorted(self.latencies_ns)
@@ -246,9 +247,9 @@ class ServerCpu:
     def __init__(self, master_pid: int | None = None) -> None:
         self.master_pid = master_pid
 
-    def _pids(self) -> list[int]:
+    def _pids(self) -> dict[int, str]:
         if self.master_pid is None:
-            return []
+            return {}
         from django.db import connection
 
         with connection.cursor() as cursor:
@@ -256,26 +257,28 @@ class ServerCpu:
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
                 [BENCH_DB],
             )
-            backends = [pid for (pid,) in cursor.fetchall()]
-        workers = []
+            pids = {pid: "postgres" for (pid,) in cursor.fetchall()}
+        pids[self.master_pid] = "python"
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError, IndexError):
                 if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.master_pid:
-                    workers.append(int(stat.parent.name))
-        return [self.master_pid, *workers, *backends]
+                    pids[int(stat.parent.name)] = "python"
+        return pids
 
-    def sample(self) -> dict[int, float]:
+    def sample(self) -> dict[int, tuple[str, float]]:
         ticks = os.sysconf("SC_CLK_TCK")
         out = {}
-        for pid in self._pids():
+        for pid, kind in self._pids().items():
             with contextlib.suppress(OSError, IndexError):
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                out[pid] = (int(fields[11]) + int(fields[12])) / ticks
+                out[pid] = (kind, (int(fields[11]) + int(fields[12])) / ticks)
         return out
 
     @staticmethod
-    def used(before: dict[int, float], after: dict[int, float]) -> float:
-        return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+    def used(
+        before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], kind: str
+    ) -> float:
+        return sum(t - before.get(pid, (k, 0.0))[1] for pid, (k, t) in after.items() if k == kind)
 
 
 SERVER_CPU = ServerCpu()
@@ -284,7 +287,9 @@ SERVER_CPU = ServerCpu()
 def drive(*args: Any, **kwargs: Any) -> Run:
     before = SERVER_CPU.sample()
     run = asyncio.run(_drive(*args, **kwargs))
-    run.server_cpu_s = SERVER_CPU.used(before, SERVER_CPU.sample())
+    after = SERVER_CPU.sample()
+    run.python_cpu_s = SERVER_CPU.used(before, after, "python")
+    run.postgres_cpu_s = SERVER_CPU.used(before, after, "postgres")
     return run
 
 
@@ -654,7 +659,7 @@ def print_submit(bare: Run, submit: Run, keyed: Run, batch: Run, *, title: str) 
     print(title)
     print(
         f"  {'endpoint':<40} {'requests':>9} {'jobs/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'server CPU ms/job':>17}"
+        f"{'CPU ms/job: gunicorn':>20} {'postgres':>8}"
     )
     rows = [
         ("bare DRF endpoint, one INSERT", bare),
@@ -666,7 +671,8 @@ def print_submit(bare: Run, submit: Run, keyed: Run, batch: Run, *, title: str) 
         print(
             f"  {label:<40} {run.requests:>9,} {run.per_s:>8,.0f} "
             f"{run.percentile_ms(0.5):>7.1f} {run.percentile_ms(0.99):>7.1f} "
-            f"{run.cpu_ms_per_item:>17.2f}"
+            f"{run.cpu_ms_per_item(run.python_cpu_s):>20.2f} "
+            f"{run.cpu_ms_per_item(run.postgres_cpu_s):>8.2f}"
         )
     ratio = submit.per_s / bare.per_s if bare.per_s else 0.0
     p99 = submit.percentile_ms(0.99)
