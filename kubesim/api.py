@@ -48,6 +48,7 @@ from kubesim.patch import (
     record_update,
     server_side_apply,
 )
+from kubesim.runtime import BUILTIN_NAMESPACES
 from kubesim.selectors import (
     FieldSelector,
     LabelSelector,
@@ -55,7 +56,7 @@ from kubesim.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from kubesim.sim import BUILTIN_NAMESPACES, Simulation
+from kubesim.sim import Simulation
 from kubesim.store import Entry, ResourceType, Watcher, WatchEvent
 from kubesim.validation import metadata_causes
 

@@ -128,7 +128,10 @@ def annotation_float(annotations: dict[str, str], key: str) -> float | None:
 
 def image_pull_fails(pod: dict[str, Any]) -> bool:
     """Whether the simulated registry refuses the pod's image."""
-    if meta(pod).get("annotations", {}).get(IMAGE_PULL) in ("fail", "false", "error"):
+    annotations = meta(pod).get("annotations") or {}
+    if annotations.get(IMAGE_PULL) in ("fail", "false", "error"):
+        return True
+    if annotations.get(FAIL) in ("ImagePullBackOff", "ErrImagePull"):
         return True
     for container in pod["spec"].get("containers") or []:
         image = str(container.get("image", ""))

@@ -88,8 +88,13 @@ def test_oom_killed_is_reported_like_the_kubelet(sim, custom, core):
     assert "CUDA out of memory" in core.read_namespaced_pod_log("oom-worker-0", "team-a")
 
 
-def test_bad_image_stays_pending_in_image_pull_back_off(sim, custom, core):
-    create_job(custom, vcjob("pull", image="registry.example/doesnotexist:1"))
+@pytest.mark.parametrize(
+    ("image", "annotations"),
+    [("registry.example/doesnotexist:1", {}), ("example/ok:1", {FAIL: "ImagePullBackOff"})],
+    ids=["image name", "annotation"],
+)
+def test_bad_image_stays_pending_in_image_pull_back_off(sim, custom, core, image, annotations):
+    create_job(custom, vcjob("pull", image=image, annotations=annotations))
     sim.settle()
     sim.advance(30)
     pod = core.read_namespaced_pod("pull-worker-0", "team-a")

@@ -1,0 +1,507 @@
+"""The simulated kubelet, as a mixin: container start-up, run time, exit, restarts, logs.
+
+A bound pod sits in ContainerCreating for ``podStartupSeconds``, then runs for its duration
+(``kubesim.gpupool.dev/duration-seconds``, a ``sleep N`` in the command, or the default) and
+exits with 0 or the configured failure. ``restartPolicy`` decides whether the container is
+restarted in place (CrashLoopBackOff) or the pod ends Succeeded/Failed. Deletion is graceful:
+Terminating for ``podTerminationSeconds``, then gone.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from kubesim.clock import rfc3339, rfc3339_micro
+from kubesim.objects import (
+    DURATION,
+    EXIT_CODE,
+    FAIL,
+    FAIL_AFTER,
+    FAIL_ATTEMPTS,
+    LOG_LINES,
+    annotation_float,
+    image_pull_fails,
+    sleep_seconds,
+)
+from kubesim.runtime import (
+    PodRuntime,
+    add_resources,
+)
+
+
+class Kubelet:
+    """Kubelet methods of :class:`kubesim.sim.Simulation`.
+
+    A mixin: it relies on the simulation's store, types, settings, pods, queues and scheduler (see
+    :class:`kubesim.sim.Simulation`), and is split out only to keep each concern readable.
+    """
+
+    def _replace_pod(self, obj: dict[str, Any], **parts: Any) -> dict[str, Any]:
+        new = {**obj, "metadata": dict(obj["metadata"]), **parts}
+        return self.store.replace(self.types.pods, new)
+
+    def _node_ip(self, node_name: str) -> str:
+        cached = self._node_ips.get(node_name)
+        if cached is not None:
+            return cached
+        node = self.store.get(self.types.nodes, "", node_name)
+        ip = "10.0.0.1"
+        for address in (node or {}).get("status", {}).get("addresses") or []:
+            if address.get("type") == "InternalIP":
+                ip = str(address["address"])
+        self._node_ips[node_name] = ip
+        return ip
+
+    def _bind(self, pod: PodRuntime, node_name: str) -> None:
+        obj = self.store.get(self.types.pods, *pod.key)
+        if obj is None:
+            return
+        pod.node = node_name
+        pod.state = "bound"
+        pod.last_fit_error = None
+        queue = self.queues.get(pod.queue)
+        if queue is not None:
+            add_resources(queue.allocated, pod.req)
+            self.dirty_queues.add(pod.queue)
+        now = self.now_text()
+        host_ip = self._node_ip(node_name)
+        status = {
+            "phase": "Pending",
+            "qosClass": obj["status"].get("qosClass", "BestEffort"),
+            "hostIP": host_ip,
+            "hostIPs": [{"ip": host_ip}],
+            "startTime": now,
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": now,
+                    "lastProbeTime": None,
+                },
+                {
+                    "type": "Initialized",
+                    "status": "True",
+                    "lastTransitionTime": now,
+                    "lastProbeTime": None,
+                },
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "ContainersNotReady",
+                    "message": "containers with unready status: "
+                    f"[{' '.join(c['name'] for c in obj['spec']['containers'])}]",
+                    "lastTransitionTime": now,
+                    "lastProbeTime": None,
+                },
+            ],
+            "containerStatuses": [
+                self._container_status(c, waiting=("ContainerCreating", None))
+                for c in obj["spec"]["containers"]
+            ],
+        }
+        self._replace_pod(obj, spec={**obj["spec"], "nodeName": node_name}, status=status)
+        self.stats.pods_bound += 1
+        self.record_event(
+            obj,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {pod.key[0]}/{pod.key[1]} to {node_name}",
+            component="volcano",
+        )
+        pod.gen += 1
+        self.after(self.settings.pod_startup_seconds, self._start_container, pod, pod.gen)
+        if pod.job is not None:
+            self.dirty_jobs[pod.job.key] = None
+
+    def _container_status(
+        self,
+        container: dict[str, Any],
+        *,
+        waiting: tuple[str, str | None] | None = None,
+        running: str | None = None,
+        terminated: dict[str, Any] | None = None,
+        last: dict[str, Any] | None = None,
+        restarts: int = 0,
+        container_id: str | None = None,
+    ) -> dict[str, Any]:
+        image = str(container.get("image", ""))
+        state: dict[str, Any]
+        if waiting is not None:
+            state = {
+                "waiting": {"reason": waiting[0], **({"message": waiting[1]} if waiting[1] else {})}
+            }
+        elif running is not None:
+            state = {"running": {"startedAt": running}}
+        else:
+            state = {"terminated": terminated or {}}
+        status: dict[str, Any] = {
+            "name": container["name"],
+            "image": image,
+            "imageID": "" if waiting else f"docker.io/{image}@sha256:{'0' * 64}",
+            "ready": running is not None,
+            "started": running is not None,
+            "restartCount": restarts,
+            "state": state,
+            "lastState": {"terminated": last} if last else {},
+        }
+        if container_id:
+            status["containerID"] = container_id
+        return status
+
+    def _start_container(self, pod: PodRuntime, gen: int) -> None:
+        if pod.gen != gen or pod.deleting or self.pods.get(pod.key) is not pod:
+            return
+        obj = self.store.get(self.types.pods, *pod.key)
+        if obj is None:
+            return
+        containers = obj["spec"]["containers"]
+        if image_pull_fails(obj):
+            pod.state = "waiting"
+            image = containers[0].get("image", "")
+            status = {
+                **obj["status"],
+                "containerStatuses": [
+                    self._container_status(
+                        c,
+                        waiting=("ImagePullBackOff", f'Back-off pulling image "{c.get("image")}"'),
+                    )
+                    for c in containers
+                ],
+            }
+            self._replace_pod(obj, status=status)
+            self.record_event(
+                obj,
+                "Warning",
+                "Failed",
+                f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to '
+                f'pull and unpack image "{image}": not found',
+                component="kubelet",
+            )
+            self.record_event(
+                obj, "Normal", "BackOff", f'Back-off pulling image "{image}"', component="kubelet"
+            )
+            if pod.job is not None:
+                self.dirty_jobs[pod.job.key] = None
+            return
+        now = self.now()
+        pod.state = "running"
+        pod.started_at = now
+        pod.exit_code = pod.reason = None
+        if "podIP" not in obj["status"]:
+            n = next(self._ip)
+            pod_ip = f"10.244.{(n // 250) % 250}.{n % 250 + 2}"
+        else:
+            pod_ip = obj["status"]["podIP"]
+        stamp = rfc3339(now)
+        old_statuses = {c["name"]: c for c in obj["status"].get("containerStatuses") or []}
+        status = {
+            **obj["status"],
+            "phase": "Running",
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": stamp, "lastProbeTime": None}
+                for t in (
+                    "PodReadyToStartContainers",
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled",
+                )
+            ],
+            "containerStatuses": [
+                self._container_status(
+                    c,
+                    running=stamp,
+                    restarts=pod.restarts,
+                    last=(old_statuses.get(c["name"], {}).get("lastState") or {}).get("terminated"),
+                    container_id=f"containerd://{pod.uid.replace('-', '')}{pod.restarts}",
+                )
+                for c in containers
+            ],
+        }
+        self._replace_pod(obj, status=status)
+        run_for = self._run_time(obj, pod)
+        pod.gen += 1
+        if run_for is not None:
+            self.after(run_for, self._finish_container, pod, pod.gen)
+        if pod.job is not None:
+            self.dirty_jobs[pod.job.key] = None
+
+    def _outcome(self, obj: dict[str, Any], pod: PodRuntime) -> tuple[int, str] | None:
+        """(exit code, reason) when this attempt is configured to fail, else None."""
+        annotations = obj["metadata"].get("annotations") or {}
+        fail = annotations.get(FAIL)
+        if fail in ("ImagePullBackOff", "ErrImagePull"):
+            return None  # never gets to run: handled when the container would start
+        code_text = annotations.get(EXIT_CODE)
+        code = int(code_text) if code_text and code_text.lstrip("-").isdigit() else None
+        if not fail and not code:
+            return None
+        attempts = annotation_float(annotations, FAIL_ATTEMPTS)
+        if attempts is not None:
+            done = int(annotations.get("volcano.sh/job-retry-count", "0") or 0) + pod.restarts
+            if done >= attempts:
+                return None
+        if fail == "OOMKilled":
+            return (code if code else 137), "OOMKilled"
+        return (code if code else 1), (fail if fail and fail != "true" else "Error")
+
+    def _run_time(self, obj: dict[str, Any], pod: PodRuntime) -> float | None:
+        annotations = obj["metadata"].get("annotations") or {}
+        failing = self._outcome(obj, pod) is not None
+        if failing:
+            fail_after = annotation_float(annotations, FAIL_AFTER)
+            if fail_after is not None:
+                return fail_after
+        duration = annotation_float(annotations, DURATION)
+        if duration is None:
+            slept = sleep_seconds(obj["spec"])
+            if slept == "forever":
+                return None if not failing else self.settings.default_duration_seconds
+            duration = slept if isinstance(slept, float) else self.settings.default_duration_seconds
+        if duration is None and failing:
+            duration = 1.0
+        return duration
+
+    def _finish_container(self, pod: PodRuntime, gen: int) -> None:
+        if pod.gen != gen or pod.deleting or self.pods.get(pod.key) is not pod:
+            return
+        obj = self.store.get(self.types.pods, *pod.key)
+        if obj is None:
+            return
+        now = self.now()
+        outcome = self._outcome(obj, pod)
+        code, reason = outcome if outcome else (0, "Completed")
+        pod.history.append((pod.started_at or now, now, code, reason))
+        terminated = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": rfc3339(pod.started_at or now),
+            "finishedAt": rfc3339(now),
+            "containerID": f"containerd://{pod.uid.replace('-', '')}{pod.restarts}",
+        }
+        containers = obj["spec"]["containers"]
+        restart = pod.restart_policy == "Always" or (
+            pod.restart_policy == "OnFailure" and code != 0
+        )
+        if restart:
+            pod.restarts += 1
+            pod.started_at = None  # backing off: no container is running
+            pod.state = "running"  # phase stays Running while the kubelet backs off
+            backoff = min(10.0 * 2 ** (pod.restarts - 1), 300.0)
+            status = {
+                **obj["status"],
+                "containerStatuses": [
+                    self._container_status(
+                        c,
+                        waiting=(
+                            "CrashLoopBackOff",
+                            f"back-off {int(backoff)}s restarting failed container="
+                            f"{c['name']} pod={pod.key[1]}_{pod.key[0]}({pod.uid})",
+                        ),
+                        last=terminated,
+                        restarts=pod.restarts,
+                    )
+                    for c in containers
+                ],
+            }
+            status["conditions"] = [
+                {**c, "status": "False", "reason": "ContainersNotReady"}
+                if c["type"] in ("Ready", "ContainersReady")
+                else c
+                for c in obj["status"].get("conditions") or []
+            ]
+            self._replace_pod(obj, status=status)
+            self.record_event(
+                obj,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {containers[0]['name']} in pod {pod.key[1]}",
+                component="kubelet",
+            )
+            pod.gen += 1
+            self.after(backoff, self._start_container, pod, pod.gen)
+            return
+        pod.state = "succeeded" if code == 0 else "failed"
+        pod.finished_at = now
+        pod.exit_code, pod.reason = code, reason
+        phase = "Succeeded" if code == 0 else "Failed"
+        stamp = rfc3339(now)
+        status = {
+            **obj["status"],
+            "phase": phase,
+            "conditions": [
+                {
+                    **c,
+                    "status": "False",
+                    "reason": "PodCompleted" if code == 0 else "PodFailed",
+                    "lastTransitionTime": stamp,
+                }
+                if c["type"] in ("Ready", "ContainersReady")
+                else c
+                for c in obj["status"].get("conditions") or []
+            ],
+            "containerStatuses": [
+                self._container_status(c, terminated=terminated, restarts=pod.restarts)
+                for c in containers
+            ],
+        }
+        self._replace_pod(obj, status=status)
+        self._release(pod)
+        self.stats.pods_finished += 1
+        job = pod.job
+        if job is not None:
+            if code != 0:
+                job.inbox.append(("PodFailed", pod))
+            elif all(
+                p.state == "succeeded" for p in job.pods.values() if p.task == pod.task
+            ) and sum(1 for p in job.pods.values() if p.task == pod.task) >= next(
+                (t.replicas for t in job.tasks if t.name == pod.task), 0
+            ):
+                job.inbox.append(("TaskCompleted", pod))
+            self.dirty_jobs[job.key] = None
+
+    def _release(self, pod: PodRuntime) -> None:
+        node = self.scheduler.nodes.get(pod.node) if pod.node is not None else None
+        if node is not None and pod.key in node.pods:
+            self.scheduler.release(node.name, pod.key, pod.req)
+            queue = self.queues.get(pod.queue)
+            if queue is not None:
+                add_resources(queue.allocated, pod.req, -1)
+                self.dirty_queues.add(pod.queue)
+            self._capacity_changed()
+
+    def delete_pod(
+        self,
+        pod: PodRuntime,
+        *,
+        grace: float | None = None,
+        by_controller: bool = False,
+        evicted: bool = False,
+    ) -> dict[str, Any] | None:
+        """Graceful deletion: Terminating now, gone after the (simulated) grace period."""
+        obj = self.store.get(self.types.pods, *pod.key)
+        if obj is None:
+            return None
+        pod.killed_by_controller = pod.killed_by_controller or by_controller
+        if grace is None:
+            grace = float(obj["spec"].get("terminationGracePeriodSeconds", 30))
+        if pod.node is None or pod.terminal or grace <= 0:
+            return self._remove_pod(pod, evicted=evicted)
+        if pod.deleting:
+            return obj
+        pod.deleting = True
+        pod.gen += 1
+        delay = min(grace, self.settings.pod_termination_seconds)
+        new = self._replace_pod(
+            obj,
+            metadata={
+                **obj["metadata"],
+                "deletionTimestamp": rfc3339(self.now() + grace),
+                "deletionGracePeriodSeconds": int(grace),
+            },
+        )
+        self.record_event(
+            obj,
+            "Normal",
+            "Killing",
+            f"Stopping container {obj['spec']['containers'][0]['name']}",
+            component="kubelet",
+        )
+        self.after(delay, self._terminated, pod, pod.gen, evicted)
+        if pod.job is not None:
+            self.dirty_jobs[pod.job.key] = None
+        return new
+
+    def _terminated(self, pod: PodRuntime, gen: int, evicted: bool) -> None:
+        if pod.gen == gen and self.pods.get(pod.key) is pod:
+            self._remove_pod(pod, evicted=evicted)
+
+    def _remove_pod(self, pod: PodRuntime, *, evicted: bool = False) -> dict[str, Any] | None:
+        self._release(pod)
+        pod.gen += 1
+        self.pods.pop(pod.key, None)
+        final = self.store.delete(self.types.pods, *pod.key)
+        job = pod.job
+        if job is not None and job.pods.get(pod.key[1]) is pod:
+            del job.pods[pod.key[1]]
+            if not pod.killed_by_controller and not pod.terminal:
+                job.inbox.append(("PodEvicted", pod))
+            self.dirty_jobs[job.key] = None
+        if evicted:
+            self.record_event(
+                final,
+                "Normal",
+                "TaintManagerEviction",
+                f"Marking for deletion Pod {pod.key[0]}/{pod.key[1]}",
+                component="taint-eviction-controller",
+            )
+        if pod.key[0] in self.terminating_ns:
+            self.ns_dirty = True
+        return final
+
+    # ==================================================================================
+    # logs
+    # ==================================================================================
+    def pod_log(
+        self,
+        pod: PodRuntime,
+        obj: dict[str, Any],
+        container: str,
+        *,
+        previous: bool = False,
+        timestamps: bool = False,
+    ) -> list[str]:
+        """A few plausible log lines for the container, derived from its simulated run."""
+        annotations = obj["metadata"].get("annotations") or {}
+        limit = int(annotation_float(annotations, LOG_LINES) or 40)
+        runs: list[tuple[float, float | None, int | None, str | None]]
+        if previous:
+            runs = pod.history[-1:] if pod.restarts else []
+        elif pod.state == "running" and pod.started_at is not None:
+            runs = [(pod.started_at, None, None, None)]
+        else:
+            runs = pod.history[-1:]
+        if not runs:
+            return []
+        start, end, code, reason = runs[0]
+        end_time = end if end is not None else self.now()
+        node = self.store.get(self.types.nodes, "", pod.node or "")
+        labels = (node or {}).get("metadata", {}).get("labels") or {}
+        product = labels.get("nvidia.com/gpu.product", "no GPU")
+        gpus = sum(v for k, v in pod.req.items() if k.startswith(("nvidia.com/", "amd.com/")))
+        interval = max(self.settings.log_line_interval_seconds, 0.001)
+        lines = [
+            (
+                start,
+                f"kubesim: container {container} started on {pod.node} "
+                f"({gpus // 1000} x {product})",
+            ),
+            (start, f"task {pod.task} index {pod.index}, job {pod.job.key[1] if pod.job else '-'}"),
+        ]
+        steps = int((end_time - start) // interval)
+        rng = random.Random(f"{pod.uid}-{len(pod.history)}")  # noqa: S311 - fake loss curve
+        loss = 2.5 + rng.random()
+        for step in range(1, steps + 1):
+            loss *= 0.97 + rng.random() * 0.02
+            lines.append(
+                (
+                    start + step * interval,
+                    f"step {step}: loss={loss:.4f} throughput={900 + rng.randint(0, 200)} "
+                    "samples/s",
+                )
+            )
+        if end is not None:
+            if code == 0:
+                lines.append((end, "training finished, saving checkpoint; exit 0"))
+            elif reason == "OOMKilled":
+                lines.append((end, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"))
+            else:
+                lines.append((end, f"error: process exited with code {code}"))
+        if len(lines) > limit:
+            lines = lines[:2] + lines[-(limit - 2) :]
+        if timestamps:
+            return [f"{rfc3339_micro(t)} {text}" for t, text in lines]
+        return [text for _, text in lines]
