@@ -1,0 +1,51 @@
+"""The kube adapter's own promises: in-memory client certificates, rate limits, words."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import time
+
+import pytest
+
+from clusters.kube import Connection, KubeClient
+from clusters.ratelimit import SharedRateLimiter
+from tests.clusters.test_secrets import _client_cert
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux only")
+def test_a_client_certificate_is_handed_to_ssl_from_memory_only(sim, tmp_path):
+    cert_pem, key_pem = _client_cert()
+    client = KubeClient(
+        Connection(
+            name="c", url=sim.url, ca_pem=sim.ca_pem.decode(),
+            client_cert_pem=cert_pem, client_key_pem=key_pem,
+        )
+    )  # fmt: skip
+    path = client.api.configuration.cert_file
+    assert path.startswith("/proc/self/fd/")
+    ssl.create_default_context().load_cert_chain(path)  # what urllib3 does per connection
+    fd = client._memfd
+    client.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+@pytest.mark.django_db
+def test_the_rate_limiter_spaces_requests_to_the_configured_rate():
+    limiter = SharedRateLimiter(f"test-{time.time()}", rate=100)
+    started = time.monotonic()
+    for _ in range(40):
+        limiter.acquire()
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 2.0  # 10 per 100 ms window: 40 requests span 3+ windows
+
+
+def test_errors_come_back_in_words(sim):
+    client = KubeClient(Connection(name="c", url=sim.url, ca_pem=sim.ca_pem.decode(),
+                                   token=sim.token))  # fmt: skip
+    sim.faults.add(verb="list", resource="nodes", status=503, count=1)
+    with pytest.raises(Exception) as caught:
+        client.list_nodes()
+    assert caught.value.transient and "503" in caught.value.message
+    client.close()
