@@ -48,6 +48,8 @@ class JobController:
             template = task.get("template") or {}
             spec = template.get("spec") or {}
             replicas = int(task.get("replicas", 0))
+            req = pod_requests(spec)
+            constraints = PodConstraints.from_spec(spec)
             tasks.append(
                 TaskInfo(
                     name=task.get("name") or f"default{index}",
@@ -55,8 +57,9 @@ class JobController:
                     min_available=int(task.get("minAvailable", replicas)),
                     template=template,
                     policies=list(task.get("policies") or []),
-                    req=pod_requests(spec),
-                    constraints=PodConstraints.from_spec(spec),
+                    req=req,
+                    constraints=constraints,
+                    shape=(constraints.signature, tuple(sorted(req.items()))),
                 )
             )
         return tasks
@@ -429,6 +432,7 @@ class JobController:
             queue=job.queue,
             scheduler_name=spec["schedulerName"],
             restart_policy=spec["restartPolicy"],
+            shape=task.shape,
         )
         self.pods[runtime.key] = runtime
         job.pods[name] = runtime

@@ -43,6 +43,7 @@ class TaskInfo:
     req: dict[str, int]
     constraints: PodConstraints
     base: tuple[Any, Any] | None = None
+    shape: Any = None  # (template signature, requests): equal shapes schedule alike
 
 
 @dataclass
@@ -59,6 +60,7 @@ class PodRuntime:
     queue: str
     scheduler_name: str
     restart_policy: str
+    shape: Any = None
     state: str = "pending"  # pending|bound|running|waiting|succeeded|failed
     node: str | None = None
     gen: int = 0  # bumps invalidate outstanding timers

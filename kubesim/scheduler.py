@@ -141,6 +141,7 @@ class GangPod:
     key: tuple[str, str]
     req: dict[str, int]
     constraints: PodConstraints
+    shape: Any = None
 
 
 @dataclass
@@ -161,6 +162,9 @@ class Scheduler:
         self._feasible: dict[str, FeasibleSet] = {}
         self.total: dict[str, int] = {}
         self.used: dict[str, int] = {}
+        self.version = 0  # bumps when nodes change or resources are released
+        self.binds = 0
+        self._fit_errors: dict[Any, str] = {}
 
     # -- nodes ---------------------------------------------------------------------------
     def upsert_node(self, node: dict[str, Any]) -> NodeState:
@@ -184,6 +188,7 @@ class Scheduler:
         for res, value in state.allocatable.items():
             self.total[res] = self.total.get(res, 0) + value
         self._feasible.clear()
+        self.version += 1
         return state
 
     def remove_node(self, name: str) -> None:
@@ -194,10 +199,12 @@ class Scheduler:
             for res, value in state.allocatable.items():
                 self.total[res] = self.total.get(res, 0) - value
             self._feasible.clear()
+            self.version += 1
 
     def bind(self, node: NodeState, key: tuple[str, str], req: dict[str, int]) -> None:
         """Account a pod on a node (after a successful placement, or on restore)."""
         node.pods.add(key)
+        self.binds += 1
         for name, value in req.items():
             self.used[name] = self.used.get(name, 0) + value
 
@@ -207,6 +214,7 @@ class Scheduler:
         if node is not None and key in node.pods:
             node.pods.discard(key)
             node.subtract(req)
+            self.version += 1
             for name, value in req.items():
                 self.used[name] = self.used.get(name, 0) - value
 
@@ -220,7 +228,26 @@ class Scheduler:
         return fs
 
     def fit_error(self, pod: GangPod) -> str:
-        """Volcano's FitErrors text for a pod that fits nowhere right now."""
+        """Volcano's FitErrors text for a pod that fits nowhere right now.
+
+        Counting reasons means visiting every node, so the text is memoised per pod shape
+        until nodes change, resources are released or another 500 pods have been bound; it
+        is an explanation for humans, not an input to any decision.
+        """
+        key = None
+        if pod.shape is not None:
+            key = (pod.shape, self.version, self.binds // 500)
+            cached = self._fit_errors.get(key)
+            if cached is not None:
+                return cached
+        message = self._fit_error(pod)
+        if key is not None:
+            if len(self._fit_errors) > 256:
+                self._fit_errors.clear()
+            self._fit_errors[key] = message
+        return message
+
+    def _fit_error(self, pod: GangPod) -> str:
         reasons: Counter[str] = Counter()
         for node in self._order:
             reason = static_reason(node, pod.constraints)
@@ -243,6 +270,15 @@ class Scheduler:
         which is why a gang of four 8-GPU pods on three free nodes reports "Insufficient".
         """
         members = list(pods)
+        # Fail fast when the cluster as a whole lacks the free resources for ``need`` pods:
+        # a full cluster then costs one comparison per resource instead of a node scan.
+        total_need: dict[str, int] = {}
+        for pod in members[:need]:
+            for name, value in pod.req.items():
+                total_need[name] = total_need.get(name, 0) + value
+        for name, value in total_need.items():
+            if value and self.total.get(name, 0) - self.used.get(name, 0) < value:
+                return Placement(unplaced=len(members), fit_error=self.fit_error(members[0]))
         placed: list[tuple[GangPod, NodeState]] = []
         first_failed: GangPod | None = None
         unplaced = 0

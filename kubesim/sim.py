@@ -75,6 +75,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
         self.terminating_ns: set[str] = set()
         self.ns_dirty = False
         self._step_now: float | None = None
+        self._next_queue_publish = 0.0
         self.sched_dirty = True
         self.capacity_epoch = 0
         self._timers: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -254,7 +255,12 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
             self.ns_dirty = False
             self._namespace_gc()
         if self.dirty_queues:
-            self._publish_queues()
+            # Queue status is a summary: while pods are still being bound, publish it at
+            # most every 100 ms instead of after every step.
+            quiet = not (self.dirty_jobs or (self.sched_dirty and self.gangs))
+            if quiet or time.monotonic() >= self._next_queue_publish:
+                self._next_queue_publish = time.monotonic() + 0.1
+                self._publish_queues()
 
     def settle(self, max_steps: int = 100_000) -> None:
         """Run zero-time work until nothing is left (timers in the future stay pending)."""

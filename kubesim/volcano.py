@@ -194,11 +194,7 @@ class VolcanoScheduler:
             pending.sort(key=lambda p: (self._task_order(job, p.task), p.index))
             ready = sum(1 for p in job.pods.values() if p.node is not None and not p.deleting)
             need = max(job.min_available - ready, 0) if volcano else 0
-            shape = (
-                tuple((p.constraints.signature, tuple(sorted(p.req.items()))) for p in pending),
-                need,
-                gang.queue,
-            )
+            shape = (tuple(p.shape for p in pending), need, gang.queue)
             if shape in failed_shapes:
                 self._unschedulable(gang, pending, failed_shapes[shape], need)
                 continue
@@ -207,7 +203,7 @@ class VolcanoScheduler:
                 self._unschedulable(gang, pending, quota_error, need, reason="NotEnoughResources")
                 continue
             placement = self.scheduler.place_gang(
-                [GangPod(p.key, p.req, p.constraints) for p in candidates], need
+                [GangPod(p.key, p.req, p.constraints, p.shape) for p in candidates], need
             )
             if not placement.bound:
                 message = placement.fit_error or "no nodes available"
