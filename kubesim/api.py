@@ -15,6 +15,7 @@ import json
 import logging
 import queue as queue_mod
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -49,6 +50,7 @@ from kubesim.patch import (
     server_side_apply,
 )
 from kubesim.runtime import BUILTIN_NAMESPACES
+from kubesim.schema import OBJECT_META_FIELDS
 from kubesim.selectors import (
     FieldSelector,
     LabelSelector,
@@ -174,6 +176,8 @@ class Api:
         self.requests = 0
         self.inflight = 0  # approximate (unlocked) count of requests being answered
         self.cpu_seconds = 0.0  # thread CPU spent in handle(), for the benchmark
+        self._admitted: dict[Any, tuple[dict[str, Any], list[str], list[dict[str, str]]]] = {}
+        self._admitted_lock = threading.Lock()
         sim.busy = lambda: self.inflight > 0
 
     # ==================================================================================
@@ -779,7 +783,11 @@ class Api:
         """Unknown fields: Strict -> 400 BadRequest (as the apiserver), Warn -> header."""
         if rt.crd is None:
             return
-        unknown = rt.crd.prune(obj).unknown
+        self._report_unknown(rt, rt.crd.prune(obj).unknown, mode, warnings)
+
+    def _report_unknown(
+        self, rt: ResourceType, unknown: list[str], mode: str, warnings: list[str]
+    ) -> None:
         if not unknown:
             return
         texts = [f'unknown field "{path}"' for path in sorted(unknown)]
@@ -863,8 +871,11 @@ class Api:
             meta["name"] = f"{meta['generateName']}{_random_suffix()}"
         for key in _SERVER_META:
             meta.pop(key, None)
-        self._prune(rt, obj, mode, warnings)
-        created = self._admit_create(rt, obj, req)
+        if rt.crd is not None:
+            created = self._admit_custom(rt, obj, mode, warnings)
+        else:
+            self._prune(rt, obj, mode, warnings)
+            created = self._admit_create(rt, obj, req)
         with self.store.lock:
             self._check_namespace(rt, route.namespace, str(meta.get("name")))
             if rt is self.types.jobs:
@@ -885,8 +896,59 @@ class Api:
                 created["metadata"].setdefault("generation", 1)
                 return self._ok(created, 201, self._warn_headers(warnings))
             stored = self.store.create(rt, created)
-            body = Entry(stored).raw
+            body = self._raw(rt, stored)
         return Response(201, body, JSON, self._warn_headers(warnings))
+
+    def _raw(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
+        """The stored entry's JSON (serialised once, shared with lists and watches)."""
+        meta = obj["metadata"]
+        entry = self.store.entry(
+            rt, meta.get("namespace", "") if rt.namespaced else "", meta["name"]
+        )
+        return entry.raw if entry is not None and entry.obj is obj else Entry(obj).raw
+
+    def _admit_custom(
+        self, rt: ResourceType, obj: dict[str, Any], mode: str, warnings: list[str]
+    ) -> dict[str, Any]:
+        """Prune, default, validate and mutate a custom object, memoised per distinct body.
+
+        Everything here depends only on the body (the schema does not look into metadata),
+        so a portal submitting many jobs from one template pays for it once.
+        """
+        crd = rt.crd
+        assert crd is not None
+        meta_unknown = [k for k in obj["metadata"] if k not in OBJECT_META_FIELDS]
+        for key in meta_unknown:
+            del obj["metadata"][key]
+        body = {k: v for k, v in obj.items() if k != "metadata"}
+        cache_key = (rt.key, json.dumps(body, sort_keys=True, separators=(",", ":"), default=str))
+        with self._admitted_lock:
+            cached = self._admitted.get(cache_key)
+        if cached is None:
+            work = clone(body)
+            work["metadata"] = {"name": "x"}
+            unknown = crd.prune(work).unknown
+            if "status" in rt.subresources:
+                work.pop("status", None)
+            crd.apply_defaults(work)
+            causes = crd.validate(work)
+            if not causes:
+                if rt is self.types.jobs:
+                    admission.mutate_job(work)
+                elif rt is self.types.queues:
+                    admission.mutate_queue(work)
+            work.pop("metadata")
+            cached = (work, unknown, causes)
+            with self._admitted_lock:
+                if len(self._admitted) > 512:
+                    self._admitted.pop(next(iter(self._admitted)))
+                self._admitted[cache_key] = cached
+        final, unknown, causes = cached
+        self._report_unknown(rt, [f"metadata.{k}" for k in meta_unknown] + unknown, mode, warnings)
+        causes = metadata_causes(obj["metadata"], rule=rt.name_rule) + list(causes)
+        if causes:
+            raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
+        return {**clone(final), "metadata": obj["metadata"]}
 
     def _admit_create(self, rt: ResourceType, obj: dict[str, Any], req: Request) -> dict[str, Any]:
         """Type-specific defaults and validation up to (not including) the store."""
