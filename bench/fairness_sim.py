@@ -1,7 +1,7 @@
 """Fairness simulation: three teams of weights 1:1:2 on 16 GPUs of two models, over days.
 
     .venv/bin/python bench/fairness_sim.py [--days 14] [--seeds 5] [--cycle-minutes 10]
-                                           [--guard-hours 2] [--max-holds 4]
+                                           [--guard-hours 2] [--max-holds 4] [--quick]
 
 Prints each team's share of GPU-hours against its weight, the worst relative deviation, and
 waits (median, 95th percentile, worst including jobs still queued) per seed. The same
@@ -31,7 +31,10 @@ def main() -> int:
     parser.add_argument("--cycle-minutes", type=int, default=10)
     parser.add_argument("--guard-hours", type=float, default=2, help="starvation wait")
     parser.add_argument("--max-holds", type=int, default=4, help="0 switches the guard off")
+    parser.add_argument("--quick", action="store_true", help="one seed, 7 days")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.days = 1, min(args.days, 7)
     config = EngineConfig(
         starvation_wait=timedelta(hours=args.guard_hours), max_capacity_holds=args.max_holds
     )
