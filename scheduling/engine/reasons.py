@@ -91,6 +91,11 @@ def fmt_limit(limit: int | None) -> str:
     return "none" if limit is None else str(limit)
 
 
+def count(n: int, noun: str) -> str:
+    """1 job, 2 jobs."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def fmt_wait(wait: timedelta) -> str:
     minutes = int(wait.total_seconds() // 60)
     hours, minutes = divmod(minutes, 60)
@@ -170,7 +175,8 @@ def detail_no_node_fits(replicas: int, gpr: int, largest_block: int, free: int) 
 
 def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:
     return (
-        f"waiting behind {ahead} jobs ahead in line (higher priority or lower team share); "
+        f"waiting behind {count(ahead, 'job')} ahead in line (higher priority or lower team "
+        f"share); "
         f"{admitted_ahead} admitted this cycle took the room it would have fitted"
     )
 
@@ -190,7 +196,7 @@ def detail_holding(
 ) -> str:
     parts = []
     if nodes:
-        parts.append(f"{held} of {need} GPUs on {nodes} nodes in {cluster}")
+        parts.append(f"{held} of {need} GPUs on {count(nodes, 'node')} in {cluster}")
     if cohort_gpus:
         parts.append(f"{cohort_gpus} GPUs of cohort quota")
     what = " and ".join(parts) if parts else "nothing yet (none is free)"
@@ -203,9 +209,9 @@ def detail_holding(
 def detail_preempting(victims: int, inflight: int, cluster: str, used: int, nominal: int) -> str:
     parts = []
     if victims:
-        parts.append(f"preempting {victims} jobs on borrowed quota")
+        parts.append(f"preempting {count(victims, 'job')} on borrowed quota")
     if inflight:
-        parts.append(f"waiting for {inflight} jobs already being preempted")
+        parts.append(f"waiting for {count(inflight, 'job')} already being preempted")
     return (
         f"{' and '.join(parts)} in {cluster} to reclaim nominal quota (team uses {used} of "
         f"{nominal} nominal, this job included); admitted once they stop"

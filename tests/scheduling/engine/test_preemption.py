@@ -224,5 +224,5 @@ def test_messages_say_who_reclaims_what() -> None:
     assert p.message.startswith("preempted: ran on A100-80GB quota team bob had borrowed")
     assert "for job a1" in p.message
     msg = reasons_by_job(decision)["a1"].message
-    assert msg.startswith("needs 8 \u00d7 A100-80GB; preempting 1 jobs on borrowed quota in east")
+    assert msg.startswith("needs 8 \u00d7 A100-80GB; preempting 1 job on borrowed quota in east")
     assert "team uses 8 of 8 nominal" in msg

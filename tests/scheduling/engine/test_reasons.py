@@ -160,7 +160,7 @@ CASES = [
         ReasonCode.WAITING_BEHIND,
         (
             f"needs 4 {X} A100-80GB; "
-            f"waiting behind 1 jobs ahead in line (higher priority or lower team share); "
+            f"waiting behind 1 job ahead in line (higher priority or lower team share); "
             f"1 admitted this cycle took the room it would have fitted"
         ),
     ),
@@ -193,7 +193,7 @@ CASES = [
         ReasonCode.HOLDING_CAPACITY,
         (
             f"needs 8 {X} A100-80GB; "
-            "waited 5h 0m (guard 1h 0m): holding 6 of 8 GPUs on 1 nodes in east "
+            "waited 5h 0m (guard 1h 0m): holding 6 of 8 GPUs on 1 node in east "
             "until running jobs finish; "
             f"later jobs may not use them"
         ),
@@ -210,7 +210,7 @@ CASES = [
         ReasonCode.PREEMPTING,
         (
             f"needs 8 {X} A100-80GB; "
-            "preempting 1 jobs on borrowed quota in east to reclaim nominal quota "
+            "preempting 1 job on borrowed quota in east to reclaim nominal quota "
             "(team uses 8 of 8 nominal, "
             f"this job included); admitted once they stop"
         ),

@@ -70,7 +70,7 @@ def test_after_the_guard_capacity_is_held_and_shown_in_both_reasons() -> None:
     assert hold.job_id == "large" and hold.nodes == (("east-a100-80gb-1", 6),)
     large = reasons_by_job(decision)["large"]
     assert large.code is ReasonCode.HOLDING_CAPACITY
-    assert "waited 1h 30m (guard 1h 0m): holding 6 of 8 GPUs on 1 nodes in east" in large.message
+    assert "waited 1h 30m (guard 1h 0m): holding 6 of 8 GPUs on 1 node in east" in large.message
     assert "cohort quota" not in large.message  # the cohort can lend 10: only nodes are held
     # the small job may still use GPUs the large one cannot use yet (node 0)
     assert admitted(decision)["small"].node_plan == ("east-a100-80gb-0",)
