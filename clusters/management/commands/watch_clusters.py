@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from clusters.watch import WatchSupervisor
 
@@ -23,6 +24,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--refresh", type=float, default=15.0, help="seconds between cluster list checks"
         )
+        parser.add_argument(
+            "--demo-kubeconfig",
+            help="(make demo) register the kubesim behind this kubeconfig first, as 'demo'",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         stop = threading.Event()
@@ -32,6 +37,13 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if options["demo_kubeconfig"]:
+            from clusters.demo import demo_cluster_wait
+
+            cluster = demo_cluster_wait(Path(options["demo_kubeconfig"]))
+            if cluster is None:
+                raise CommandError("the demo kubesim did not come up")
+            self.stdout.write(f"watch_clusters: demo cluster at {cluster.api_url}")
         supervisor = WatchSupervisor(stop=stop, refresh_seconds=options["refresh"])
         logging.getLogger(__name__).info("watching clusters as %s", supervisor.holder)
         self.stdout.write(f"watch_clusters: running as {supervisor.holder}")

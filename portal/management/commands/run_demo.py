@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -23,6 +24,36 @@ def demo_processes(host: str, port: int) -> list[tuple[str, list[str]]]:
         ("web", [py, "manage.py", "runserver", "--noreload", f"{host}:{port}"]),
         ("worker", [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", "2"]),
         ("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info"]),
+        *_cluster_processes(py),
+    ]
+
+
+def _cluster_processes(py: str) -> list[tuple[str, list[str]]]:
+    """kubesim (the mixed A100/V100/T4 config) and the watcher, which registers it first.
+
+    The clock runs 5x fast so a demo job (300 simulated seconds) ends in about a minute.
+    """
+    from django.conf import settings
+
+    kubeconfig = Path(settings.VAR_DIR) / "demo" / "kubesim.kubeconfig"
+    kubeconfig.unlink(missing_ok=True)  # a stale one would name a dead server
+    config = Path(settings.BASE_DIR) / "kubesim" / "configs" / "small.yaml"
+    return [
+        (
+            "kubesim",
+            [
+                py,
+                "-m",
+                "kubesim",
+                "--config",
+                str(config),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--clock-speed",
+                "5",
+            ],
+        ),
+        ("watcher", [py, "manage.py", "watch_clusters", "--demo-kubeconfig", str(kubeconfig)]),
     ]
 
 
