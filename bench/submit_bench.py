@@ -571,7 +571,8 @@ def insert_jobs(*, first: int, count: int, team_ids: list[int], owners: dict[int
         "team_id": team,
         "owner_id": owner,
         "name": "'job-' || g",
-        "state": "CASE WHEN mod(g, 10) < 7 THEN 'SUCCEEDED' ELSE 'QUEUED' END",
+        # Independent of the team (mod 10), so every team has queued and finished jobs.
+        "state": "CASE WHEN mod(g, 7) < 5 THEN 'SUCCEEDED' ELSE 'QUEUED' END",
         "image": "'nvcr.io/nvidia/pytorch:24.05-py3'",
         "command": """'["torchrun", "train.py"]'::jsonb""",
         "replicas": "1 + mod(g, 4)",
@@ -589,7 +590,7 @@ def insert_jobs(*, first: int, count: int, team_ids: list[int], owners: dict[int
         if expr is None:
             continue
         if not expr:
-            if f.has_default():
+            if f.has_default() or (f.empty_strings_allowed and not f.null):
                 params[f.column] = f.get_db_prep_save(f.get_default(), connection)
                 expr = f"%({f.column})s"
             elif f.null:
@@ -749,7 +750,9 @@ def main(argv: list[str] | None = None) -> int:
                     from django.db import connection
 
                     with connection.cursor() as cursor:
-                        cursor.execute("TRUNCATE portal_jobevent, portal_job RESTART IDENTITY")
+                        cursor.execute(
+                            "TRUNCATE portal_job RESTART IDENTITY CASCADE"
+                        )  # events etc.
                     owners = fixture.list_owners
                     insert_jobs(
                         first=1, count=1000, team_ids=fixture.list_teams["all"], owners=owners

@@ -37,6 +37,23 @@ def teams_visible_to(user: AnyUser) -> QuerySet[Team]:
 
 
 def jobs_visible_to(user: AnyUser) -> QuerySet[Job]:
+    """The caller's teams' jobs (every job for platform admins), for lists and dashboards.
+
+    The team ids are read first (one small query) and filtered on as values, not as a
+    subquery: with a subquery PostgreSQL cannot tell a small team from a big one, and pages
+    newest-first by walking the primary key, which for a team whose jobs are all old means
+    reading the whole table (seconds at a million jobs); with the ids it uses the team index.
+    """
+    if not user.is_authenticated:
+        return Job.objects.none()
+    if user.is_staff:
+        return Job.objects.all()
+    team_ids = list(Membership.objects.filter(user_id=user.pk).values_list("team_id", flat=True))
+    return Job.objects.filter(team_id__in=team_ids)
+
+
+def _jobs_visible_by_subquery(user: AnyUser) -> QuerySet[Job]:
+    """``jobs_visible_to`` in one query, for look-ups by a unique key, where plans agree."""
     if not user.is_authenticated:
         return Job.objects.none()
     if user.is_staff:
@@ -49,7 +66,7 @@ def job_get_for_user(user: AnyUser, public_id: object) -> Job:
     """The job if the caller may see it, else NotFound (also for a malformed id)."""
     try:
         return (
-            jobs_visible_to(user)
+            _jobs_visible_by_subquery(user)
             .select_related("team", "owner", "cluster", "gpu_model")
             .get(public_id=public_id)
         )
