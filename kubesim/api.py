@@ -174,11 +174,9 @@ class Api:
         self.faults = faults
         self.control = control
         self.requests = 0
-        self.inflight = 0  # approximate (unlocked) count of requests being answered
         self.cpu_seconds = 0.0  # thread CPU spent in handle(), for the benchmark
         self._admitted: dict[Any, tuple[dict[str, Any], list[str], list[dict[str, str]]]] = {}
         self._admitted_lock = threading.Lock()
-        sim.busy = lambda: self.inflight > 0
 
     # ==================================================================================
     # entry point
@@ -186,12 +184,14 @@ class Api:
     def handle(self, req: Request) -> Response:
         """Answer one request; every failure becomes a Status body."""
         self.requests += 1
-        self.inflight += 1
+        sim = self.sim
+        sim.api_inflight += 1
+        sim.last_api_request = time.monotonic()
         started = time.thread_time()
         try:
             return self._handle(req)
         finally:
-            self.inflight -= 1
+            sim.api_inflight -= 1
             self.cpu_seconds += time.thread_time() - started
 
     def _handle(self, req: Request) -> Response:

@@ -208,6 +208,14 @@ class KubeSim:
         self.clock.set_speed(speed)
         self.sim.wake.set()
 
+    def pause(self) -> None:
+        """Freeze the background simulation (the API keeps answering; settle/advance work)."""
+        self.sim.pause()
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`."""
+        self.sim.resume()
+
     def now(self) -> float:
         """Simulated time (epoch seconds)."""
         return self.clock.now()
@@ -408,6 +416,9 @@ class KubeSim:
         if parts == ["clock"] and method == "POST":
             self.set_clock_speed(float(body["speed"]))
             return ok({"speed": self.clock.speed})
+        if parts in (["pause"], ["resume"]) and method == "POST":
+            (self.pause if parts == ["pause"] else self.resume)()
+            return ok({"paused": self.sim.paused})
         if parts == ["compact"] and method == "POST":
             self.compact()
             return ok({"resourceVersion": self.store.rv})

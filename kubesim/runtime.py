@@ -29,6 +29,7 @@ JOB_ACTIONS = frozenset(
 )
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 STEP_SECONDS = 0.005  # work per step before the lock (and the GIL) go back to API threads
+STEP_SECONDS_UNDER_LOAD = 0.001  # the slice while API requests keep arriving
 
 
 @dataclass
@@ -152,9 +153,9 @@ class Stats:
     pods_bound: int = 0
     pods_finished: int = 0
     scheduling_cycles: int = 0
-    scheduling_seconds: float = 0.0
+    scheduling_seconds: float = 0.0  # CPU time of the scheduling cycles (thread time)
     steps: int = 0
-    step_seconds: float = 0.0
+    step_seconds: float = 0.0  # CPU time of all simulation steps (thread time)
     timers_fired: int = 0
     events_recorded: int = 0
 

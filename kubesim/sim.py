@@ -35,6 +35,7 @@ from kubesim.resources import Types
 from kubesim.runtime import (
     BUILTIN_NAMESPACES,
     STEP_SECONDS,
+    STEP_SECONDS_UNDER_LOAD,
     Gang,
     JobRuntime,
     PodRuntime,
@@ -86,12 +87,16 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
         self._ip = itertools.count(2)
         self.wake = threading.Event()
         self._stop = threading.Event()
+        self._paused = threading.Event()
         self._thread: threading.Thread | None = None
         for rt in types.all:
             if rt.key not in store.collections:
                 store.register(rt)
         store.listeners.append(self.on_event)
-        self.busy: Callable[[], bool] = lambda: False  # set by the API: requests in flight
+        # Maintained by the API (unlocked, approximate): requests being answered right now
+        # and when the last one arrived. The loop uses them to let requests go first.
+        self.api_inflight = 0
+        self.last_api_request = 0.0
         self._node_ips: dict[str, str] = {}
 
     # ==================================================================================
@@ -212,28 +217,28 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
             or self.ns_dirty
         )
 
-    def step(self) -> bool:
+    def step(self, slice_seconds: float = STEP_SECONDS) -> bool:
         """Do one bounded batch of work; returns True when more is pending right now."""
-        started = time.perf_counter()
+        started = time.thread_time()
         with self.lock:
             self.stats.steps += 1
             now = self._step_now = self.clock.now()
             try:
-                self._step_once(now)
+                self._step_once(now, slice_seconds)
             finally:
                 self._step_now = None
             more = self.has_work()
-        self.stats.step_seconds += time.perf_counter() - started
+        self.stats.step_seconds += time.thread_time() - started
         return more
 
-    def _step_once(self, now: float) -> None:
+    def _step_once(self, now: float, slice_seconds: float) -> None:
         """Timers due by ``now``, dirty jobs, one scheduling cycle, namespaces, queues.
 
         Each phase stops when the step's time slice is used up and leaves the rest for the
         next step, so an API request never waits behind more than a few milliseconds of
         simulation (20,000 pods are created and bound in many small steps, not one).
         """
-        deadline = time.perf_counter() + STEP_SECONDS
+        deadline = time.perf_counter() + slice_seconds
         fired = 0
         while self._timers and self._timers[0][0] <= now:
             _, _, fn, args = heapq.heappop(self._timers)
@@ -295,17 +300,41 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
             self._thread.join(timeout=5)
             self._thread = None
 
+    def pause(self) -> None:
+        """Stop the background loop from doing work (API requests are still answered).
+
+        Explicit :meth:`settle` and :meth:`advance` calls still run; only the loop waits.
+        """
+        self._paused.set()
+
+    def resume(self) -> None:
+        """Let the background loop work again."""
+        self._paused.clear()
+        self.wake.set()
+
+    @property
+    def paused(self) -> bool:
+        """Whether the background loop is paused."""
+        return self._paused.is_set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self._paused.is_set():
+                self.wake.wait(0.05)
+                self.wake.clear()
+                continue
             # API requests go first: while any is in flight the simulation waits (at most
             # 50 ms), like a controller whose informer lags a busy apiserver. Bursts of
             # creates are then answered at API speed and the simulation catches up after.
             waited = 0
-            while self.busy() and waited < 50:
+            while self.api_inflight > 0 and waited < 50:
                 time.sleep(0.001)
                 waited += 1
+            # While requests keep arriving, work in 1 ms slices so that the next one waits
+            # at most about that long for the lock; otherwise use the normal slice.
+            recent = time.monotonic() - self.last_api_request < 0.02
             try:
-                more = self.step()
+                more = self.step(STEP_SECONDS_UNDER_LOAD if recent else STEP_SECONDS)
             except Exception:  # a bug must not kill the cluster; it is logged loudly
                 log.exception("kubesim: simulation step failed")
                 more = False
