@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
@@ -298,18 +299,43 @@ class LiveState:
 
     @cached_property
     def holding(self) -> list[dict[str, Any]]:
-        """Jobs that hold GPUs (admitted to cancelling) with their placement."""
+        """Jobs that hold GPUs (admitted to cancelling), summed per team, cluster, model and
+        state: one row per group however many jobs there are."""
         return list(
-            Job.objects.filter(state__in=HOLDING_STATES, gpu_model__isnull=False).values(
-                "team_id",
-                "cluster_id",
-                "gpu_model_id",
-                "replicas",
-                "gpus_per_replica",
-                "node_plan",
-                "state",
-            )
+            Job.objects.filter(state__in=HOLDING_STATES, gpu_model__isnull=False)
+            .values("team_id", "cluster_id", "gpu_model_id", "state")
+            .annotate(gpus=Sum(F("replicas") * F("gpus_per_replica")), jobs=Count("id"))
+            .order_by()
         )
+
+    @cached_property
+    def planned(self) -> dict[tuple[int, str], int]:
+        """(cluster id, node name) → GPUs the holding jobs' node plans put there.
+
+        PostgreSQL unnests the plans and sums per node in SQL; elsewhere (the demo's SQLite)
+        the plans are read and summed here.
+        """
+        # States inlined as literals (constants, not input) so the planner can prove the
+        # partial index on active jobs applies; the materialized CTE keeps it from planning a
+        # parallel scan for the 100 rows it assumes every unnested plan has.
+        states = ", ".join(f"'{s}'" for s in HOLDING_STATES)
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute(
+                    "WITH h AS MATERIALIZED (SELECT cluster_id, node_plan, gpus_per_replica "  # noqa: S608
+                    f"FROM portal_job WHERE state IN ({states}) AND cluster_id IS NOT NULL) "
+                    "SELECT h.cluster_id, n.node, SUM(h.gpus_per_replica) FROM h, "
+                    "jsonb_array_elements_text(CASE WHEN jsonb_typeof(h.node_plan) = 'array' "
+                    "THEN h.node_plan ELSE '[]' END) AS n(node) GROUP BY 1, 2"
+                )
+                return {(c, node): int(g) for c, node, g in cur.fetchall()}
+        planned: dict[tuple[int, str], int] = defaultdict(int)
+        for cluster_id, plan, gpus in Job.objects.filter(
+            state__in=HOLDING_STATES, cluster__isnull=False
+        ).values_list("cluster_id", "node_plan", "gpus_per_replica"):
+            for node in plan or []:
+                planned[(cluster_id, node)] += gpus
+        return dict(planned)
 
     @cached_property
     def queued(self) -> dict[tuple[int, int], tuple[int, int]]:
@@ -360,10 +386,7 @@ class LiveState:
     def nodes(self) -> list[NodeState]:
         from clusters.models import Node
 
-        planned: dict[tuple[int, str], int] = defaultdict(int)
-        for job in self.holding:
-            for node in job["node_plan"] or []:
-                planned[(job["cluster_id"], node)] += job["gpus_per_replica"]
+        planned = self.planned
         return [
             NodeState(
                 cluster_id=n["cluster_id"],
@@ -418,7 +441,7 @@ class LiveState:
             cell = cells.get(key)
             if cell is None:  # a job on nodes the inventory no longer lists
                 cell = cells[key] = PoolCell(job["cluster_id"], job["gpu_model_id"])
-            cell.gpus_allocated += job["replicas"] * job["gpus_per_replica"]
+            cell.gpus_allocated += job["gpus"]
         return cells
 
     def model_summaries(self, *, include_idle_models: bool = False) -> list[ModelSummary]:
@@ -457,7 +480,7 @@ class LiveState:
 
         for job in self.holding:
             c = cell(job["team_id"], job["gpu_model_id"])
-            gpus = job["replicas"] * job["gpus_per_replica"]
+            gpus = job["gpus"]
             c.gpus_allocated += gpus
             c.gpus_running += gpus if job["state"] == JobState.RUNNING else 0
         for team_id, model_id, nominal in Quota.objects.filter(nominal__gt=0).values_list(
@@ -498,11 +521,7 @@ class LiveState:
         for job in self.holding:
             if job["cluster_id"] is None or job["team_id"] not in teams:
                 continue
-            book.add(
-                teams[job["team_id"]].slug,
-                models[job["gpu_model_id"]].key,
-                job["replicas"] * job["gpus_per_replica"],
-            )
+            book.add(teams[job["team_id"]].slug, models[job["gpu_model_id"]].key, job["gpus"])
         for cell in self.team_cells.values():
             s = standings.get(cell.team_id)
             if s is None:
@@ -546,5 +565,7 @@ class LiveState:
         figures["unplaceable_jobs"] = sum(
             jobs for (_t, m), (jobs, _g) in self.queued.items() if m == NO_MODEL
         )
-        figures["running_jobs"] = sum(1 for j in self.holding if j["state"] == JobState.RUNNING)
+        figures["running_jobs"] = sum(
+            j["jobs"] for j in self.holding if j["state"] == JobState.RUNNING
+        )
         return figures

@@ -13,6 +13,10 @@ resolutions:
 Minute rows are kept for ``GPUPOOL_SNAPSHOT_MINUTE_RETENTION_DAYS`` (30), hourly rows for
 ``GPUPOOL_SNAPSHOT_HOUR_RETENTION_DAYS`` (365). Team rows are sparse: a (team, model) with
 nothing allocated, queued or granted is not written, and counts as zero.
+
+The series' only index is their unique key, which starts with the instant: every read is "these
+instants (and these teams)". Their foreign keys carry no index of their own; deleting a team,
+cluster or model (rare, and refused while jobs refer to it) scans the series instead.
 """
 
 from __future__ import annotations
@@ -61,8 +65,12 @@ class PoolMinute(models.Model):
     """
 
     at = models.DateTimeField()
-    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
-    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    gpu_model = models.ForeignKey(
+        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     gpus_total = models.PositiveIntegerField(default=0, help_text="Capacity the nodes report")
     gpus_allocatable = models.PositiveIntegerField(default=0)
     gpus_allocated = models.PositiveIntegerField(default=0)
@@ -90,8 +98,12 @@ class PoolHour(models.Model):
     """``PoolMinute`` averaged over one UTC hour (``*_peak``: the highest minute)."""
 
     at = models.DateTimeField()
-    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
-    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    gpu_model = models.ForeignKey(
+        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     gpus_total = models.FloatField(default=0)
     gpus_allocatable = models.FloatField(default=0)
     gpus_allocated = models.FloatField(default=0)
@@ -126,8 +138,12 @@ class TeamModelMinute(models.Model):
     """
 
     at = models.DateTimeField()
-    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
-    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(
+        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    gpu_model = models.ForeignKey(
+        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     gpus_allocated = models.PositiveIntegerField(default=0)
     gpus_running = models.PositiveIntegerField(default=0)
     nominal = models.PositiveIntegerField(default=0)
@@ -150,8 +166,12 @@ class TeamModelHour(models.Model):
     """``TeamModelMinute`` averaged over one UTC hour."""
 
     at = models.DateTimeField()
-    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
-    gpu_model = models.ForeignKey("scheduling.GpuModel", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(
+        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    gpu_model = models.ForeignKey(
+        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     gpus_allocated = models.FloatField(default=0)
     gpus_running = models.FloatField(default=0)
     nominal = models.FloatField(default=0)
@@ -183,7 +203,9 @@ class TeamMinute(models.Model):
     """
 
     at = models.DateTimeField()
-    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(
+        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     gpus_allocated = models.PositiveIntegerField(default=0)
     gpus_running = models.PositiveIntegerField(default=0)
     pending_gpus = models.PositiveIntegerField(default=0)
@@ -207,7 +229,9 @@ class TeamHour(models.Model):
     """``TeamMinute`` averaged over one UTC hour."""
 
     at = models.DateTimeField()
-    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(
+        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     gpus_allocated = models.FloatField(default=0)
     gpus_running = models.FloatField(default=0)
     pending_gpus = models.FloatField(default=0)
