@@ -453,3 +453,43 @@ def test_generate_name_and_kind_mismatch(sim):
     assert status == 400 and "does not match the expected kind" in body["message"]
     status, _, body = raw(sim, "POST", JOBS, {**vcjob("z", namespace="team-b")})
     assert status == 400 and "does not match the namespace" in body["message"]
+
+
+def test_replace_with_the_current_version_succeeds(sim, custom):
+    create_job(custom, vcjob("train-1"))
+    sim.settle()  # the controller writes status right after the create, bumping the version
+    created = get_job(custom, "train-1")
+    created["metadata"]["labels"] = {"stage": "two"}
+    replaced = custom.replace_namespaced_custom_object(
+        GROUP, VERSION, "team-a", "jobs", "train-1", created
+    )
+    assert replaced["metadata"]["labels"] == {"stage": "two"}
+    assert int(replaced["metadata"]["resourceVersion"]) > int(
+        created["metadata"]["resourceVersion"]
+    )
+    assert replaced["metadata"]["generation"] == 1  # metadata changes keep the generation
+
+
+def test_podgroups_and_namespaces_can_be_watched(sim, custom, core):
+    from kubernetes import watch
+
+    create_job(custom, vcjob("train-1"))
+    sim.settle()
+    groups = []
+    for event in watch.Watch().stream(
+        custom.list_namespaced_custom_object,
+        SCHED,
+        "v1beta1",
+        "team-a",
+        "podgroups",
+        timeout_seconds=5,
+    ):
+        groups.append(event["raw_object"]["metadata"]["name"])
+        break
+    assert groups and groups[0].startswith("train-1-")
+    names = []
+    for event in watch.Watch().stream(core.list_namespace, timeout_seconds=5):
+        names.append(event["object"].metadata.name)
+        if len(names) == 6:
+            break
+    assert {"default", "kube-system", "team-a", "team-b"} <= set(names)

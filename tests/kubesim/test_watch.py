@@ -34,7 +34,7 @@ def test_watch_nodes_without_version_starts_with_the_current_state(core):
     events = _collect(watch.Watch().stream(core.list_node, timeout_seconds=1))
     assert [e["type"] for e in events] == ["ADDED"] * 3
     assert events[0]["object"].metadata.name.startswith("a100-")
-    assert 0.8 < time.monotonic() - started < 3  # the server ends the stream at timeoutSeconds
+    assert 0.8 < time.monotonic() - started < 5  # the server ends the stream at timeoutSeconds
 
 
 def test_watch_pods_from_a_listed_version_sees_the_job_lifecycle(sim, core, custom):
@@ -272,7 +272,6 @@ def test_stopping_the_server_ends_open_watches(sim, core):
         finished.set()
 
     threading.Thread(target=consume, daemon=True).start()
-    time.sleep(0.3)
-    assert sim.stats()["watchers"] == 1
+    assert sim.wait_for(lambda: sim.stats()["watchers"] == 1, timeout=10)
     sim.stop()
     assert finished.wait(5)
