@@ -18,6 +18,7 @@ dispatcher can import it without an import cycle.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Iterator
 
@@ -43,9 +44,16 @@ def observe_cycle(*, seconds: float) -> None:
     SCHEDULER_CYCLE_SECONDS.observe(seconds)
 
 
-def observe_dispatch(*, cluster: str, seconds: float) -> None:
-    """Record admission → Volcano Job created for one job (called by the dispatcher)."""
-    DISPATCH_LATENCY_SECONDS.labels(cluster=cluster).observe(max(0.0, seconds))
+def observe_dispatch(
+    *, cluster: str, admitted_at: dt.datetime | None, now: dt.datetime | None = None
+) -> None:
+    """Record admission → Volcano Job created for one job (called by the dispatcher once the
+    job is SUBMITTED); a job without an admission time is not counted."""
+    if admitted_at is None:
+        return
+    now = now or dt.datetime.now(tz=dt.UTC)
+    seconds = max(0.0, (now - admitted_at).total_seconds())
+    DISPATCH_LATENCY_SECONDS.labels(cluster=cluster).observe(seconds)
 
 
 TERMINAL_COUNTS_CACHE_KEY = "dashboards:terminal-job-counts"

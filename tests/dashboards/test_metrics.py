@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.metrics import TERMINAL_COUNTS_CACHE_KEY, observe_cycle, observe_dispatch
@@ -30,7 +33,9 @@ def _no_cached_counts():
 def test_metrics_report_jobs_pool_and_queue(client, scenario):
     snapshot_take()
     observe_cycle(seconds=0.042)
-    observe_dispatch(cluster="east", seconds=1.5)
+    admitted = timezone.now() - dt.timedelta(seconds=1.5)
+    observe_dispatch(cluster="east", admitted_at=admitted)
+    observe_dispatch(cluster="east", admitted_at=None)  # not counted
     response = client.get("/metrics", REMOTE_ADDR="127.0.0.1")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
