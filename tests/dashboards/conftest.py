@@ -111,7 +111,7 @@ def scenario(kubesim_cluster, alice, bob, charlie, vision, language):
     Node.objects.filter(cluster=east, name="t4-2").update(ready=False)
     Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=8)
     Quota.objects.create(team=language, gpu_model=GpuModel.objects.get(key="v100-32gb"), nominal=4)
-    before = NOW - dt.timedelta(hours=1)
+    before = timezone.now() - dt.timedelta(hours=1)
     big = job_submit(
         user=alice, data=job_body(name="big", replicas=1, gpus_per_replica=8), now=before
     ).job
