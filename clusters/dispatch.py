@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -107,14 +107,24 @@ def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
 # ---------------------------------------------------------------------------------------------
 # The manifest
 # ---------------------------------------------------------------------------------------------
+_NODES_TTL = 30.0
+_nodes_cache: dict[tuple[int | None, int | None], tuple[float, list[Node]]] = {}
+
+
 def _model_nodes(job: Job) -> list[Node]:
-    nodes = list(
-        Node.objects.filter(cluster_id=job.cluster_id, gpu_model_id=job.gpu_model_id).only(
-            "name", "gpu_resource", "labels"
+    """The model's nodes on the job's cluster (planned ones first), cached for a few seconds
+    per process: node labels and resources change with the inventory, not per job."""
+    key = (job.cluster_id, job.gpu_model_id)
+    cached = _nodes_cache.get(key)
+    if cached is None or time.monotonic() - cached[0] > _NODES_TTL:
+        nodes = list(
+            Node.objects.filter(cluster_id=job.cluster_id, gpu_model_id=job.gpu_model_id).only(
+                "name", "gpu_resource", "labels"
+            )
         )
-    )
+        _nodes_cache[key] = cached = (time.monotonic(), nodes)
     planned = set(job.node_plan or [])
-    return [n for n in nodes if n.name in planned] or nodes
+    return [n for n in cached[1] if n.name in planned] or cached[1]
 
 
 def _node_selector(cluster: Cluster, job: Job, nodes: list[Node]) -> dict[str, str]:
@@ -203,25 +213,53 @@ def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = Non
     return Outcome(done=False, message=problem, retry_in=delay)
 
 
+_RECORD_FIELDS = [
+    "cluster",
+    "namespace",
+    "name",
+    "submission_uid",
+    "uid",
+    "phase",
+    "retry_count",
+    "pods",
+    "reported",
+    "created_at",
+    "seen_at",
+    "deleted_at",
+]
+
+
+def _records_upsert(rows: list[tuple[Job, str, dict[str, Any], str]]) -> None:
+    """Upsert VolcanoJobRecords in one statement (a requeued job already has one)."""
+    now = timezone.now()
+    records = []
+    for job, namespace, obj, uid in rows:
+        meta = obj.get("metadata") or {}
+        records.append(
+            VolcanoJobRecord(
+                job_id=job.pk,
+                cluster_id=job.cluster_id,
+                namespace=namespace,
+                name=meta.get("name", ""),
+                submission_uid=uid,
+                uid=str(meta.get("uid") or ""),
+                phase=str(((obj.get("status") or {}).get("state") or {}).get("phase") or ""),
+                retry_count=0,
+                pods={},
+                reported=[],
+                created_at=now,
+                seen_at=now,
+                deleted_at=None,
+            )
+        )
+    if records:
+        VolcanoJobRecord.objects.bulk_create(
+            records, update_conflicts=True, unique_fields=["job"], update_fields=_RECORD_FIELDS
+        )
+
+
 def _record(job: Job, namespace: str, obj: dict[str, Any], uid: str) -> None:
-    meta = obj.get("metadata") or {}
-    VolcanoJobRecord.objects.update_or_create(
-        job_id=job.pk,
-        defaults={
-            "cluster_id": job.cluster_id,
-            "namespace": namespace,
-            "name": meta.get("name", ""),
-            "submission_uid": uid,
-            "uid": str(meta.get("uid") or ""),
-            "phase": str(((obj.get("status") or {}).get("state") or {}).get("phase") or ""),
-            "retry_count": 0,
-            "pods": {},
-            "reported": [],
-            "created_at": timezone.now(),
-            "seen_at": timezone.now(),
-            "deleted_at": None,
-        },
-    )
+    _records_upsert([(job, namespace, obj, uid)])
 
 
 def _delete_quietly(job: Job, namespace: str, name: str, uid: str | None = None) -> None:
@@ -311,22 +349,25 @@ def _submitted(
     job: Job, namespace: str, obj: dict[str, Any], uid: str, *, adopted: bool
 ) -> Outcome:
     name = obj["metadata"]["name"]
-    with transaction.atomic():
-        won = job_transition(
-            job_id=job.pk,
-            expected=JobState.ADMITTED,
-            to=JobState.SUBMITTED,
-            reason="Submitted" if not adopted else "Adopted",
-            message=(
-                f"Volcano Job {namespace}/{name} created on {job.cluster}."
-                if not adopted
-                else f"Volcano Job {namespace}/{name} already existed from an earlier attempt; "
-                "adopted."
-            ),
-            updates={"volcano_job_name": name},
-        )
-        if won:
-            _record(job, namespace, obj, uid)
+    # The record goes first, so whoever sees the job SUBMITTED finds it. An adopted object may
+    # already have one from the attempt that created it (with facts recorded since): keep it.
+    if (
+        not adopted
+        or not VolcanoJobRecord.objects.filter(job_id=job.pk, submission_uid=uid).exists()
+    ):
+        _record(job, namespace, obj, uid)
+    won = job_transition(
+        job_id=job.pk,
+        expected=JobState.ADMITTED,
+        to=JobState.SUBMITTED,
+        reason="Submitted" if not adopted else "Adopted",
+        message=(
+            f"Volcano Job {namespace}/{name} created on {job.cluster}."
+            if not adopted
+            else f"Volcano Job {namespace}/{name} already existed from an earlier attempt; adopted."
+        ),
+        updates={"volcano_job_name": name},
+    )
     if won:
         return Outcome(done=True, message="submitted")
     # Cancelled or preempted while we created it: leave nothing behind (a duplicate delivery
@@ -335,6 +376,88 @@ def _submitted(
     if current not in (JobState.SUBMITTED, JobState.RUNNING):
         _delete_quietly(job, namespace, name, uid=str(obj["metadata"].get("uid") or "") or None)
     return Outcome(done=True, message=f"job is {current}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch in batches (what the scheduling cycle's admissions use)
+# ---------------------------------------------------------------------------------------------
+def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
+    """Dispatch many ADMITTED jobs with a few statements for the lot; returns the ids to hand
+    to the one-job path (:func:`job_dispatch`), which owns retries, 409s and failures.
+
+    The happy path is what costs at scale: one query loads the jobs, one bumps their attempt
+    counters, the creates run concurrently (bounded by the cluster's creates in flight and
+    rate limit), then one bulk compare-and-set moves the created ones to SUBMITTED and one
+    statement records them. Anything unusual goes to the careful path one job at a time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from portal.jobs.state import Change, jobs_transition_bulk
+
+    jobs = list(
+        Job.objects.select_related("cluster", "gpu_model", "team").filter(
+            pk__in=job_ids, state=JobState.ADMITTED
+        )
+    )
+    if not jobs:
+        return []
+    Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
+        dispatch_attempts=F("dispatch_attempts") + 1
+    )
+    careful: list[int] = []
+    work: list[tuple[Job, str, dict[str, Any], Any]] = []
+    for job in jobs:
+        if job.cluster is None or job.gpu_model is None:
+            careful.append(job.pk)
+            continue
+        try:
+            namespace, manifest = job_manifest(job)
+            client = cluster_client(job.cluster)
+        except (volcano.ManifestError, ClusterUnavailable):
+            careful.append(job.pk)
+            continue
+        work.append((job, namespace, manifest, client))
+
+    def create(item: tuple[Job, str, dict[str, Any], Any]) -> dict[str, Any] | None:
+        _, namespace, manifest, client = item
+        try:
+            return dict(client.create_job(namespace, manifest))
+        except KubeError:
+            return None
+
+    threads = max(1, min(len(work), 8, settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dispatch") as pool:
+        created = list(pool.map(create, work))
+    done: list[tuple[Job, str, dict[str, Any], str]] = []
+    for (job, namespace, _, _), obj in zip(work, created, strict=True):
+        if obj is None:
+            careful.append(job.pk)  # the one-job path reads the 409, backs off, or fails it
+        else:
+            done.append((job, namespace, obj, submission_uid(job)))
+    if done:
+        _records_upsert(done)  # before the transition, as in the one-job path
+        won = jobs_transition_bulk(
+            changes=[
+                Change(
+                    job_id=job.pk,
+                    updates={"volcano_job_name": obj["metadata"]["name"]},
+                    message=f"Volcano Job {ns}/{obj['metadata']['name']} created on {job.cluster}.",
+                )
+                for job, ns, obj, _ in done
+            ],
+            expected=JobState.ADMITTED,
+            to=JobState.SUBMITTED,
+            reason="Submitted",
+        )
+        for job, namespace, obj, _ in done:
+            if job.pk in won:
+                continue
+            current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+            if current == JobState.ADMITTED:
+                careful.append(job.pk)  # row locked by someone else: try again alone
+            elif current not in (JobState.SUBMITTED, JobState.RUNNING):
+                _delete_quietly(job, namespace, obj["metadata"]["name"], obj["metadata"].get("uid"))
+    return careful
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,6 +35,10 @@ from typing import Any, Protocol
 
 import urllib3
 from kubernetes import client as k8s
+from kubernetes.client.api.apis_api import ApisApi
+from kubernetes.client.api.core_v1_api import CoreV1Api
+from kubernetes.client.api.custom_objects_api import CustomObjectsApi
+from kubernetes.client.api.version_api import VersionApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -258,10 +262,12 @@ class KubeClient:
         else:
             raise KubeError("no credentials to authenticate with", kind="auth")
         self.api = k8s.ApiClient(cfg)
-        self.core = k8s.CoreV1Api(self.api)
-        self.custom = k8s.CustomObjectsApi(self.api)
-        self.versions = k8s.VersionApi(self.api)
-        self.apis = k8s.ApisApi(self.api)
+        # Imported at module level on purpose: the client loads these (pydantic-heavy)
+        # modules lazily, which costs seconds in the first task of every worker otherwise.
+        self.core = CoreV1Api(self.api)
+        self.custom = CustomObjectsApi(self.api)
+        self.versions = VersionApi(self.api)
+        self.apis = ApisApi(self.api)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -299,18 +299,31 @@ def cluster_client(cluster: Cluster) -> KubeClient:
         cached = _clients.get(cluster.pk)
         if cached is not None and cached[0] == key:
             return cached[1]
-    conn = cluster_connection(cluster)  # re-checks the URL, with DNS, before every new client
-    rate = cluster.request_rate or settings.GPUPOOL_CLUSTER_REQUEST_RATE
-    try:
-        client = KubeClient(conn, limiter=SharedRateLimiter(str(cluster.pk), rate))
-    except KubeError as exc:
-        raise ClusterUnavailable(exc.message) from None
-    with _clients_lock:
-        old = _clients.pop(cluster.pk, None)
-        _clients[cluster.pk] = (key, client)
+    with _building_lock(cluster.pk):  # threads of one worker build one client, not one each
+        with _clients_lock:
+            cached = _clients.get(cluster.pk)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+        conn = cluster_connection(cluster)  # re-checks the URL (with DNS) for every new client
+        rate = cluster.request_rate or settings.GPUPOOL_CLUSTER_REQUEST_RATE
+        try:
+            client = KubeClient(conn, limiter=SharedRateLimiter(str(cluster.pk), rate))
+        except KubeError as exc:
+            raise ClusterUnavailable(exc.message) from None
+        with _clients_lock:
+            old = _clients.pop(cluster.pk, None)
+            _clients[cluster.pk] = (key, client)
     if old is not None:
         old[1].close()
     return client
+
+
+_build_locks: dict[int, threading.Lock] = {}
+
+
+def _building_lock(pk: int) -> threading.Lock:
+    with _clients_lock:
+        return _build_locks.setdefault(pk, threading.Lock())
 
 
 def clusters_forget_clients(*pks: int) -> None:

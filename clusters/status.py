@@ -38,7 +38,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.dispatch import job_event_record, preemption_message
+from clusters.dispatch import job_event_record, preemption_message, submission_uid
 from clusters.kube import KubeError
 from clusters.models import Cluster, VolcanoJobRecord
 from clusters.services import ClusterUnavailable, cluster_client
@@ -202,11 +202,12 @@ def _pod_facts(
             and condition.get("reason") == "Unschedulable"
         ):
             message = str(condition.get("message") or "no node fits")
+            # Keyed by the message, not the pod: a gang of 64 gets one event, not 64.
             facts.append(
                 Fact(
-                    f"{uid}:unschedulable:{_short(message)}",
+                    f"unschedulable:{_short(message)}",
                     "Unschedulable",
-                    f"{who} cannot be scheduled: {message}",
+                    f"The job's pods cannot be scheduled: {message}",
                 )
             )
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
@@ -382,6 +383,24 @@ def _note_once(job: Job, record: VolcanoJobRecord, key: str, reason: str, messag
         record.reported = locked.reported
 
 
+def _record_from_view(job: Job, view: JobView, now: dt.datetime) -> VolcanoJobRecord:
+    """The record a dispatcher died before writing, rebuilt from the object itself."""
+    record, _ = VolcanoJobRecord.objects.get_or_create(
+        job_id=job.pk,
+        defaults={
+            "cluster_id": job.cluster_id,
+            "namespace": view.namespace,
+            "name": view.name,
+            "submission_uid": view.submission_uid,
+            "uid": view.uid,
+            "phase": view.phase,
+            "created_at": now,
+            "seen_at": now,
+        },
+    )
+    return record
+
+
 def _start(job: Job, view: JobView, now: dt.datetime) -> bool:
     started = _clamp(view.running_since, now)
     if job.admitted_at and started < job.admitted_at:
@@ -417,7 +436,7 @@ def job_status_apply(
     if state in TERMINAL_STATES or state in (S.QUEUED, S.ADMITTED):
         return "ignored"
     record = _record_of(job)
-    if view is not None and record is not None and view.submission_uid != record.submission_uid:
+    if view is not None and view.submission_uid != submission_uid(job):
         return "other-lineage"  # an object from another admission of this job: not ours
     gone = deleted or (view is None)
     if state == S.CANCELLING:
@@ -445,7 +464,9 @@ def job_status_apply(
             return "requeued"
         return "preempting"
     # SUBMITTED or RUNNING from here on.
-    if record is not None and view is not None:
+    if record is None and view is not None:
+        record = _record_from_view(job, view, now)
+    elif record is not None and view is not None:
         VolcanoJobRecord.objects.filter(pk=record.pk).update(
             phase=view.phase, uid=view.uid or record.uid, seen_at=now
         )

@@ -41,6 +41,15 @@ def dispatch_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     return outcome.message
 
 
+@shared_task(name="clusters.dispatch_jobs", acks_late=True, ignore_result=True)
+def dispatch_jobs(job_ids: list[int]) -> int:
+    """Many admissions at once: the bulk path, then the one-job task for what needs care."""
+    careful = dispatch.job_dispatch_batch(job_ids=list(job_ids))
+    for job_id in careful:
+        dispatch_job.delay(job_id)
+    return len(job_ids) - len(careful)
+
+
 @shared_task(
     name="clusters.evict_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
 )
@@ -126,12 +135,21 @@ def reconcile_all_clusters() -> int:
 # ---------------------------------------------------------------------------------------------
 # Hooks (called on commit by the scheduling cycle and the portal's cancel)
 # ---------------------------------------------------------------------------------------------
+DISPATCH_BATCH = 20
+
+
 def dispatch_job_enqueue(job_ids: Iterable[int]) -> None:
-    for job_id in job_ids:
-        try:
-            dispatch_job.delay(job_id)
-        except Exception:  # broker down: the reconcile finds the job still ADMITTED
-            log.warning("could not enqueue dispatch of job %s", job_id, exc_info=True)
+    """Hand admitted jobs over: one message per job for a few, batches of 20 for many."""
+    ids = list(job_ids)
+    try:
+        if len(ids) <= 2:
+            for job_id in ids:
+                dispatch_job.delay(job_id)
+            return
+        for start in range(0, len(ids), DISPATCH_BATCH):
+            dispatch_jobs.delay(ids[start : start + DISPATCH_BATCH])
+    except Exception:  # broker down: the reconcile finds the jobs still ADMITTED
+        log.warning("could not enqueue dispatch of %d job(s)", len(ids), exc_info=True)
 
 
 def evict_job_enqueue_many(job_ids: Iterable[int]) -> None:

@@ -216,3 +216,18 @@ def test_a_job_cancelled_while_its_create_is_in_flight_leaves_nothing_behind(
     assert wait_for(lambda: not sim.list("jobs", "gpupool"), timeout=10), sim.list(
         "jobs", "gpupool"
     )
+
+
+def test_a_batch_of_admissions_is_dispatched_together_and_failures_retried_alone(
+    sim, cluster, admit
+):
+    sim.faults.add(verb="create", resource="jobs", status=500, count=2)
+    jobs = [admit(cluster, name=f"batch-{i}") for i in range(6)]
+    dispatch(*jobs)  # one dispatch_jobs message for all six
+    for job in jobs:
+        wait_state(job, JobState.SUBMITTED)
+    assert len(sim.list("jobs", "gpupool")) == 6
+    retried = [j for j in jobs if _events(j, "DispatchRetry") or Job.objects.get(
+        pk=j.pk).dispatch_attempts > 1]  # fmt: skip
+    assert len(retried) == 2
+    assert all(VolcanoJobRecord.objects.filter(job_id=j.pk).exists() for j in jobs)

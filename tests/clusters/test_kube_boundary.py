@@ -12,7 +12,7 @@ IMPORT = re.compile(r"^\s*(from|import)\s+kubernetes\b", re.MULTILINE)
 def test_only_clusters_kube_imports_the_kubernetes_client():
     offenders = [
         str(path.relative_to(ROOT))
-        for app in ("portal", "scheduling", "clusters", "bench")
+        for app in ("portal", "scheduling", "clusters", "dashboards")
         for path in (ROOT / app).rglob("*.py")
         if IMPORT.search(path.read_text()) and path != ROOT / "clusters" / "kube.py"
     ]

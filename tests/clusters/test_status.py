@@ -128,7 +128,7 @@ def test_an_unschedulable_gang_shows_volcanos_message(sim, cluster, admit, watch
     job = _submitted(sim, cluster, admit, replicas=3, gpus_per_replica=8)  # 2 nodes have 8
     sim.advance(3)
     event = wait_for(lambda: _event(job, "Unschedulable"))
-    assert event is not None and "cannot be scheduled" in event.message
+    assert event is not None and "pods cannot be scheduled" in event.message
     assert "nvidia.com/gpu" in event.message
     count = JobEvent.objects.filter(job_id=job.pk, reason="Unschedulable").count()
     cluster_reconcile(cluster=cluster)  # the same facts again: no new events
