@@ -76,8 +76,14 @@ def seed(*, pending: int, teams: int, clusters: int, nodes_per_cluster: int) -> 
         cluster = Cluster.objects.create(name=f"c{c}", api_url="https://k8s.bench")
         Node.objects.bulk_create(
             [
-                Node(cluster=cluster, name=f"n{i}", gpu_model=models[i % 3], gpu_capacity=8,
-                     gpu_allocatable=8, last_seen_at=now)
+                Node(
+                    cluster=cluster,
+                    name=f"n{i}",
+                    gpu_model=models[i % 3],
+                    gpu_capacity=8,
+                    gpu_allocatable=8,
+                    last_seen_at=now,
+                )
                 for i in range(nodes_per_cluster)
             ]
         )
@@ -85,10 +91,18 @@ def seed(*, pending: int, teams: int, clusters: int, nodes_per_cluster: int) -> 
     for i in range(pending):
         jobs.append(
             Job(
-                team=team_rows[i % teams], owner=owner, name=f"j{i}", image="python:3.11",
-                replicas=1 + i % 2, gpus_per_replica=(1, 2, 4, 8)[i % 4], cpu_millicores=4000,
-                memory_mib=16384, max_runtime_seconds=3600, min_gpu_memory_gib=(0, 16, 40)[i % 3],
-                state=JobState.QUEUED, state_changed_at=now,
+                team=team_rows[i % teams],
+                owner=owner,
+                name=f"j{i}",
+                image="python:3.11",
+                replicas=1 + i % 2,
+                gpus_per_replica=(1, 2, 4, 8)[i % 4],
+                cpu_millicores=4000,
+                memory_mib=16384,
+                max_runtime_seconds=3600,
+                min_gpu_memory_gib=(0, 16, 40)[i % 3],
+                state=JobState.QUEUED,
+                state_changed_at=now,
                 submitted_at=now - dt.timedelta(seconds=pending - i),
             )
         )
@@ -118,8 +132,9 @@ def bare_work() -> float:
     t0 = time.perf_counter()
     with transaction.atomic():
         rows = list(
-            Job.objects.filter(state=JobState.QUEUED).values_list("id", "team_id", "priority",
-                                                                  "submitted_at", "gpus_per_replica")
+            Job.objects.filter(state=JobState.QUEUED).values_list(
+                "id", "team_id", "priority", "submitted_at", "gpus_per_replica"
+            )
         )
         with connection.cursor() as cur:
             cur.execute(
@@ -132,8 +147,14 @@ def bare_work() -> float:
 def measure(runs: int) -> dict[str, list[float]]:
     from scheduling.cycle import run_cycle
 
-    out: dict[str, list[float]] = {"total": [], "load": [], "decide": [], "persist": [],
-                                   "bare": [], "admitted": []}
+    out: dict[str, list[float]] = {
+        "total": [],
+        "load": [],
+        "decide": [],
+        "persist": [],
+        "bare": [],
+        "admitted": [],
+    }
     for _ in range(runs):
         reset()
         out["bare"].append(bare_work())
@@ -169,8 +190,10 @@ def main() -> int:
     print(f"cycle over {pending:,} queued jobs, 50 teams, 5 clusters x 60 nodes (median of {runs})")
     print(f"  load      {med['load']:8.1f} ms")
     print(f"  decide    {med['decide']:8.1f} ms")
-    print(f"  persist   {med['persist']:8.1f} ms   ({admitted:.0f} admissions, "
-          f"{admitted / (med['persist'] / 1e3):,.0f} admissions/s persisted)")
+    print(
+        f"  persist   {med['persist']:8.1f} ms   ({admitted:.0f} admissions, "
+        f"{admitted / (med['persist'] / 1e3):,.0f} admissions/s persisted)"
+    )
     print(f"  total     {med['total']:8.1f} ms   (goal < 250 ms at 10,000)")
     print(f"  bare DB   {med['bare']:8.1f} ms   (one bulk read + one bulk update of those rows)")
     print(f"  ratio     {med['total'] / med['bare']:8.2f} x  (goal <= 3x)")
