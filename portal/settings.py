@@ -270,6 +270,7 @@ GPUPOOL_GPU_CATALOG_CSV = env.str(
 # Bench-only endpoints (a bare INSERT to compare submit throughput against); never in production.
 GPUPOOL_BENCH_ENDPOINTS = env_bool("GPUPOOL_BENCH_ENDPOINTS", False)
 
+
 # ---------------------------------------------------------------------------------------------
 # clusters: credentials at rest, URL checks, per-cluster request budgets, sync intervals
 # ---------------------------------------------------------------------------------------------
