@@ -30,7 +30,7 @@ from portal.api.serializers import (
 )
 from portal.api.throttles import SubmitThrottle
 from portal.jobs.services import job_cancel, job_submit, job_submit_batch
-from portal.models import Job
+from portal.models import Job, Team
 from scheduling.models import GpuModel
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
@@ -84,7 +84,16 @@ class JobListCreateView(generics.ListAPIView):
     filterset_class = JobFilter
 
     def get_queryset(self) -> Any:
-        return _job_queryset(self.request)
+        jobs = _job_queryset(self.request)
+        slug = self.request.query_params.get("team")
+        if slug:
+            # JobFilter matches the slug through a join, which leaves PostgreSQL guessing the
+            # team and, at a million jobs, walking the primary key for ?team=…&state=… (1.5 s
+            # in the bench); the id as a value lets it use the (team, state, -id) index. Only
+            # narrows: the filter still applies, and so does jobs_visible_to.
+            team_ids = Team.objects.filter(slug=slug).values_list("pk", flat=True)
+            jobs = jobs.filter(team_id__in=list(team_ids))
+        return jobs
 
     def get_throttles(self) -> list[Any]:
         return [SubmitThrottle()] if self.request.method == "POST" else super().get_throttles()

@@ -34,3 +34,21 @@ def test_a_job_by_id_is_still_one_query(bob, vision, django_assert_num_queries):
     job = JobFactory(owner=bob, team=vision)
     with django_assert_num_queries(1):
         assert job_get_for_user(bob, job.public_id) == job
+
+
+def test_a_team_filter_reaches_the_query_as_an_id(api_as, bob, vision, language):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import MembershipFactory
+
+    MembershipFactory(user=bob, team=language)  # visibility alone reads IN (vision, language)
+    JobFactory(owner=bob, team=vision)
+    JobFactory(owner=bob, team=language)
+    with CaptureQueriesContext(connection) as queries:
+        response = api_as(bob).get("/api/v1/jobs/?team=vision&state=QUEUED")
+    assert len(response.json()["results"]) == 1
+    listing = queries.captured_queries[-1]["sql"]
+    assert f'"portal_job"."team_id" IN ({vision.pk})' in listing
+    # and it only narrows: a team the caller is not in still finds nothing
+    assert api_as(bob).get("/api/v1/jobs/?team=robotics").json()["results"] == []
