@@ -677,6 +677,10 @@ def print_submit(bare: Run, submit: Run, keyed: Run, batch: Run, *, title: str) 
         )
     ratio = submit.per_s / bare.per_s if bare.per_s else 0.0
     p99 = submit.percentile_ms(0.99)
+    bare_cpu = bare.cpu_ms_per_item(bare.python_cpu_s + bare.postgres_cpu_s)
+    submit_cpu = submit.cpu_ms_per_item(submit.python_cpu_s + submit.postgres_cpu_s)
+    if submit_cpu > 0:  # what the throughput ratio would be on two cores of its own
+        print(f"  submit/bare by server CPU per job: {bare_cpu / submit_cpu:.2f}")
     print(
         f"  submit/bare {ratio:.2f} (goal >= {GOAL_RATIO}: {_verdict(ratio >= GOAL_RATIO)}); "
         f"submit p99 {p99:.1f} ms (goal < {GOAL_P99_MS:.0f}: {_verdict(p99 < GOAL_P99_MS)}); "
