@@ -318,6 +318,7 @@ def main() -> int:
             on_cluster = _count_volcano_jobs(cluster)
         finally:
             stop(procs)
+            _drop_queue()
             from django.db import connections
 
             connections.close_all()
@@ -337,6 +338,14 @@ def main() -> int:
     print("  with the default budget (GPUPOOL_CLUSTER_REQUEST_RATE=50) a cluster takes at most "
           "~50 creates/s, whatever the workers can do")  # fmt: skip
     return 0 if len(latencies) == count else 1
+
+
+def _drop_queue() -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    client.delete(QUEUE, f"_kombu.binding.{QUEUE}", f"_kombu.binding_permanent.{QUEUE}")
+    client.close()
 
 
 def _count_volcano_jobs(cluster: object) -> int:

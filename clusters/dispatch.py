@@ -262,6 +262,19 @@ def _record(job: Job, namespace: str, obj: dict[str, Any], uid: str) -> None:
     _records_upsert([(job, namespace, obj, uid)])
 
 
+def _observe_submitted(jobs: list[Job]) -> None:
+    """Admission → created latency for the dashboards' histogram (optional, never fatal)."""
+    try:
+        from dashboards.metrics import observe_dispatch
+    except ImportError:  # pragma: no cover - the dashboards app is part of the project
+        return
+    for job in jobs:
+        try:
+            observe_dispatch(cluster=str(job.cluster), admitted_at=job.admitted_at)
+        except Exception:  # metrics must never fail a dispatch
+            log.debug("could not observe dispatch latency", exc_info=True)
+
+
 def _delete_quietly(job: Job, namespace: str, name: str, uid: str | None = None) -> None:
     """Best effort: remove an object this dispatch made for a job that moved on."""
     try:
@@ -369,6 +382,7 @@ def _submitted(
         updates={"volcano_job_name": name},
     )
     if won:
+        _observe_submitted([job])
         return Outcome(done=True, message="submitted")
     # Cancelled or preempted while we created it: leave nothing behind (a duplicate delivery
     # that lost to another worker's success is the one case where the object stays).
@@ -449,6 +463,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
             to=JobState.SUBMITTED,
             reason="Submitted",
         )
+        _observe_submitted([job for job, *_ in done if job.pk in won])
         for job, namespace, obj, _ in done:
             if job.pk in won:
                 continue

@@ -298,7 +298,13 @@ def _drop_queue(broker: str, queue: str) -> None:
 
     try:
         client = redis.Redis.from_url(broker)
-        client.delete(queue, f"{queue}\x06\x161", f"{queue}\x06\x162")
+        client.delete(
+            queue,
+            f"{queue}\x06\x161",
+            f"{queue}\x06\x162",
+            f"_kombu.binding.{queue}",
+            f"_kombu.binding_permanent.{queue}",
+        )
         client.close()
     except Exception:  # cleanup only
         pass
