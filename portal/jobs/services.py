@@ -205,6 +205,13 @@ def _insert_job_with_event(job: Job, event: JobEvent) -> None:
     """
     alias = router.db_for_write(Job)
     connection = connections[alias]
+    if connection.vendor != "postgresql":
+        # SQLite (the demo) has no data-modifying CTEs: two plain inserts in one transaction.
+        with transaction.atomic(using=alias):
+            job.save(force_insert=True, using=alias)
+            event.job = job
+            event.save(force_insert=True, using=alias)
+        return
     job_columns, job_values = _insert_values(job, connection)
     event_columns, event_values = _insert_values(event, connection, skip="job_id")
     # Only names and placeholders go into the text; every value is a parameter.
