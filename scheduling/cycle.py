@@ -198,10 +198,11 @@ def _clusters(holding: list[dict[str, Any]]) -> tuple[tuple[engine.Cluster, ...]
     """Clusters with free GPUs per node: allocatable − foreign pods − the portal's own jobs."""
     from clusters.models import Cluster, Node
 
-    planned: dict[tuple[str, str], int] = defaultdict(int)
+    # A node with MIG slices is one Node row per resource: charge the row of the job's model.
+    planned: dict[tuple[str, str, str], int] = defaultdict(int)
     for job in holding:
         for node in job["node_plan"] or []:
-            planned[(job["cluster__name"], node)] += job["gpus_per_replica"]
+            planned[(job["cluster__name"], node, job["gpu_model__key"])] += job["gpus_per_replica"]
     nodes_by_cluster: dict[int, list[engine.Node]] = defaultdict(list)
     for n in Node.objects.filter(
         gpu_model__isnull=False, gpu_allocatable__gt=0, gpu_model__active=True
@@ -215,7 +216,8 @@ def _clusters(holding: list[dict[str, Any]]) -> tuple[tuple[engine.Cluster, ...]
         "ready",
         "schedulable",
     ):
-        used = n["gpus_used_by_others"] + planned.get((n["cluster__name"], n["name"]), 0)
+        key = (n["cluster__name"], n["name"], n["gpu_model__key"])
+        used = n["gpus_used_by_others"] + planned.get(key, 0)
         usable = n["ready"] and n["schedulable"]
         nodes_by_cluster[n["cluster_id"]].append(
             engine.Node(

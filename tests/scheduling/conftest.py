@@ -24,6 +24,7 @@ def pool(db: Any, catalog: Any):
                 name=f"{model}-{i}",
                 gpu_model=m,
                 gpu_product=(m.product_labels or [m.key])[0],
+                gpu_resource=m.resource_name,
                 gpu_capacity=gpus,
                 gpu_allocatable=gpus,
                 last_seen_at=timezone.now(),

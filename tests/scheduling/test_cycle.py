@@ -201,3 +201,44 @@ def test_a_deep_queue_drains_within_one_cycle(bob, vision, pool, quota):
     result = run_cycle()
     assert len(result.admitted) == 40
     assert Job.objects.filter(state=JobState.QUEUED, queue_position__isnull=False).count() == 20
+
+
+def test_a_job_on_a_mig_slice_is_charged_to_that_slice_only(bob, vision, pool, quota):
+    """A MIG node is one inventory row per resource; a planned slice job must not make the
+    node's other resources look used."""
+    from clusters.models import Node
+    from scheduling.models import GpuModel
+
+    east = pool("east", "a100-80gb-mig-1g.10gb", nodes=1, gpus=7)
+    Node.objects.create(
+        cluster=east,
+        name="a100-80gb-mig-1g.10gb-0",
+        gpu_model=GpuModel.objects.get(key="a100-80gb-mig-3g.40gb"),
+        gpu_resource="nvidia.com/mig-3g.40gb",
+        gpu_capacity=2,
+        gpu_allocatable=2,
+        last_seen_at=timezone.now(),
+    )
+    quota(vision, "a100-80gb-mig-1g.10gb", nominal=7)
+    quota(vision, "a100-80gb-mig-3g.40gb", nominal=2)
+    small = submit(
+        bob,
+        name="small",
+        replicas=1,
+        gpus_per_replica=7,
+        gpu_models=["a100-80gb-mig-1g.10gb"],
+        min_gpu_memory_gib=None,
+    )
+    run_cycle()
+    big = submit(
+        bob,
+        name="big",
+        replicas=1,
+        gpus_per_replica=2,
+        gpu_models=["a100-80gb-mig-3g.40gb"],
+        min_gpu_memory_gib=None,
+    )
+    run_cycle()
+    small.refresh_from_db()
+    big.refresh_from_db()
+    assert (small.state, big.state) == (JobState.ADMITTED, JobState.ADMITTED)
