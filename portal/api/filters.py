@@ -10,7 +10,8 @@ from portal.models import Job, JobKind, JobState
 
 class JobFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug", help_text="Team slug")
-    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+    # distinct=False: state is a plain column; DISTINCT would sort every matching row.
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices, distinct=False)
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)
     mine = django_filters.BooleanFilter(method="filter_mine", help_text="Only my own jobs")
 
