@@ -6,13 +6,14 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connections, models, router, transaction
+from django.db import IntegrityError, connection, connections, models, router, transaction
 from django.db.models import Field, Model
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
@@ -42,9 +43,31 @@ class SubmitResult:
     created: bool
 
 
+_largest_node: tuple[float, int | None] | None = None
+LARGEST_NODE_CACHE_SECONDS = 10.0
+
+
+def _largest_node_gpus() -> int | None:
+    """The largest GPU node of any enabled cluster, cached per process like the catalog (read
+    fresh inside a transaction, so a test's own inventory is seen and never cached)."""
+    global _largest_node
+    from clusters.selectors import largest_node_gpus
+
+    if connection.in_atomic_block:
+        return largest_node_gpus()
+    now = time.monotonic()
+    if _largest_node is None or now - _largest_node[0] > LARGEST_NODE_CACHE_SECONDS:
+        _largest_node = (now, largest_node_gpus())
+    return _largest_node[1]
+
+
 def submit_limits() -> SpecLimits:
+    """The setting bounds GPUs per replica; once clusters report nodes, so does the largest
+    node (a replica's GPUs must all sit on one node)."""
+    bound = settings.GPUPOOL_MAX_GPUS_PER_REPLICA
+    largest = _largest_node_gpus()
     return SpecLimits(
-        max_gpus_per_replica=settings.GPUPOOL_MAX_GPUS_PER_REPLICA,
+        max_gpus_per_replica=min(bound, largest) if largest else bound,
         max_replicas=settings.GPUPOOL_MAX_REPLICAS,
     )
 

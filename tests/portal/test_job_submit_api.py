@@ -224,3 +224,19 @@ def test_submissions_are_throttled_per_user(api_as, bob, alice, catalog, setting
     # Listing is not throttled, and Alice has her own budget.
     assert client.get(URL).status_code == 200
     assert api_as(alice).post(URL, job_body(), format="json").status_code == 201
+
+
+def test_gpus_per_replica_are_bounded_by_the_largest_node_once_clusters_exist(api_as, bob, catalog):
+    from django.utils import timezone
+
+    from clusters.models import Cluster, Node
+
+    cluster = Cluster.objects.create(name="east", api_url="https://k8s.test")
+    Node.objects.create(
+        cluster=cluster, name="n1", gpu_capacity=4, gpu_allocatable=4, last_seen_at=timezone.now()
+    )
+    response = api_as(bob).post(URL, job_body(gpus_per_replica=6), format="json")
+    assert response.status_code == 400
+    assert "at most 4" in response.json()["extra"]["fields"]["gpus_per_replica"][0]
+    ok = api_as(bob).post(URL, job_body(gpus_per_replica=4), format="json")
+    assert ok.status_code == 201

@@ -31,9 +31,9 @@ def test_a_submit_costs_a_fixed_handful_of_queries(api_as, bob, catalog):
     assert response.status_code == 201
     assert response.json()["owner"] == "bob"
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # catalog (read fresh inside the test's transaction), team + role, then the job and its
-    # event in one INSERT within a savepoint; no look-up of the owner to serialize the job.
-    assert statements == ["SELECT", "SELECT", "SAVEPOINT", "WITH", "RELEASE"]
+    # catalog and largest node (read fresh inside the test's transaction), team + role, then
+    # the job and its event in one INSERT within a savepoint; no look-up of the owner.
+    assert statements == ["SELECT", "SELECT", "SELECT", "SAVEPOINT", "WITH", "RELEASE"]
 
 
 def test_the_job_and_its_submitted_event_are_stored_together(bob, catalog):
