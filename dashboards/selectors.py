@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.cache import cache
 from django.db import connection, models
 from django.db.models import (
     Aggregate,
@@ -779,6 +780,35 @@ def wait_stats(
     return out
 
 
+WAIT_STATS_CACHE_SECONDS = 90
+
+
+def wait_stats_recent(
+    *,
+    now: dt.datetime,
+    window: dt.timedelta,
+    by_team: bool,
+    team_ids: Iterable[int] | None = None,
+) -> list[WaitStats]:
+    """``wait_stats`` over the window ending now, cached for a minute or so.
+
+    Percentiles over a week of waits sort every one of them (a quarter of a million at the
+    benchmark's scale); waits are collected once a minute, so the answer changes at most that
+    often. The key holds the newest wait's id, so a newly collected wait is seen at once.
+    """
+    newest = QueueWait.objects.aggregate(m=Max("id"))["m"] or 0
+    teams = "all" if team_ids is None else ",".join(str(t) for t in sorted(team_ids))
+    key = (
+        f"dashboards:waits:{connection.settings_dict['NAME']}:{newest}:"
+        f"{int(window.total_seconds())}:{by_team}:{int(now.timestamp()) // 60}:{teams}"
+    )
+    found = cache.get(key)
+    if found is None:
+        found = wait_stats(since=now - window, until=now, by_team=by_team, team_ids=team_ids)
+        cache.set(key, found, WAIT_STATS_CACHE_SECONDS)
+    return found
+
+
 @dataclass
 class ModelQueue:
     model: ModelInfo | None
@@ -801,11 +831,15 @@ class TeamQueue:
 
 
 def queue_stats(
-    *, scope: TeamScope, live: LiveState, window: dt.timedelta | None = None
+    *,
+    scope: TeamScope,
+    live: LiveState,
+    window: dt.timedelta | None = None,
+    by_team: bool = True,
 ) -> tuple[list[ModelQueue], list[TeamQueue]]:
-    """Per model: what waits now and how long recent jobs waited; per visible team the same."""
+    """Per model: what waits now and how long recent jobs waited; per visible team the same
+    (unless ``by_team`` is false: the queue page shows models only)."""
     window = window or dt.timedelta(hours=settings.GPUPOOL_WAIT_WINDOW_HOURS)
-    since = live.now - window
     by_model: dict[int, ModelQueue] = {}
     by_team: dict[tuple[int, int], TeamQueue] = {}
 
@@ -822,11 +856,16 @@ def queue_stats(
             )
             tq.queued_jobs += jobs
             tq.pending_gpus += gpus
-    for w in wait_stats(since=since, until=live.now, by_team=False):
+    for w in wait_stats_recent(now=live.now, window=window, by_team=False):
         mid = w.gpu_model_id or NO_MODEL
         by_model.setdefault(mid, ModelQueue(model_of(mid))).waits = w
     visible_ids = None if scope.show_others or scope.staff else scope.own
-    for w in wait_stats(since=since, until=live.now, by_team=True, team_ids=visible_ids):
+    team_waits = (
+        wait_stats_recent(now=live.now, window=window, by_team=True, team_ids=visible_ids)
+        if by_team
+        else []
+    )
+    for w in team_waits:
         mid = w.gpu_model_id or NO_MODEL
         if w.team_id in live.teams:
             by_team.setdefault(

@@ -72,7 +72,7 @@ def queue_wait_stats(context: dict[str, Any]) -> dict[str, Any]:
     request = context["request"]
     live = LiveState()
     scope = sel.team_scope(user=request.user)
-    models, _teams = sel.queue_stats(scope=scope, live=live)
+    models, _teams = sel.queue_stats(scope=scope, live=live, by_team=False)
     return {"models": models, "window_hours": settings.GPUPOOL_WAIT_WINDOW_HOURS}
 
 

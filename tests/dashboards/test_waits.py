@@ -80,3 +80,19 @@ def test_collection_pages_through_many_events(bob, pool):
         _run_after(bob, east, seconds)
     assert queue_waits_collect(batch=2) == 7
     assert QueueWait.objects.count() == 7
+
+
+def test_cached_stats_see_a_newly_collected_wait_at_once(bob, pool):
+    from django.utils import timezone
+
+    from dashboards.selectors import wait_stats_recent
+
+    east = pool("east", "t4", nodes=1, gpus=1)
+    now = timezone.now()
+    window = dt.timedelta(days=800)  # NOW, the runs' clock, lies in the past
+    _run_after(bob, east, 10)
+    queue_waits_collect()
+    assert [w.started for w in wait_stats_recent(now=now, window=window, by_team=False)] == [1]
+    _run_after(bob, east, 20)
+    queue_waits_collect()
+    assert [w.started for w in wait_stats_recent(now=now, window=window, by_team=False)] == [2]
