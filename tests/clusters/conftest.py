@@ -258,6 +258,9 @@ def celery_worker_process(
     app._pool = None
     app.amqp._producer_pool = None
     app.amqp.flush_routes()
+    # The router is a cached property holding the old route table: a task published earlier
+    # in this process (a submit's cycle request, say) would keep clusters tasks off our queue.
+    app.amqp.__dict__.pop("router", None)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -281,6 +284,7 @@ def celery_worker_process(
         app._pool = None
         app.amqp._producer_pool = None
         app.amqp.flush_routes()
+        app.amqp.__dict__.pop("router", None)
         _drop_queue(broker, queue)
 
 
