@@ -32,6 +32,7 @@ from django.db.models import Count, F, Sum, Window
 from django.db.models.functions import RowNumber, TruncDay
 from django.utils import timezone
 
+from dashboards.metrics import observe_cycle
 from portal.jobs.state import Change, job_transition, jobs_transition_bulk
 from portal.models import Job, JobState, Team
 from scheduling import engine
@@ -497,6 +498,7 @@ def run_cycle(*, now: dt.datetime | None = None) -> CycleResult:
             _enqueue(on_preempted, preempted)
         t3 = time.perf_counter()
     timings = {"load": (t1 - t0) * 1e3, "decide": (t2 - t1) * 1e3, "persist": (t3 - t2) * 1e3}
+    observe_cycle(seconds=t3 - t0)
     log.info(
         "cycle: %d admitted, %d preempted, %d pending (%s)",
         len(admitted),
