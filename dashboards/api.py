@@ -141,6 +141,20 @@ class PoolHistorySerializer(serializers.Serializer):
     points = PoolPointSerializer(many=True)
 
 
+def _ids_of(raw: Any, known: dict[str, int], field: str, what: str) -> list[int] | None:
+    """Ids of the comma-separated names in ``raw`` (None when absent); unknown names are a 400
+    naming the query parameter."""
+    names = _names(raw)
+    if not names:
+        return None
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ApplicationError(
+            f"Unknown {what}.", fields={field: [f"Unknown: {', '.join(unknown)}"]}
+        )
+    return [known[n] for n in names]
+
+
 def _names(raw: str | None) -> list[str]:
     return [n for n in (raw or "").split(",") if n]
 
@@ -176,23 +190,15 @@ class PoolHistoryView(APIView):
             if params.get("step")
             else None
         )
-        model_ids = cluster_ids = None
-        if models := _names(params.get("model")):
-            known = {m.key: m.id for m in live.models.values()}
-            unknown = [m for m in models if m not in known]
-            if unknown:
-                raise ApplicationError(
-                    "Unknown GPU model.", fields={"model": [f"Unknown: {', '.join(unknown)}"]}
-                )
-            model_ids = [known[m] for m in models]
-        if clusters := _names(params.get("cluster")):
-            known = {c.name: c.id for c in live.clusters.values()}
-            unknown = [c for c in clusters if c not in known]
-            if unknown:
-                raise ApplicationError(
-                    "Unknown cluster.", fields={"cluster": [f"Unknown: {', '.join(unknown)}"]}
-                )
-            cluster_ids = [known[c] for c in clusters]
+        model_ids = _ids_of(
+            params.get("model"), {m.key: m.id for m in live.models.values()}, "model", "GPU model"
+        )
+        cluster_ids = _ids_of(
+            params.get("cluster"),
+            {c.name: c.id for c in live.clusters.values()},
+            "cluster",
+            "cluster",
+        )
         history = sel.pool_history(
             since=since,
             until=until,
