@@ -57,6 +57,7 @@ _ALIASES = {
     "q": "queues",
     "podgroup": "podgroups",
     "pg": "podgroups",
+    "command": "commands",
 }
 
 
@@ -276,11 +277,11 @@ class KubeSim:
             self.sim.settle()
 
     def close_queue(self, name: str) -> None:
-        """Close a queue: its pending PodGroups are no longer admitted."""
+        """Close a queue as a ``CloseQueue`` Command would (Closing while PodGroups remain)."""
         self.sim.set_queue_state(name, "Closed")
 
     def open_queue(self, name: str) -> None:
-        """Open a queue again."""
+        """Open a queue again, as an ``OpenQueue`` Command would."""
         self.sim.set_queue_state(name, "Open")
 
     def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
@@ -441,8 +442,12 @@ class KubeSim:
             state = {"open": "Open", "close": "Closed"}.get(parts[2])
             if state is None:
                 raise bad_request("use /queues/<name>/open or /close")
-            self.sim.set_queue_state(parts[1], state)
-            return ok({"queue": parts[1], "state": state})
+            try:
+                self.sim.set_queue_state(parts[1], state)
+            except KeyError as exc:
+                raise ApiError(404, "NotFound", str(exc)) from exc
+            queue = self.get("queues", parts[1]) or {}
+            return ok({"queue": parts[1], "state": (queue.get("status") or {}).get("state")})
         if parts[:1] == ["faults"]:
             if method == "GET" and parts == ["faults"]:
                 return ok(

@@ -1,4 +1,4 @@
-"""The resource types kubesim serves: core v1 and the three Volcano CRDs.
+"""The resource types kubesim serves: core v1, the three Volcano CRDs and Volcano Commands.
 
 Each :class:`~kubesim.store.ResourceType` lists its verbs (anything else is 405), its
 subresources and the fields a ``fieldSelector`` may use, exactly as discovery advertises them.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kubesim.commands import command_crd
 from kubesim.schema import CRD, load_crds
 from kubesim.store import ResourceType
 
@@ -130,6 +131,7 @@ class Types:
         self.jobs = self._crd(crds["jobs"], READ | WRITE)
         self.queues = self._crd(crds["queues"], READ | WRITE)
         self.podgroups = self._crd(crds["podgroups"], READ)
+        self.commands = self._crd(command_crd(), READ | WRITE)
         self.all = [
             self.nodes,
             self.namespaces,
@@ -138,6 +140,7 @@ class Types:
             self.jobs,
             self.queues,
             self.podgroups,
+            self.commands,
         ]
         self._by_path = {(rt.group, rt.plural): rt for rt in self.all}
 

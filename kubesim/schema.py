@@ -15,6 +15,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -166,7 +167,11 @@ class PruneResult:
 class CRD:
     """One CustomResourceDefinition: names, scope, subresources and its schema machinery."""
 
-    def __init__(self, document: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        document: dict[str, Any],
+        rules: Callable[[dict[str, Any]], list[dict[str, str]]] | None = None,
+    ) -> None:
         spec = document["spec"]
         version = spec["versions"][0]
         self.document = document
@@ -181,6 +186,10 @@ class CRD:
         self.status_subresource: bool = "status" in (version.get("subresources") or {})
         self.schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
         self.validator = jsonschema.Draft7Validator(self.schema)
+        # Rules beyond the schema (as a ValidatingAdmissionPolicy would add), run on bodies
+        # the schema accepts; like the schema they look at the body only, so they share its
+        # cache.
+        self.rules = rules
         # Pruning, defaulting and validation are pure in the object body (the schema does not
         # look into metadata), so their results are memoised per distinct body: a portal
         # submits many identical templates, and this halves the cost of a create.
@@ -289,6 +298,8 @@ class CRD:
         if cached is not None:
             return list(cached)
         causes = [error_to_cause(e) for e in self.validator.iter_errors(body)]
+        if not causes and self.rules is not None:
+            causes = self.rules(body)
         unique = {c["message"]: c for c in causes}
         result = sorted(unique.values(), key=lambda c: (c["field"], c["message"]))
         self._remember(self._cache, key, result)

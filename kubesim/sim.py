@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubesim.clock import SimClock, rfc3339
+from kubesim.commands import CommandController
 from kubesim.config import GPU_CATALOG, ClusterConfig, SimSettings, build_nodes
 from kubesim.controller import JobController
 from kubesim.kubelet import Kubelet
@@ -55,7 +56,7 @@ from kubesim.volcano import VolcanoScheduler
 log = logging.getLogger("kubesim")
 
 
-class Simulation(JobController, VolcanoScheduler, Kubelet):
+class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
     """Controllers, scheduler and kubelet of one simulated cluster."""
 
     def __init__(self, config: ClusterConfig, store: Store, clock: SimClock, types: Types) -> None:
@@ -73,6 +74,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
         self.gangs: dict[tuple[str, str], Gang] = {}  # gangs with scheduling work
         self.dirty_jobs: dict[tuple[str, str], None] = {}
         self.dirty_queues: set[str] = set()
+        self.pending_commands: dict[tuple[str, str], None] = {}  # Commands not yet consumed
+        self.closing_queues: set[str] = set()  # Closing queues that lost a PodGroup
         self.terminating_ns: set[str] = set()
         self.ns_dirty = False
         self._step_now: float | None = None
@@ -215,6 +218,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
             or (self.sched_dirty and self.gangs)
             or (self._timers and self._timers[0][0] <= self.now())
             or self.ns_dirty
+            or self.pending_commands
+            or self.closing_queues
         )
 
     def step(self, slice_seconds: float = STEP_SECONDS) -> bool:
@@ -247,6 +252,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
             if fired % 64 == 0 and time.perf_counter() > deadline:
                 break
         self.stats.timers_fired += fired
+        if self.pending_commands:
+            self._run_commands()
         for _ in range(2):  # a reconcile may create pods that the scheduler then binds
             while self.dirty_jobs and time.perf_counter() <= deadline:
                 key = next(iter(self.dirty_jobs))
@@ -259,6 +266,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
         if self.ns_dirty:
             self.ns_dirty = False
             self._namespace_gc()
+        if self.closing_queues:
+            self._sync_closing_queues()
         if self.dirty_queues:
             # Queue status is a summary: while pods are still being bound, publish it at
             # most every 100 ms instead of after every step.
@@ -371,6 +380,11 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
                     self._capacity_changed()
         elif rt is self.types.queues:
             self._on_queue_event(event)
+        elif rt is self.types.commands:
+            if event.type == "ADDED":
+                self._on_command_added(event.entry.obj)
+        elif rt is self.types.podgroups and event.type == "DELETED":
+            self._on_podgroup_deleted(event.entry.obj)
         if not self.wake.is_set():
             self.wake.set()
 
@@ -647,22 +661,17 @@ class Simulation(JobController, VolcanoScheduler, Kubelet):
         return obj
 
     def set_queue_state(self, name: str, state: str) -> None:
-        """Open or close a queue (what a Volcano ``OpenQueue``/``CloseQueue`` Command does)."""
+        """Open or close a queue, exactly as an ``OpenQueue``/``CloseQueue`` Command does.
+
+        Closing a queue that still has PodGroups leaves it ``Closing`` until the last one is
+        deleted (then ``Closed``), as Volcano's queue controller does.
+        """
         if state not in ("Open", "Closed"):
             raise ValueError("state must be Open or Closed")
         with self.lock:
-            obj = self.store.get(self.types.queues, "", name)
-            if obj is None:
+            if self.store.get(self.types.queues, "", name) is None:
                 raise KeyError(f"no queue named {name!r}")
-            self.store.replace(
-                self.types.queues,
-                {
-                    **obj,
-                    "metadata": dict(obj["metadata"]),
-                    "status": {**(obj.get("status") or {}), "state": state},
-                },
-            )
-            self.dirty_queues.add(name)
+            self.queue_action(name, "OpenQueue" if state == "Open" else "CloseQueue")
             self.settle()
 
     # ==================================================================================

@@ -3,9 +3,9 @@
 ``enqueue`` admits a PodGroup when its queue is Open, the queue's capability still has room
 for ``minResources`` and the cluster (times the overcommit factor) is not already promised
 away; only then does the job controller create pods. ``allocate`` places a gang's pending
-pods all-or-nothing via :class:`kubesim.scheduler.Scheduler` and explains failures on the
-PodGroup (condition + event), on the pods (PodScheduled=False + FailedScheduling) and on the
-Job (PodGroupPending), in Volcano's words.
+pods all-or-nothing via :class:`kubesim.scheduler.Scheduler`, in Open queues only, and
+explains failures on the PodGroup (condition + event), on the pods (PodScheduled=False +
+FailedScheduling) and on the Job (PodGroupPending), in Volcano's words.
 """
 
 from __future__ import annotations
@@ -197,6 +197,13 @@ class VolcanoScheduler:
             shape = (tuple(p.shape for p in pending), need, gang.queue)
             if shape in failed_shapes:
                 self._unschedulable(gang, pending, failed_shapes[shape], need)
+                continue
+            queue = self.queues.get(gang.queue)
+            if volcano and queue is not None and queue.state != "Open":
+                # proportion's AllocatableFn: a queue that is not Open gets nothing allocated,
+                # even for gangs enqueued before it was closed
+                message = f'queue "{gang.queue}" is {queue.state}; only Open queues are allocated'
+                self._unschedulable(gang, pending, message, need, reason="QueueNotOpen")
                 continue
             candidates, quota_error = self._within_capability(gang, pending, need)
             if quota_error:

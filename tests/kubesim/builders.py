@@ -101,3 +101,36 @@ def queue(name: str, weight: int = 1, capability: dict[str, Any] | None = None) 
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+BUS = "bus.volcano.sh"
+
+
+def command(
+    name: str,
+    action: str,
+    *,
+    target: str,
+    uid: str = "0",
+    kind: str = "Job",
+    namespace: str = "team-a",
+) -> dict:
+    """A ``bus.volcano.sh/v1alpha1`` Command aimed at a Job (default) or a Queue."""
+    api_version = f"{SCHED}/v1beta1" if kind == "Queue" else f"{GROUP}/{VERSION}"
+    return {
+        "apiVersion": f"{BUS}/v1alpha1",
+        "kind": "Command",
+        "metadata": {"name": name, "namespace": namespace},
+        "action": action,
+        "target": {"apiVersion": api_version, "kind": kind, "name": target, "uid": uid},
+    }
+
+
+def create_command(
+    custom: client.CustomObjectsApi, manifest: dict[str, Any], **kwargs: Any
+) -> dict:
+    """POST a Command through the official client."""
+    namespace = manifest["metadata"]["namespace"]
+    return custom.create_namespaced_custom_object(
+        BUS, "v1alpha1", namespace, "commands", manifest, **kwargs
+    )

@@ -44,6 +44,7 @@ def test_discovery_lists_core_and_volcano_groups(api):
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
     assert groups["batch.volcano.sh"].preferred_version.version == "v1alpha1"
     assert groups["scheduling.volcano.sh"].preferred_version.version == "v1beta1"
+    assert groups["bus.volcano.sh"].preferred_version.version == "v1alpha1"
 
 
 @pytest.mark.parametrize(
@@ -52,8 +53,9 @@ def test_discovery_lists_core_and_volcano_groups(api):
         ("/api/v1", {"nodes", "namespaces", "pods", "pods/log", "events"}),
         ("/apis/batch.volcano.sh/v1alpha1", {"jobs", "jobs/status"}),
         ("/apis/scheduling.volcano.sh/v1beta1", {"queues", "queues/status", "podgroups"}),
+        ("/apis/bus.volcano.sh/v1alpha1", {"commands"}),
     ],
-    ids=["core v1", "volcano batch", "volcano scheduling"],
+    ids=["core v1", "volcano batch", "volcano scheduling", "volcano bus"],
 )
 def test_group_version_documents_list_resources_and_verbs(sim, path, expected):
     status, _, body = raw(sim, "GET", path)

@@ -158,7 +158,8 @@ def test_closed_queue_holds_pending_pod_groups_until_opened(sim, custom):
     sim.close_queue("team-a")
     sim.advance(60)  # capacity is back, but the queue is closed
     assert sim.job_pods("team-a", "waiting") == []
-    assert 'queue "team-a" is Closed' in _condition(sim, "waiting")["message"]
+    # Closing, not Closed: the queue still has PodGroups (finished "big" and "waiting")
+    assert 'queue "team-a" is Closing' in _condition(sim, "waiting")["message"]
     sim.open_queue("team-a")
     sim.settle()
     assert len(_bound(sim, "waiting")) == 1
