@@ -14,15 +14,19 @@ quota plus borrowing limit on this cluster, even if the portal were wrong. A syn
    run there even before Volcano's controller acts) and a ``CloseQueue`` Command is created;
    a team that regains quota gets its queue reopened with ``OpenQueue``.
 
-Queue *state* lives in ``status.state`` and only Commands change it (see ``clusters.volcano``).
-Where the cluster does not serve ``bus.volcano.sh`` Commands the capability-zero part still
-holds and the sync records why the state could not change.
+Queue *state* lives in ``status.state`` and only Commands change it (see ``clusters.volcano``):
+Volcano's queue controller consumes the Command and moves the queue to ``Closing`` while
+PodGroups remain in it, ``Closed`` once none do, or back to ``Open``. A sync issues a Command
+only while the state is not yet what it wants, under a name fixed per queue and action, so
+repeated syncs never pile Commands up. Where the cluster does not serve ``bus.volcano.sh``
+Commands the capability-zero part still holds and the sync records why the state could not
+change.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,23 +172,37 @@ def _state(queue: dict[str, Any]) -> str:
 def _command(
     client: KubeClient, cluster: Cluster, queue: dict[str, Any], action: volcano.QueueAction
 ) -> str | None:
-    """Issue an Open/CloseQueue Command; returns a problem in words, or None."""
+    """Issue an Open/CloseQueue Command; returns a problem in words, or None.
+
+    The name is fixed per queue (its uid) and action, so a sync that runs again before
+    Volcano's queue controller has consumed the Command (it deletes each one it acts on)
+    meets AlreadyExists instead of piling up a second Command.
+    """
     name = queue["metadata"]["name"]
+    uid = str(queue["metadata"].get("uid") or "")
     verb = "close" if action == "CloseQueue" else "open"
     manifest = volcano.build_queue_command(
         queue_name=name,
-        queue_uid=str(queue["metadata"].get("uid") or ""),
+        queue_uid=uid,
         action=action,
         namespace=cluster.command_namespace,
-        name=f"{name}-{verb}-{secrets.token_hex(3)}",
+        name=_command_name(name, verb, uid),
     )
     try:
         client.create_command(cluster.command_namespace, manifest)
     except KubeError as exc:
+        if exc.already_exists:
+            return None  # the same request is still waiting for Volcano
         if exc.not_found:
             return f"cannot {verb} {name}: the cluster does not serve Volcano Commands"
         return f"cannot {verb} {name}: {exc.message}"
     return None
+
+
+def _command_name(queue: str, verb: str, uid: str) -> str:
+    """``<queue>-<verb>-<8 hex of a hash of the queue's uid>``, within 253 characters."""
+    suffix = f"-{verb}-{hashlib.sha256(uid.encode()).hexdigest()[:8]}"
+    return queue[: 253 - len(suffix)].rstrip("-.") + suffix
 
 
 def queues_sync(*, cluster: Cluster, desired: list[TeamQueue] | None = None) -> QueueSyncResult:

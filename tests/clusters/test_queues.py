@@ -112,21 +112,147 @@ def test_drift_made_by_hand_is_corrected(sim, register):
     assert spec["weight"] == 200 and _caps({"spec": spec}) == {"nvidia.com/gpu": "12"}
 
 
-def test_a_team_that_loses_its_quota_gets_its_queue_closed(sim, register):
+VISION = TeamQueue("vision", 200, {"nvidia.com/gpu": 12})
+LANGUAGE = TeamQueue("language", 100, {"nvidia.com/gpu": 4})
+
+
+def _state(sim, name):
+    return (_queue(sim, name).get("status") or {}).get("state")
+
+
+def _run_in_queue(sim, queue, name="train", seconds=60):
+    """A one-pod Volcano Job in ``queue`` that runs ``seconds`` and is collected 30 s later."""
+    container = {
+        "name": "trainer",
+        "image": "example/trainer:1.0",
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    sim.create(
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": "gpupool",
+                "annotations": {"kubesim.gpupool.dev/duration-seconds": str(seconds)},
+            },
+            "spec": {
+                "queue": queue,
+                "minAvailable": 1,
+                "ttlSecondsAfterFinished": 30,
+                "tasks": [
+                    {
+                        "name": "worker",
+                        "replicas": 1,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+                    }
+                ],
+            },
+        }
+    )
+
+
+def test_a_team_that_loses_its_quota_gets_its_queue_closed_once_its_jobs_are_gone(sim, register):
     cluster = register(sim)
-    queues_sync(
-        cluster=cluster,
-        desired=[
-            TeamQueue("vision", 200, {"nvidia.com/gpu": 12}),
-            TeamQueue("language", 100, {"nvidia.com/gpu": 4}),
-        ],
-    )
-    result = queues_sync(
-        cluster=cluster, desired=[TeamQueue("vision", 200, {"nvidia.com/gpu": 12})]
-    )
-    assert result.closed == ["gp-language"]
+    queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    _run_in_queue(sim, "gp-language")
+    sim.advance(5)
+    assert sim.job_phase("gpupool", "train") == "Running"
+
+    result = queues_sync(cluster=cluster, desired=[VISION])
+    assert result.closed == ["gp-language"] and result.problems == []
     assert _caps(_queue(sim, "gp-language")) == {"nvidia.com/gpu": "0"}
-    # kubesim serves no bus.volcano.sh Commands: the state cannot change, and the sync says so.
+    sim.settle()
+    # Volcano's queue controller consumed the Command; a PodGroup is left, so Closing.
+    assert _state(sim, "gp-language") == "Closing"
+    assert sim.list("commands", "gpupool-system") == []
+    assert [e["message"] for e in sim.events(involved="gp-language")] == ["Close queue succeed"]
+    assert sim.job_phase("gpupool", "train") == "Running"  # closing stops nothing that runs
+
+    sim.advance(60)  # the job finishes; its PodGroup stays until the job is collected
+    assert sim.job_phase("gpupool", "train") == "Completed"
+    assert _state(sim, "gp-language") == "Closing"
+    sim.advance(30)  # ttlSecondsAfterFinished deletes the job and its PodGroup
+    assert sim.get("jobs", "train", "gpupool") is None
+    assert _state(sim, "gp-language") == "Closed"
+
+    again = queues_sync(cluster=cluster, desired=[VISION])
+    assert again.closed == ["gp-language"] and again.problems == []
+    sim.settle()
+    assert sim.list("commands", "gpupool-system") == []
+    cluster.refresh_from_db()
+    assert cluster.queues_error == ""
+
+
+def test_a_closed_queue_refuses_new_jobs(sim, register):
+    from kubesim import ApiError
+
+    cluster = register(sim)
+    queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    queues_sync(cluster=cluster, desired=[VISION])
+    sim.settle()
+    assert _state(sim, "gp-language") == "Closed"  # nothing ran there: no PodGroup to wait for
+    with pytest.raises(ApiError) as excinfo:
+        _run_in_queue(sim, "gp-language")
+    assert excinfo.value.code == 400
+    assert (
+        "can only submit job to queue with state `Open`, queue `gp-language` status is `Closed`"
+        in excinfo.value.message
+    )
+
+
+def test_syncs_before_volcano_acts_issue_one_command(sim, register):
+    cluster = register(sim)
+    queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    sim.pause()  # Volcano's controllers fall behind
+    for _ in range(3):
+        result = queues_sync(cluster=cluster, desired=[VISION])
+        assert result.closed == ["gp-language"] and result.problems == []
+    commands = sim.list("commands", "gpupool-system")
+    assert len(commands) == 1
+    command = commands[0]
+    assert command["action"] == "CloseQueue"
+    assert command["target"] == {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "name": "gp-language",
+        "uid": _queue(sim, "gp-language")["metadata"]["uid"],
+    }
+    sim.resume()
+    sim.settle()
+    assert _state(sim, "gp-language") == "Closed"
+    assert sim.list("commands", "gpupool-system") == []
+
+
+def test_a_team_that_regains_its_quota_gets_its_queue_reopened(sim, register):
+    cluster = register(sim)
+    queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    queues_sync(cluster=cluster, desired=[VISION])
+    sim.settle()
+    assert _state(sim, "gp-language") == "Closed"
+
+    result = queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    assert result.opened == ["gp-language"] and result.problems == []
+    sim.settle()
+    assert _state(sim, "gp-language") == "Open"
+    assert _caps(_queue(sim, "gp-language")) == {"nvidia.com/gpu": "4"}
+    assert sim.list("commands", "gpupool-system") == []
+    again = queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    assert again.opened == [] and again.applied == [] and again.problems == []
+    _run_in_queue(sim, "gp-language")  # accepted again
+    sim.advance(5)
+    assert sim.job_phase("gpupool", "train") == "Running"
+    cluster.refresh_from_db()
+    assert cluster.queues_error == ""
+
+
+def test_a_cluster_without_volcano_commands_is_reported(sim, register):
+    cluster = register(sim)
+    queues_sync(cluster=cluster, desired=[VISION, LANGUAGE])
+    sim.faults.add(verb="create", resource="commands", status=404, count=-1)
+    result = queues_sync(cluster=cluster, desired=[VISION])
+    assert result.closed == ["gp-language"]
+    assert _caps(_queue(sim, "gp-language")) == {"nvidia.com/gpu": "0"}  # holds regardless
     assert any("does not serve Volcano Commands" in p for p in result.problems)
     cluster.refresh_from_db()
     assert "gp-language" in cluster.queues_error
