@@ -77,15 +77,21 @@ def job_get_for_user(user: AnyUser, public_id: object) -> Job:
 
 @functools.cache
 def _team_with_role_sql() -> str:
-    """The team by slug with the caller's role in it (NULL when not a member); names only."""
+    """The team by slug with the caller's role in it (NULL when not a member) and its queue
+    limit (NULL when none); names only."""
+    from scheduling.models import TeamPolicy  # scheduling's models refer back to portal's
+
     qn = connection.ops.quote_name
-    team, member = Team._meta, Membership._meta
+    team, member, policy = Team._meta, Membership._meta, TeamPolicy._meta
     role, team_id, user_id = (qn(member.get_field(f).column) for f in ("role", "team", "user"))
     members, teams = qn(member.db_table), qn(team.db_table)
     pk, slug = qn(team.pk.column), qn(team.get_field("slug").column)
+    policies, policy_team = qn(policy.db_table), qn(policy.get_field("team").column)
+    limit = qn(policy.get_field("max_queued_jobs").column)
     mine = f"m.{team_id} = t.{pk} AND m.{user_id} = %s"
     return (
-        f"SELECT t.*, (SELECT m.{role} FROM {members} m WHERE {mine}) AS caller_role "  # noqa: S608
+        f"SELECT t.*, (SELECT m.{role} FROM {members} m WHERE {mine}) AS caller_role, "  # noqa: S608
+        f"(SELECT p.{limit} FROM {policies} p WHERE p.{policy_team} = t.{pk}) AS max_queued_jobs "
         f"FROM {teams} t WHERE t.{slug} = %s"
     )
 
@@ -94,7 +100,8 @@ def team_for_submit(user: AnyUser, slug: str) -> Team:
     """The team the caller submits to; unknown and not-a-member read the same.
 
     One query on every submit: the team by slug with the caller's role in it alongside (a
-    platform admin sees every team, but submits only where a member or team admin). Written
+    platform admin sees every team, but submits only where a member or team admin), and the
+    team's ``max_queued_jobs`` (from its scheduling policy) for the submit to enforce. Written
     as SQL because building the same query through the ORM costs a submit more CPU than the
     query itself.
     """

@@ -256,6 +256,51 @@ def _insert_job_with_event(job: Job, event: JobEvent) -> None:
     event.job = job
 
 
+# Transaction-level advisory locks (two int4 keys: this namespace, the team id) serialize the
+# submits of a team that has a queue limit, so two at once cannot both take its last place.
+QUEUE_LIMIT_LOCK_NAMESPACE = 0x67_70_71  # "gpq"
+
+
+def _queue_limit(team: Team) -> int | None:
+    """The team's ``max_queued_jobs``, read alongside its role by ``team_for_submit``."""
+    return getattr(team, "max_queued_jobs", None)
+
+
+def _lock_team_queue(team: Team, alias: str) -> None:
+    """Hold the team's queue-limit lock until the transaction ends (PostgreSQL).
+
+    SQLite (the demo) needs none: it has one writer at a time, and a transaction that read the
+    count and then finds another writer's commit fails with "database is locked" rather than
+    overshooting.
+    """
+    connection = connections[alias]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", [QUEUE_LIMIT_LOCK_NAMESPACE, team.pk]
+            )
+
+
+def _refuse_beyond_queue_limit(team: Team, adding: int, alias: str, field: str = "team") -> None:
+    """Refuse a submit that would leave ``team`` with more QUEUED jobs than its limit.
+
+    Counts at most ``limit`` rows (the ``(team, state)`` index, cut short by LIMIT), so a team
+    with a million queued jobs costs no more to check than one at its limit.
+    """
+    limit = _queue_limit(team)
+    if limit is None:
+        return
+    queued = Job.objects.using(alias).filter(team_id=team.pk, state=JobState.QUEUED)[:limit].count()
+    if queued + adding <= limit:
+        return
+    asked = "this job" if adding == 1 else f"these {adding} jobs"
+    raise Conflict(
+        f"{team.name} already has {queued} queued job{'s' * (queued != 1)} and may have at most "
+        f"{limit}; {asked} would exceed it. Wait for queued jobs to start, or cancel some.",
+        fields={field: [f"The team's queue is full ({queued} of {limit} queued jobs)."]},
+    )
+
+
 def job_submit(
     *,
     user: AnyUser,
@@ -273,10 +318,15 @@ def job_submit(
     key = _validate_key(idempotency_key)
     spec = parse_job_spec(data, catalog=catalog_entries(), limits=submit_limits())
     team = team_for_submit(user, spec.team)
+    if key is not None and _queue_limit(team) is not None:
+        # A retry of a job that was created must read as such even once the queue is full.
+        existing = _replay(user=user, key=key, spec=spec)
+        if existing is not None:
+            return SubmitResult(existing, created=False)
     now = now or timezone.now()
     job = _new_job(spec=spec, team=team, user=user, key=key, now=now)
     try:
-        _insert_job_with_event(job, _submitted_event(job, user, now))
+        _insert_within_queue_limit(job, _submitted_event(job, user, now), team)
     except IntegrityError:
         if key is None:
             raise
@@ -286,6 +336,18 @@ def job_submit(
         return SubmitResult(existing, created=False)
     _notify_jobs_changed()  # on commit: at once in autocommit, else with the caller's commit
     return SubmitResult(job, created=True)
+
+
+def _insert_within_queue_limit(job: Job, event: JobEvent, team: Team) -> None:
+    """Insert the job unless its team's queue is full; a team without a limit pays nothing."""
+    if _queue_limit(team) is None:
+        _insert_job_with_event(job, event)
+        return
+    alias = router.db_for_write(Job)
+    with transaction.atomic(using=alias):
+        _lock_team_queue(team, alias)
+        _refuse_beyond_queue_limit(team, 1, alias)
+        _insert_job_with_event(job, event)
 
 
 def _parse_batch(items: Sequence[Any]) -> list[JobSpec]:
@@ -347,8 +409,10 @@ def job_submit_batch(
         _new_job(spec=s, team=teams[s.team], user=user, key=k, now=now)
         for s, k in zip(specs, keys, strict=True)
     ]
+    alias = router.db_for_write(Job)
     try:
-        with transaction.atomic(using=router.db_for_write(Job)):
+        with transaction.atomic(using=alias):
+            _refuse_batch_beyond_queue_limits(specs, teams, alias)
             _insert_jobs_with_events(jobs, [_submitted_event(j, user, now) for j in jobs])
             _notify_jobs_changed()
     except IntegrityError:
@@ -359,6 +423,29 @@ def job_submit_batch(
             raise
         return existing, False
     return jobs, True
+
+
+def _refuse_batch_beyond_queue_limits(
+    specs: Sequence[JobSpec], teams: Mapping[str, Team], alias: str
+) -> None:
+    """Check each limited team of a batch against what the batch adds to it, all or nothing.
+
+    Locks are taken in team-id order, so two batches over the same teams cannot deadlock.
+    """
+    adding: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        adding[spec.team] = adding.get(spec.team, 0) + 1
+        first.setdefault(spec.team, i)
+    limited = sorted(
+        (teams[slug] for slug in adding if _queue_limit(teams[slug]) is not None),
+        key=lambda t: t.pk,
+    )
+    for team in limited:
+        _lock_team_queue(team, alias)
+        _refuse_beyond_queue_limit(
+            team, adding[team.slug], alias, field=f"jobs[{first[team.slug]}].team"
+        )
 
 
 def _copy_rows(connection: Any, cursor: Any, model: type[Model], objs: Sequence[Model]) -> None:

@@ -1,0 +1,162 @@
+"""A team's ``max_queued_jobs``: submissions that would queue more are refused, whole.
+
+The limit counts the team's QUEUED jobs (those still waiting for the scheduler), so it frees
+up as jobs are admitted, finish or are cancelled. It is enforced on every way in: REST, the
+batch endpoint and the web form, and holds under concurrent submits.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from portal.jobs.services import job_cancel, job_submit
+from portal.jobs.state import job_transition
+from portal.models import Job, JobEvent, JobState
+from scheduling.models import TeamPolicy
+from tests.conftest import job_body
+from tests.factories import JobFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.portal.test_pages import FORM
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/jobs/"
+
+
+def _limit(team, n: int | None) -> None:
+    TeamPolicy.objects.update_or_create(team=team, defaults={"max_queued_jobs": n})
+
+
+def test_a_submit_beyond_the_limit_is_refused_naming_the_team(api_as, bob, vision, catalog):
+    _limit(vision, 2)
+    client = api_as(bob)
+    for i in range(2):
+        assert client.post(URL, job_body(name=f"j{i}"), format="json").status_code == 201
+    response = client.post(URL, job_body(name="third"), format="json")
+    assert response.status_code == 409
+    body = response.json()
+    assert "Vision already has 2 queued jobs and may have at most 2" in body["message"]
+    assert body["extra"]["fields"]["team"] == ["The team's queue is full (2 of 2 queued jobs)."]
+    assert Job.objects.count() == 2 and JobEvent.objects.count() == 2
+
+
+def test_only_waiting_jobs_count_against_the_limit(api_as, bob, vision, catalog):
+    _limit(vision, 1)
+    client = api_as(bob)
+    first = Job.objects.get(public_id=client.post(URL, job_body(), format="json").json()["id"])
+    assert client.post(URL, job_body(), format="json").status_code == 409
+    taken = job_transition(  # the scheduler took it
+        job_id=first.pk, expected=JobState.QUEUED, to=JobState.ADMITTED, reason="Admitted"
+    )
+    assert taken
+    assert client.post(URL, job_body(name="next"), format="json").status_code == 201
+    waiting = Job.objects.get(name="next")
+    job_cancel(job=waiting, by=bob)  # a cancelled job frees its place too
+    assert client.post(URL, job_body(name="after"), format="json").status_code == 201
+
+
+def test_another_teams_queue_does_not_count(api_as, bob, charlie, vision, language, catalog):
+    _limit(vision, 1)
+    JobFactory.create_batch(3, team=language, state=JobState.QUEUED)
+    assert api_as(bob).post(URL, job_body(), format="json").status_code == 201
+
+
+def test_no_limit_means_no_limit_and_a_cleared_limit_lifts_it(api_as, bob, vision, catalog):
+    JobFactory.create_batch(5, team=vision, state=JobState.QUEUED)
+    _limit(vision, 5)
+    assert api_as(bob).post(URL, job_body(), format="json").status_code == 409
+    _limit(vision, None)
+    assert api_as(bob).post(URL, job_body(), format="json").status_code == 201
+
+
+def test_a_limit_of_zero_refuses_every_submit(api_as, bob, vision, catalog):
+    _limit(vision, 0)
+    response = api_as(bob).post(URL, job_body(), format="json")
+    assert response.status_code == 409
+    assert "(0 of 0 queued jobs)" in response.json()["extra"]["fields"]["team"][0]
+
+
+def test_a_retry_of_a_created_job_is_answered_even_when_the_queue_is_full(
+    api_as, bob, vision, catalog
+):
+    _limit(vision, 1)
+    client = api_as(bob)
+    first = client.post(URL, job_body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    again = client.post(URL, job_body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    fresh = client.post(URL, job_body(), format="json", HTTP_IDEMPOTENCY_KEY="k-2")
+    assert fresh.status_code == 409
+
+
+def test_a_batch_that_would_overfill_the_queue_stores_nothing(api_as, bob, vision, catalog):
+    _limit(vision, 3)
+    client = api_as(bob)
+    assert client.post(URL, job_body(name="already"), format="json").status_code == 201
+    jobs = [job_body(name=f"sweep-{i}") for i in range(3)]
+    response = client.post(URL + "batch/", {"jobs": jobs}, format="json")
+    assert response.status_code == 409
+    assert "these 3 jobs would exceed it" in response.json()["message"]
+    assert list(response.json()["extra"]["fields"]) == ["jobs[0].team"]
+    assert Job.objects.count() == 1
+    ok = client.post(URL + "batch/", {"jobs": jobs[:2]}, format="json")
+    assert ok.status_code == 201
+    assert Job.objects.filter(state=JobState.QUEUED).count() == 3
+
+
+def test_a_batch_counts_each_team_against_its_own_limit(api_as, vision, language, catalog):
+    both = UserFactory(username="both")
+    MembershipFactory(user=both, team=vision)
+    MembershipFactory(user=both, team=language)
+    _limit(vision, 5)
+    _limit(language, 1)
+    jobs = [job_body(name="v1"), job_body(name="l1", team="language"), job_body(name="v2")]
+    jobs.append(job_body(name="l2", team="language"))
+    response = api_as(both).post(URL + "batch/", {"jobs": jobs}, format="json")
+    assert response.status_code == 409
+    assert list(response.json()["extra"]["fields"]) == ["jobs[1].team"]
+    assert "Language already has 0 queued jobs and may have at most 1" in response.json()["message"]
+    assert Job.objects.count() == 0
+
+
+def test_the_web_form_shows_the_full_queue(client, bob, vision, catalog):
+    _limit(vision, 0)
+    client.force_login(bob)
+    response = client.post("/jobs/new/", FORM)
+    assert response.status_code == 400
+    assert "The team&#x27;s queue is full (0 of 0 queued jobs)." in response.content.decode()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_submits_never_take_more_places_than_the_limit(catalog):
+    if connection.vendor != "postgresql":
+        pytest.skip("the lock under test is PostgreSQL's")
+    team = TeamFactory(name="Race", slug="race")
+    user = UserFactory(username="racer")
+    MembershipFactory(user=user, team=team)
+    _limit(team, 5)
+    start = threading.Barrier(12)
+    outcomes: list[str] = []
+
+    def submit(i: int) -> None:
+        from django.db import connections
+
+        start.wait()
+        try:
+            job_submit(user=user, data=job_body(team="race", name=f"r{i}"))
+            outcomes.append("created")
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["Conflict"] * 7 + ["created"] * 5
+    assert Job.objects.filter(team=team, state=JobState.QUEUED).count() == 5
