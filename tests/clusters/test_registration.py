@@ -126,8 +126,8 @@ def test_connection_ok_reports_the_version_and_node_count(sim, register):
     assert report.summary == "OK: Kubernetes v1.31.0-kubesim, 9 nodes (8 with GPUs)"
     cluster.refresh_from_db()
     assert cluster.last_test_ok and cluster.kubernetes_version == "v1.31.0-kubesim"
-    # kubesim serves no bus.volcano.sh Commands: reported, not fatal.
-    assert any(c.name == "commands" and "not served" in c.message for c in report.checks)
+    commands = next(c for c in report.checks if c.name == "commands")
+    assert commands.ok and commands.message == "Volcano Commands can be created"
 
 
 def test_connection_to_a_stopped_server_is_unreachable(sim, register):
