@@ -45,6 +45,7 @@ from scheduling.engine.decision import (
     PendingReason,
     Preemption,
     TeamShare,
+    pending_reason,
 )
 from scheduling.engine.fairshare import ShareBook
 from scheduling.engine.quota import COHORT_SHORT, QuotaBook
@@ -126,6 +127,10 @@ class _Waiting:
         self.rejected = rejected
 
 
+_Signature = tuple[str, int, int, int, int]
+"""(team, id(candidates), candidates tried, GPUs per replica, replicas): jobs with equal
+signatures are decided alike, so the memos are per signature."""
+
 _Blocked = tuple[PendingJob, "tuple[_Failure, ...]", Candidates, int, int, int]
 """A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
 admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
@@ -157,8 +162,8 @@ class _Cycle:
         self._resolved: dict[tuple[object, ...], Candidates] = {}
         self._quota_failed: dict[tuple[str, str], tuple[int, _Failure]] = {}
         self._cap_failed: dict[tuple[str, int, int], _Failure] = {}
-        self._failed_sig: dict[tuple[str, int, int, int, int], tuple[_Failure, ...]] = {}
-        self._deferred_sig: set[tuple[str, int, int, int, int]] = set()
+        self._failed_sig: dict[_Signature, tuple[_Failure, ...]] = {}
+        self._deferred_sig: set[_Signature] = set()
         self._no_cluster: dict[str, _Failure] = {}
         self._preempt_failed: set[tuple[str, int, int]] = set()
         self._fit0_memo: dict[tuple[str, int, int], bool] = {}
@@ -249,11 +254,15 @@ class _Cycle:
         self.starving: set[str] = set()
         guard = self.config.starvation_wait
         now = self.snap.now
+        considered = 0
+        ids: set[str] = set()
         for team in sorted(grouped):
             jobs = _line_order(grouped[team])
             if len(jobs) > lookback:
                 self.beyond[team] = tuple(j.id for j in jobs[lookback:])
                 del jobs[lookback:]
+            considered += len(jobs)
+            ids.update(map(_job_id, jobs))
             for job in jobs:
                 band = self.bands.get(job.priority)
                 if band is None:
@@ -266,6 +275,9 @@ class _Cycle:
                         self.starving.add(job.id)
                 line.append(job)
         self.decided: set[str] = set()
+        # Job ids are unique in any sane snapshot; only when they are not does a job whose id
+        # was already decided need skipping (a set lookup per job, so only then).
+        self.duplicates = considered != len(ids)
 
     # -- step 3 -------------------------------------------------------------------------------
 
@@ -288,14 +300,26 @@ class _Cycle:
         A heap of teams keyed by (share, head submit time, head id): after each visit only the
         visited team's share can change, so it alone is pushed back — O(n log teams). Returns the
         jobs deferred because they need to borrow (only when ``nominal_only``).
+
+        The hot path is inline: a job whose signature already failed fails the same way, and
+        one whose signature needed to borrow is deferred (see :meth:`_evaluate`); neither
+        changes the team's share, so the team stays at the top of the heap unless the heap's
+        smallest entry is now smaller than the team's next head.
         """
         deferred: dict[str, list[PendingJob]] = {}
         heap: list[tuple[float, datetime, str, str]] = []
         cursor = dict.fromkeys(lines, 0)
         share = self.shares.share
         decided = self.decided
+        dups = self.duplicates
         evaluate = self._evaluate
-        starving = self.starving
+        starving_ids = self.starving
+        failed = self._failed_sig
+        deferred_sig = self._deferred_sig
+        resolved = self._resolved
+        candidates = self._candidates
+        wait = self.waiting.append
+        admissions = self.admissions
         for team, line in lines.items():
             i = 0
             while i < len(line) and line[i].id in decided:
@@ -304,28 +328,60 @@ class _Cycle:
             if i < len(line):
                 heap.append((share(team), line[i].submitted_at, line[i].id, team))
         heapq.heapify(heap)
-        pushpop = heapq.heappushpop
+        replace_top = heapq.heapreplace
+        visited = self.visited
         while heap:
-            team = heapq.heappop(heap)[3]
+            s, _, _, team = heapq.heappop(heap)
+            line = lines[team]
+            i = cursor[team]
+            n = len(line)
             while True:
-                line = lines[team]
-                i = cursor[team]
                 job = line[i]
-                if evaluate(job, job.id in starving, nominal_only):
-                    decided.add(job.id)
-                    self.visited += 1
-                else:
+                req = job.requirement
+                policy = job.policy
+                cands = resolved.get(
+                    (req.models, req.min_memory_gib, req.min_tflops_fp16, req.bf16, req.fp8, policy)
+                ) or candidates(req, policy)
+                n_tried = len(cands.matched) if job.fallback else 1
+                signature = (team, id(cands), n_tried, job.gpus_per_replica, job.replicas)
+                starving = job.id in starving_ids
+                known = None if starving else failed.get(signature)
+                if known is not None:  # an equal job already failed: it fails the same way
+                    wait((job, known, cands, n_tried, visited, len(admissions)))
+                    visited += 1
+                    if dups:
+                        decided.add(job.id)
+                elif nominal_only and not starving and signature in deferred_sig:
                     deferred.setdefault(team, []).append(job)
+                else:
+                    self.visited = visited
+                    if evaluate(job, cands, n_tried, signature, starving, nominal_only):
+                        visited += 1
+                        if dups:
+                            decided.add(job.id)
+                    else:
+                        deferred.setdefault(team, []).append(job)
+                    s = share(team)
                 i += 1
-                while i < len(line) and line[i].id in decided:
-                    i += 1
-                cursor[team] = i
-                if i == len(line):
+                if dups:
+                    while i < n and line[i].id in decided:
+                        i += 1
+                if i == n:
                     break
-                # Push the team back and take the smallest; when it is still this team (its
-                # share did not move, as when nothing fits), the heap is not even touched.
-                head = line[i]
-                team = pushpop(heap, (share(team), head.submitted_at, head.id, team))[3]
+                if heap:
+                    # Push the team back and take the smallest; when it is still this team (its
+                    # share did not move, as when nothing fits), the heap is not even touched.
+                    top = heap[0]
+                    if top[0] <= s:
+                        head = line[i]
+                        item = (s, head.submitted_at, head.id, team)
+                        if top < item:
+                            cursor[team] = i
+                            s, _, _, team = replace_top(heap, item)
+                            line = lines[team]
+                            i = cursor[team]
+                            n = len(line)
+        self.visited = visited
         return deferred
 
     # -- step 4 -------------------------------------------------------------------------------
@@ -352,7 +408,23 @@ class _Cycle:
             )
         )
 
-    def _evaluate(self, job: PendingJob, starving: bool, nominal_only: bool) -> bool:
+    def _evaluate(
+        self,
+        job: PendingJob,
+        cands: Candidates,
+        n_tried: int,
+        signature: _Signature,
+        starving: bool,
+        nominal_only: bool,
+    ) -> bool:
+        """Decide one job the long way; True when decided (admitted or left waiting with a
+        reason), False when deferred to the borrowing pass.
+
+        ``_fill`` has already tried the signature memos: a job whose signature failed fails the
+        same way; in the nominal pass, one whose signature needed to borrow is deferred, since
+        so does this one (quota use only grows) or it fails, which the borrowing pass finds
+        just the same (borrowers never preempt, so deferring changes only when it is looked
+        at)."""
         team_id = job.team
         team = self.teams.get(team_id)
         if team is None:
@@ -365,24 +437,9 @@ class _Cycle:
         if team.held:
             self._wait(job, ReasonCode.TEAM_HELD)
             return True
-        cands = self._candidates(job.requirement, job.policy)
         if not cands.matched:
             self._wait(job, ReasonCode.NO_MODEL_MATCHES, rejected=cands.rejected)
             return True
-        n_tried = len(cands.matched) if job.fallback else 1
-        signature = (team_id, id(cands), n_tried, g, r)
-        if not starving:
-            known = self._failed_sig.get(signature)
-            if known is not None:  # an equal job already failed: it fails the same way
-                self.waiting.append(
-                    (job, known, cands, n_tried, self.visited, len(self.admissions))
-                )
-                return True
-            if nominal_only and signature in self._deferred_sig:
-                # An equal job needed to borrow: so does this one (quota use only grows), or
-                # it fails, which the borrowing pass finds just the same. Borrowers never
-                # preempt, so deferring changes nothing but when it is looked at.
-                return False
         tried = cands.matched[:n_tried]
         need = g * r
         failures: list[_Failure] = []
@@ -868,53 +925,40 @@ class _Cycle:
             candidates=w.rejected,
         )
 
-    def _blocked_reason(self, b: _Blocked, position: int) -> PendingReason:
-        """A job blocked by quota or capacity. Jobs of one signature (team, candidates,
-        fallback, shape) share one failures tuple (the signature memo), hence the same words:
-        they are assembled once per tuple. The tuples live in ``self.waiting`` until the cycle
-        ends, so their ids stay unique. WAITING_BEHIND differs per job only in its counts."""
-        job, failures, cands, n_tried, ahead, admitted_ahead = b
-        cached = self._reason_memo.get(id(failures))
-        if cached is None:
-            cached = self._reason_memo[id(failures)] = self._reason_words(
-                job, failures, cands, n_tried
-            )
-        code, message, candidates, label, others = cached
-        if code is ReasonCode.WAITING_BEHIND:  # the one message with per-job numbers
-            detail = reasons.detail_waiting_behind(ahead, admitted_ahead)
-            message = reasons.pending(job.replicas, job.gpus_per_replica, label, detail, others)
-        return PendingReason(
-            job_id=job.id,
-            team=job.team,
-            code=code,
-            message=message,
-            position=position,
-            candidates=candidates,
-        )
-
     def _reason_words(
         self, job: PendingJob, failures: tuple[_Failure, ...], cands: Candidates, n_tried: int
-    ) -> tuple[ReasonCode, str, tuple[CandidateNote, ...], str, int]:
-        """Code, message, candidate notes, label and number of other blocked candidates of a
-        capacity/quota wait (WAITING_BEHIND's message is worded per job)."""
+    ) -> tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]:
+        """Code, message, candidate notes and the message's frame of a capacity/quota wait.
+
+        Jobs of one group share one failures tuple (the group memo), hence the same words:
+        they are assembled once per tuple. WAITING_BEHIND differs per job only in its counts:
+        its message is left empty and the frame (what goes before and after the detail) is
+        returned instead."""
         memo = self._note_memo
         need = job.gpus
         notes = [memo.get((id(f), need)) or self._note(f, job) for f in failures]
-        ranks = [_RANK[n.code] for n in notes]
-        best = min(ranks)
-        primary_at = ranks.index(best)
-        primary = notes[primary_at]
+        if len(notes) == 1:
+            primary_at, primary = 0, notes[0]
+            best = _RANK[primary.code]
+            others = 0
+        else:
+            ranks = [_RANK[n.code] for n in notes]
+            best = min(ranks)
+            primary_at = ranks.index(best)
+            primary = notes[primary_at]
+            others = sum(1 for rank in ranks if rank <= _RANK_QUOTA) - (best <= _RANK_QUOTA)
+            if primary_at:
+                notes.insert(0, notes.pop(primary_at))
         f = failures[primary_at]
         code = self._reason_code(primary.code, f, failures)
-        others = sum(1 for rank in ranks if rank <= _RANK_QUOTA) - (best <= _RANK_QUOTA)
         label = f.model.label
+        head, tail = reasons.pending_frame(job.replicas, job.gpus_per_replica, label, others)
         message = ""
         if code is not ReasonCode.WAITING_BEHIND:
-            detail = primary.message[len(label) + 2 :]
-            message = reasons.pending(job.replicas, job.gpus_per_replica, label, detail, others)
-        ordered = [primary, *(n for i, n in enumerate(notes) if i != primary_at)]
-        ordered.extend(self._fallback_note(m) for m in cands.matched[n_tried:])
-        return code, message, (*cands.rejected, *ordered), label, others
+            message = f"{head}{primary.message[len(label) + 2 :]}{tail}"
+        if n_tried < len(cands.matched):
+            notes.extend(self._fallback_note(m) for m in cands.matched[n_tried:])
+        return code, message, (*cands.rejected, *notes), head, tail
 
     def _reason_code(
         self, primary: SkipCode, f: _Failure, failures: tuple[_Failure, ...]
@@ -959,15 +1003,33 @@ class _Cycle:
     def _assemble(self) -> Decision:
         self._final = True
         self._note_memo: dict[tuple[int, int], CandidateNote] = {}
+        # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
         self._reason_memo: dict[
-            int, tuple[ReasonCode, str, tuple[CandidateNote, ...], str, int]
+            int, tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
         ] = {}
-        blocked = self._blocked_reason
+        # The loop below is the one place that runs once per pending job: kept flat.
+        memo = self._reason_memo
+        words = self._reason_words
         worded = self._pending_reason
-        pending = [
-            blocked(w, position) if isinstance(w, tuple) else worded(w, position)
-            for position, w in enumerate(self.waiting, start=1)
-        ]
+        waiting_behind = ReasonCode.WAITING_BEHIND
+        detail_waiting = reasons.detail_waiting_behind
+        new = pending_reason
+        pending: list[PendingReason] = []
+        append = pending.append
+        position = 0
+        for w in self.waiting:
+            position += 1
+            if isinstance(w, _Waiting):
+                append(worded(w, position))
+                continue
+            job, failures, cands, n_tried, ahead, admitted_ahead = w
+            cached = memo.get(id(failures))
+            if cached is None:
+                cached = memo[id(failures)] = words(job, failures, cands, n_tried)
+            code, message, candidates, head, tail = cached
+            if code is waiting_behind:  # the one message with per-job numbers
+                message = f"{head}{detail_waiting(ahead, admitted_ahead)}{tail}"
+            append(new(job.id, job.team, code, message, position, candidates))
         position_from = len(pending) + 1
         backlog: dict[str, int] = {}
         for b in self.snap.backlog:
@@ -1011,6 +1073,7 @@ class _Cycle:
 
 _by_submit = attrgetter("submitted_at", "id")
 _by_priority = attrgetter("priority")
+_job_id = attrgetter("id")
 
 
 def _in_line_order(jobs: list[PendingJob]) -> bool:

@@ -229,10 +229,15 @@ def note(label: str, detail: str) -> str:
 def pending(replicas: int, gpr: int, label: str, detail: str, others: int = 0) -> str:
     """A pending message: "needs 8 x A100-80GB; <detail>"; the other blocked candidates are
     counted here and explained one by one in ``PendingReason.candidates``."""
-    msg = f"needs {fmt_gang(replicas, gpr, label)}; {detail}"
-    if others:
-        msg += f" (and {others} other candidate{'s' if others > 1 else ''} blocked)"
-    return msg
+    head, tail = pending_frame(replicas, gpr, label, others)
+    return f"{head}{detail}{tail}"
+
+
+def pending_frame(replicas: int, gpr: int, label: str, others: int = 0) -> tuple[str, str]:
+    """What :func:`pending` puts before and after the detail: worded once for many jobs whose
+    details alone differ (``WAITING_BEHIND``)."""
+    tail = f" (and {others} other candidate{'s' if others > 1 else ''} blocked)" if others else ""
+    return f"needs {fmt_gang(replicas, gpr, label)}; ", tail
 
 
 def msg_team_held(team: str) -> str:
