@@ -138,23 +138,3 @@ class Pool:
             if slots >= replicas:
                 return True
         return False
-
-
-def fits_free(
-    free: dict[int, int], gpus_per_replica: int, replicas: int
-) -> tuple[list[int], int] | None:
-    """Best-fit placement over a plain {node: free} map (the what-if copy used by preemption)."""
-    usable = sorted(
-        ((f, i) for i, f in free.items() if f >= gpus_per_replica), key=lambda p: (p[0], p[1])
-    )
-    remaining = replicas
-    chosen: list[int] = []
-    leftover = 0
-    for f, i in usable:
-        k = min(f // gpus_per_replica, remaining)
-        chosen.extend([i] * k)
-        leftover += f - k * gpus_per_replica
-        remaining -= k
-        if remaining == 0:
-            return chosen, leftover
-    return None

@@ -27,13 +27,15 @@ of the cycle, and the numbers at the end of the cycle explain every failure seen
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import groupby
 from operator import attrgetter
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
-from scheduling.engine.capacity import Pool, fits_free
+from scheduling.engine.capacity import Pool
 from scheduling.engine.decision import (
     Admission,
     CandidateNote,
@@ -75,6 +77,12 @@ _RANK = {
     SkipCode.TOO_LARGE: 5,
 }
 _RANK_QUOTA = _RANK[SkipCode.QUOTA_FULL]  # candidates blocked by quota or capacity are counted
+# The reason a primary candidate failure gives, where it depends on nothing else.
+_REASON_OF = {
+    SkipCode.HELD_FOR_OTHER_JOB: ReasonCode.CAPACITY_HELD,
+    SkipCode.COHORT_CANNOT_LEND: ReasonCode.COHORT_HAS_NOTHING_TO_LEND,
+    SkipCode.QUOTA_FULL: ReasonCode.QUOTA_EXHAUSTED,
+}
 
 
 def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decision:
@@ -91,7 +99,7 @@ class _Failure:
     """Why one candidate model did not take the job. Shared between jobs (see the memos);
     quota failures are resolved to QUOTA_FULL or COHORT_CANNOT_LEND when assembled."""
 
-    __slots__ = ("code", "fit_at_start", "holder", "model")
+    __slots__ = ("code", "fit_at_start", "holder", "model", "notes")
 
     def __init__(
         self, code: SkipCode, model: GpuModel, fit_at_start: bool = False, holder: str = ""
@@ -100,6 +108,8 @@ class _Failure:
         self.model = model
         self.fit_at_start = fit_at_start
         self.holder = holder
+        # Once the cycle is final: GPUs needed -> (its note, the note's rank in _RANK).
+        self.notes: dict[int, tuple[CandidateNote, int]] = {}
 
 
 class _Waiting:
@@ -172,6 +182,7 @@ class _Cycle:
         self._quota_held_by: dict[tuple[str, str], str] = {}  # (cohort, model) -> holder
         self._held_models: set[str] = set()  # one hold per model and cycle
         self._final = False
+        self._cluster_note_memo: dict[object, ClusterNote] = {}
         self._free_cache: dict[str, tuple[int, int]] = {}
         self._fallback_memo: dict[str, CandidateNote] = {}
         self._not_tried_memo: dict[str, CandidateNote] = {}
@@ -246,8 +257,13 @@ class _Cycle:
     def _lines(self) -> None:
         lookback = max(0, self.config.lookback_per_team)
         grouped: dict[str, list[PendingJob]] = {}
-        for job in self.snap.pending:
-            grouped.setdefault(job.team, []).append(job)
+        # Runs of one team (the whole team when the input is in line order) in one C call.
+        for team, run in groupby(self.snap.pending, key=_team):
+            line = grouped.get(team)
+            if line is None:
+                grouped[team] = list(run)
+            else:
+                line.extend(run)
         # bands[priority][team] = that team's considered jobs of that priority, in line order.
         self.bands: dict[int, dict[str, list[PendingJob]]] = {}
         self.beyond: dict[str, tuple[str, ...]] = {}
@@ -261,23 +277,25 @@ class _Cycle:
             if len(jobs) > lookback:
                 self.beyond[team] = tuple(j.id for j in jobs[lookback:])
                 del jobs[lookback:]
-            considered += len(jobs)
+            n = len(jobs)
+            considered += n
             ids.update(map(_job_id, jobs))
-            for job in jobs:
-                band = self.bands.get(job.priority)
+            start = 0
+            while start < n:  # cut into priority bands: the line is sorted by priority first
+                head = jobs[start]
+                end = bisect_right(jobs, -head.priority, start, key=_minus_priority)
+                band = self.bands.get(head.priority)
                 if band is None:
-                    band = self.bands[job.priority] = {}
-                line = band.get(team)
-                if line is None:
-                    line = band[team] = []
-                    # The head of the team's line in this band: the starvation guard's subject.
-                    if now - job.submitted_at >= guard:
-                        self.starving.add(job.id)
-                line.append(job)
-        self.decided: set[str] = set()
+                    band = self.bands[head.priority] = {}
+                band[team] = jobs[start:end]
+                # The head of the team's line in this band: the starvation guard's subject.
+                if now - head.submitted_at >= guard:
+                    self.starving.add(head.id)
+                start = end
         # Job ids are unique in any sane snapshot; only when they are not does a job whose id
         # was already decided need skipping (a set lookup per job, so only then).
         self.duplicates = considered != len(ids)
+        self.decided: set[str] = set()
 
     # -- step 3 -------------------------------------------------------------------------------
 
@@ -619,35 +637,43 @@ class _Cycle:
         """Why the other clusters with this model lost (computed before charging)."""
         (leftover, cluster_left, _), pool, _ = fitting[0]
         notes: list[ClusterNote] = []
+        memo = self._cluster_note_memo
         others = {id(p): rank for rank, p, _ in fitting[1:]}
         for other in self.enabled.get(model.key, ()):
             if other is pool:
                 continue
             rank = others.get(id(other))
+            # Notes are equal for equal numbers: made once per cycle, then shared.
             if rank is None:
-                code = ClusterNoteCode.NO_ROOM
-                detail = reasons.msg_cluster_no_room(other.max_block())
+                key: tuple[object, ...] = (other.cluster, other.max_block())
             else:
-                code = ClusterNoteCode.WORSE_FIT
-                detail = reasons.msg_cluster_worse_fit(rank[0], rank[1], leftover, cluster_left)
-            notes.append(
-                ClusterNote(
+                key = (other.cluster, rank[0], rank[1], leftover, cluster_left)
+            note = memo.get(key)
+            if note is None:
+                if rank is None:
+                    code = ClusterNoteCode.NO_ROOM
+                    detail = reasons.msg_cluster_no_room(other.max_block())
+                else:
+                    code = ClusterNoteCode.WORSE_FIT
+                    detail = reasons.msg_cluster_worse_fit(rank[0], rank[1], leftover, cluster_left)
+                note = memo[key] = ClusterNote(
                     cluster=other.cluster, code=code, message=reasons.note(other.cluster, detail)
                 )
-            )
+            notes.append(note)
         for other in self.unavailable.get(model.key, ()):
-            code = (
-                ClusterNoteCode.DRAINING
-                if other.state is ClusterState.DRAINING
-                else ClusterNoteCode.DISABLED
-            )
-            notes.append(
-                ClusterNote(
+            note = memo.get(other.cluster)
+            if note is None:
+                code = (
+                    ClusterNoteCode.DRAINING
+                    if other.state is ClusterState.DRAINING
+                    else ClusterNoteCode.DISABLED
+                )
+                note = memo[other.cluster] = ClusterNote(
                     cluster=other.cluster,
                     code=code,
                     message=reasons.note(other.cluster, reasons.msg_cluster_state(other.state)),
                 )
-            )
+            notes.append(note)
         return notes
 
     # -- preemption (what-if on a copy) ---------------------------------------------------------
@@ -667,9 +693,10 @@ class _Cycle:
         memo_key = (model.key, g, r)
         if memo_key in self._preempt_failed:
             return False
-        best: (
-            tuple[tuple[int, int, int, str], Pool, list[_Victim], list[_Victim], list[int]] | None
-        ) = None
+        # Rank across clusters: fewest victims, lowest sum of their priorities, least leftover
+        # on the nodes used, cluster id. The placement (for the leftover) is worked out only
+        # for the clusters tied on the first two.
+        found: list[tuple[tuple[int, int], Pool, list[_Victim], list[_Victim], dict[int, int]]] = []
         for pool in self.enabled.get(model.key, ()):
             if pool.max_total < g:
                 continue
@@ -680,18 +707,24 @@ class _Cycle:
             victims = self.victims.get(key, [])
             if not inflight and not victims:
                 continue
-            found = _what_if(pool, g, r, inflight, victims)
-            if found is None:
-                continue
-            used_inflight, used_victims, plan, leftover = found
-            rank = (
-                len(used_victims),
-                sum(v.alloc.priority for v in used_victims),
-                leftover,
-                pool.cluster,
-            )
-            if best is None or rank < best[0]:
-                best = (rank, pool, used_inflight, used_victims, plan)
+            chosen = _what_if(pool, g, r, inflight, victims)
+            if chosen is not None:
+                used_inflight, used_victims, released = chosen
+                rank = (len(used_victims), sum(v.alloc.priority for v in used_victims))
+                found.append((rank, pool, used_inflight, used_victims, released))
+        best: tuple[tuple[int, str], Pool, list[_Victim], list[_Victim], list[int]] | None = None
+        if found:
+            least = min(f[0] for f in found)
+            for rank, pool, used_inflight, used_victims, released in found:
+                if rank != least:
+                    continue
+                placed = _plan_released(pool, released, g, r)
+                if placed is None:  # pragma: no cover - the slot count said it fits
+                    continue
+                plan, leftover = placed
+                tie = (leftover, pool.cluster)
+                if best is None or tie < best[0]:
+                    best = (tie, pool, used_inflight, used_victims, plan)
         if best is None:
             self._preempt_failed.add(memo_key)
             return False
@@ -884,24 +917,22 @@ class _Cycle:
         return cached
 
     def _note(self, f: _Failure, job: PendingJob) -> CandidateNote:
-        """The note for one failure; shared between jobs with equal numbers once final.
-
-        A quota failure object belongs to one (team, model), a capacity failure to one
-        (model, gang shape), so (failure, GPUs needed) identifies the words."""
-        if self._final:
-            key = (id(f), job.gpus)
-            note = self._note_memo.get(key)
-            if note is not None:
-                return note
+        """The note for one failure, with the numbers as they are now."""
         code = self._code(f, job)
-        note = CandidateNote(
+        return CandidateNote(
             model=f.model.key,
             code=code,
             message=reasons.note(f.model.label, self._detail(code, f, job)),
         )
-        if self._final:
-            self._note_memo[key] = note
-        return note
+
+    def _final_note(self, f: _Failure, job: PendingJob) -> tuple[CandidateNote, int]:
+        """The note for one failure once the cycle is final, and its rank; shared between jobs.
+
+        A quota failure object belongs to one (team, model), a capacity failure to one
+        (model, gang shape), so (failure, GPUs needed) identifies the words."""
+        note = self._note(f, job)
+        f.notes[job.gpus] = entry = (note, _RANK[note.code])
+        return entry
 
     def _pending_reason(self, w: _Waiting, position: int) -> PendingReason:
         """A wait decided and worded when the job was visited."""
@@ -934,15 +965,17 @@ class _Cycle:
         they are assembled once per tuple. WAITING_BEHIND differs per job only in its counts:
         its message is left empty and the frame (what goes before and after the detail) is
         returned instead."""
-        memo = self._note_memo
-        need = job.gpus
-        notes = [memo.get((id(f), need)) or self._note(f, job) for f in failures]
-        if len(notes) == 1:
-            primary_at, primary = 0, notes[0]
-            best = _RANK[primary.code]
-            others = 0
+        need = job.gpus_per_replica * job.replicas
+        final_note = self._final_note
+        if len(failures) == 1:
+            f = failures[0]
+            primary, best = f.notes.get(need) or final_note(f, job)
+            notes = [primary]
+            primary_at = others = 0
         else:
-            ranks = [_RANK[n.code] for n in notes]
+            entries = [f.notes.get(need) or final_note(f, job) for f in failures]
+            ranks = [rank for _, rank in entries]
+            notes = [note for note, _ in entries]
             best = min(ranks)
             primary_at = ranks.index(best)
             primary = notes[primary_at]
@@ -950,15 +983,20 @@ class _Cycle:
             if primary_at:
                 notes.insert(0, notes.pop(primary_at))
         f = failures[primary_at]
-        code = self._reason_code(primary.code, f, failures)
+        code = _REASON_OF.get(primary.code) or self._reason_code(primary.code, f, failures)
         label = f.model.label
-        head, tail = reasons.pending_frame(job.replicas, job.gpus_per_replica, label, others)
+        frame_key = (job.replicas, job.gpus_per_replica, label, others)
+        frame = self._frames.get(frame_key)
+        if frame is None:
+            frame = self._frames[frame_key] = reasons.pending_frame(*frame_key)
+        head, tail = frame
         message = ""
         if code is not ReasonCode.WAITING_BEHIND:
             message = f"{head}{primary.message[len(label) + 2 :]}{tail}"
         if n_tried < len(cands.matched):
             notes.extend(self._fallback_note(m) for m in cands.matched[n_tried:])
-        return code, message, (*cands.rejected, *notes), head, tail
+        rejected = cands.rejected
+        return code, message, (*rejected, *notes) if rejected else tuple(notes), head, tail
 
     def _reason_code(
         self, primary: SkipCode, f: _Failure, failures: tuple[_Failure, ...]
@@ -1002,7 +1040,7 @@ class _Cycle:
 
     def _assemble(self) -> Decision:
         self._final = True
-        self._note_memo: dict[tuple[int, int], CandidateNote] = {}
+        self._frames: dict[tuple[int, int, str, int], tuple[str, str]] = {}
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
         self._reason_memo: dict[
             int, tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
@@ -1074,6 +1112,11 @@ class _Cycle:
 _by_submit = attrgetter("submitted_at", "id")
 _by_priority = attrgetter("priority")
 _job_id = attrgetter("id")
+_team = attrgetter("team")
+
+
+def _minus_priority(job: PendingJob) -> int:
+    return -job.priority
 
 
 def _in_line_order(jobs: list[PendingJob]) -> bool:
@@ -1128,58 +1171,95 @@ def _fits_counts(counts: list[int], g: int, r: int) -> bool:
 
 def _what_if(
     pool: Pool, g: int, r: int, inflight: list[_Victim], victims: list[_Victim]
-) -> tuple[list[_Victim], list[_Victim], list[int], int] | None:
-    """Find victims whose release lets the gang fit in ``pool``, on a copy of its free GPUs.
+) -> tuple[list[_Victim], list[_Victim], dict[int, int]] | None:
+    """Find victims whose release lets the gang fit in ``pool``, on a copy of its free GPUs:
+    (in-flight preemptions used, victims chosen, node -> free GPUs once they are released).
 
     Greedy in order (in-flight preemptions first, then victims by priority and recency), then
-    minimised: each chosen victim whose release is not needed is dropped again.
+    minimised: each chosen victim whose release is not needed is dropped again. Counts slots
+    (replicas that fit) only; :func:`_plan_released` places the gang.
     """
     released: dict[int, int] = {}
     base = pool.free
     total = pool.total
-
-    def eff(i: int) -> int:
-        return min(total[i], base[i] + released.get(i, 0))
-
+    buckets = pool.buckets
     slots = 0
-    for f in range(g, len(pool.buckets)):
-        slots += len(pool.buckets[f]) * (f // g)
-
-    def apply(v: _Victim, sign: int) -> int:
-        delta = 0
-        gv = v.alloc.gpus_per_replica
-        for i in v.nodes:
-            before = eff(i) // g
-            released[i] = released.get(i, 0) + sign * gv
-            delta += eff(i) // g - before
-        return delta
-
+    for f in range(g, len(buckets)):
+        slots += len(buckets[f]) * (f // g)
     chosen: list[_Victim] = []
     for v in (*inflight, *victims):
         if slots >= r:
             break
-        slots += apply(v, 1)
+        gv = v.alloc.gpus_per_replica
+        for i in v.nodes:
+            t, b, rel = total[i], base[i], released.get(i, 0)
+            before = (b + rel if b + rel < t else t) // g
+            rel += gv
+            released[i] = rel
+            slots += (b + rel if b + rel < t else t) // g - before
         chosen.append(v)
     if slots < r:
         return None
     for v in reversed(chosen):
-        after = slots + apply(v, -1)
-        if after >= r:
-            slots = after
+        # Would the gang still fit without this victim?
+        gv = v.alloc.gpus_per_replica
+        delta = 0
+        for i in v.nodes:
+            t, b, rel = total[i], base[i], released[i]
+            before = (b + rel if b + rel < t else t) // g
+            rel -= gv
+            released[i] = rel
+            delta += (b + rel if b + rel < t else t) // g - before
+        if slots + delta >= r:
+            slots += delta
             chosen.remove(v)
         else:
-            apply(v, 1)
-    free = {i: f for f in range(g, len(pool.buckets)) for i in pool.buckets[f]}
-    for i in released:
-        free[i] = eff(i)
-    placed = fits_free(free, g, r)
-    if placed is None:  # pragma: no cover - slots said it fits
-        return None
-    plan, leftover = placed
+            for i in v.nodes:
+                released[i] += gv
+    free = {}
+    for i, rel in released.items():
+        f = base[i] + rel
+        free[i] = f if f < total[i] else total[i]
     inflight_ids = {id(v) for v in inflight}
     return (
         [v for v in chosen if id(v) in inflight_ids],
         [v for v in chosen if id(v) not in inflight_ids],
-        plan,
-        leftover,
+        free,
     )
+
+
+def _plan_released(
+    pool: Pool, released: dict[int, int], g: int, r: int
+) -> tuple[list[int], int] | None:
+    """Best-fit placement in ``pool`` once the nodes of ``released`` have the free GPUs it
+    gives them: (node index per replica, leftover GPUs on the nodes used).
+
+    The same order as :meth:`Pool.plan` over a plain copy: fewest free GPUs that still take a
+    replica first, then node index; the pool's buckets are walked, not its nodes.
+    """
+    extra: dict[int, list[int]] = {}
+    for i, f in released.items():
+        if f >= g:
+            extra.setdefault(f, []).append(i)
+    buckets = pool.buckets
+    remaining = r
+    chosen: list[int] = []
+    leftover = 0
+    for f in range(g, len(buckets)):
+        bucket = buckets[f]
+        more = extra.get(f)
+        if not bucket and not more:
+            continue
+        nodes = [i for i in bucket if i not in released]
+        if more:
+            nodes.extend(more)
+        nodes.sort()
+        per_node = f // g
+        for i in nodes:
+            k = per_node if per_node < remaining else remaining
+            chosen.extend([i] * k)
+            leftover += f - k * g
+            remaining -= k
+            if remaining == 0:
+                return chosen, leftover
+    return None
