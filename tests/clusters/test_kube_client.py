@@ -38,7 +38,9 @@ def test_the_rate_limiter_spaces_requests_to_the_configured_rate():
     for _ in range(40):
         limiter.acquire()
     elapsed = time.monotonic() - started
-    assert 0.25 <= elapsed < 2.0  # 10 per 100 ms window: 40 requests span 3+ windows
+    # 10 per 100 ms window: 40 requests need 4 windows, so the last one waits for the start
+    # of the 4th; the first window may be nearly over when the loop begins, hence 0.2 s.
+    assert 0.2 <= elapsed < 2.0
 
 
 def test_errors_come_back_in_words(sim):
