@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from itertools import groupby
 from operator import attrgetter
+from typing import TypeVar
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
@@ -137,6 +138,10 @@ class _Waiting:
         self.rejected = rejected
 
 
+_Words = tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
+"""A blocked job's reason: code, message (empty for WAITING_BEHIND), candidate notes, and the
+frame its message has around the detail."""
+
 _Signature = tuple[str, int, int, int, int]
 """(team, id(candidates), candidates tried, GPUs per replica, replicas): jobs with equal
 signatures are decided alike, so the memos are per signature."""
@@ -158,7 +163,23 @@ class _Victim:
         self.sort_key = (alloc.priority, -alloc.started_at.timestamp(), alloc.job_id)
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Forgetful(dict[_K, _V]):
+    """A memo that remembers nothing (``_Cycle.memos = False``)."""
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        pass
+
+
 class _Cycle:
+    memos = True
+    """False words every pending reason afresh instead of sharing the words of an equal job
+    (the reason memo): the straightforward path the tests compare the memoised one with. The
+    signature memos stay: they decide when a job is looked at (see :meth:`_evaluate`)."""
+
     def __init__(self, snapshot: Snapshot, config: EngineConfig) -> None:
         self.snap = snapshot
         self.config = config
@@ -1042,11 +1063,9 @@ class _Cycle:
         self._final = True
         self._frames: dict[tuple[int, int, str, int], tuple[str, str]] = {}
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
-        self._reason_memo: dict[
-            int, tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
-        ] = {}
+        self._reason_memo: dict[int, _Words] = {}
         # The loop below is the one place that runs once per pending job: kept flat.
-        memo = self._reason_memo
+        memo = self._reason_memo if self.memos else _Forgetful[int, _Words]()
         words = self._reason_words
         worded = self._pending_reason
         waiting_behind = ReasonCode.WAITING_BEHIND
