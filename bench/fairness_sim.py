@@ -3,7 +3,8 @@
     .venv/bin/python bench/fairness_sim.py [--days 14] [--seeds 5] [--cycle-minutes 10]
                                            [--guard-hours 2] [--max-holds 4] [--quick]
 
-Prints each team's share of GPU-hours against its weight, the worst relative deviation, and
+Prints each team's share of cost-weighted GPU-hours (the unit fair share divides; plain
+GPU-hours below it) against its weight, the worst relative deviation, and
 waits (median, 95th percentile, worst including jobs still queued) per seed. The same
 simulation asserts in tests/scheduling/engine/test_fairness.py.
 """
@@ -51,6 +52,7 @@ def main() -> int:
         t0 = time.perf_counter()
         r = simulate(days=args.days, seed=seed, cycle_minutes=args.cycle_minutes, config=config)
         shares = r.shares()
+        plain = r.gpu_hour_shares()
         dev = max(abs(shares[t] / (w / total) - 1) for t, w in WEIGHTS.items())
         worst = max(worst, dev)
         print(
@@ -58,6 +60,7 @@ def main() -> int:
             + ", ".join(f"{t} {shares[t]:.1%}" for t in WEIGHTS)
             + f"; worst deviation {dev:.1%} ({r.cycles} cycles, {time.perf_counter() - t0:.1f} s)"
         )
+        print("  plain GPU-hours: " + ", ".join(f"{t} {plain[t]:.1%}" for t in WEIGHTS))
         for team in WEIGHTS:
             waits = sorted(r.waits_hours[team])
             p95 = waits[int(0.95 * (len(waits) - 1))] if waits else 0.0

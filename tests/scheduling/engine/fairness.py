@@ -5,7 +5,8 @@ nodes in one cluster, 8 L4 on two nodes in another) over simulated days. Arrival
 (seeded): by default 2 jobs an hour per team of 1, 2 or 4 GPUs (some as 2-replica gangs) for
 about 2 hours, so each team offers ~9 GPUs of work, more than even carol's 8; the pool is
 1.65x overloaded. A team's queue is capped (the portal's "max queued jobs"), so what is
-measured is the split of a saturated pool. No team has nominal quota: the GPUs are the
+measured is the split of a saturated pool, in cost-weighted GPU-hours: the unit of the usage
+ledger and so of fair share (``SimResult.shares``). No team has nominal quota: the GPUs are the
 cohort's (``CohortQuota``), so the split comes from the fair-share order alone.
 
 Each cycle (every ``cycle_minutes``): finish jobs whose time is up, accrue decayed,
@@ -74,14 +75,31 @@ class SimResult:
     """GPU-hours and waits per team, measured after the warm-up."""
 
     gpu_hours: dict[str, float]
+    """Plain GPU-hours (an A100-hour and an L4-hour count the same)."""
     waits_hours: dict[str, list[float]]
     admitted: dict[str, int]
     dropped: dict[str, int] = field(default_factory=dict)
     oldest_queued_hours: dict[str, float] = field(default_factory=dict)
     """Per team, how long its oldest job still queued at the end had waited."""
     cycles: int = 0
+    weighted_gpu_hours: dict[str, float] = field(default_factory=dict)
+    """GPU-hours times the model's cost factor: the unit of the usage ledger, which is what
+    fair share divides between the teams."""
 
     def shares(self) -> dict[str, float]:
+        """Each team's share of the cost-weighted GPU-hours delivered: what the weights split.
+
+        Fair share charges a team its usage in cost-weighted GPU-hours (``Usage``), so an
+        A100-hour (cost 4) weighs as much as 2.7 L4-hours (cost 1.5). Counting plain GPU-hours
+        instead credits a team for the cheap GPUs it ran on and debits the team that took the
+        expensive ones: the lowest-share team is served first, takes the A100 when its list
+        allows, and so looked short of its weight in GPU-hours while its cost-weighted share
+        was on target (see docs/scheduling.md, "fairness")."""
+        total = sum(self.weighted_gpu_hours.values())
+        return {t: h / total for t, h in self.weighted_gpu_hours.items()}
+
+    def gpu_hour_shares(self) -> dict[str, float]:
+        """Each team's share of the plain GPU-hours delivered (for information)."""
         total = sum(self.gpu_hours.values())
         return {t: h / total for t, h in self.gpu_hours.items()}
 
@@ -123,6 +141,7 @@ def simulate(
     usage = {(t, m): 0.0 for t in WEIGHTS for m in cost}
     result = SimResult(
         gpu_hours=dict.fromkeys(WEIGHTS, 0.0),
+        weighted_gpu_hours=dict.fromkeys(WEIGHTS, 0.0),
         waits_hours={t: [] for t in WEIGHTS},
         admitted=dict.fromkeys(WEIGHTS, 0),
         dropped=dict.fromkeys(WEIGHTS, 0),
@@ -147,6 +166,7 @@ def simulate(
             usage[(run.job.team, run.model)] += hours * cost[run.model]
             if now >= warm:
                 result.gpu_hours[run.job.team] += hours
+                result.weighted_gpu_hours[run.job.team] += hours * cost[run.model]
         # 3. Arrivals (Poisson per team), refused when the team's queue is full.
         for team in WEIGHTS:
             for _ in range(_poisson(rnd, arrivals_per_hour * cycle_minutes / 60)):
