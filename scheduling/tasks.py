@@ -13,13 +13,16 @@ from scheduling.usage import usage_account
 log = logging.getLogger(__name__)
 
 CYCLE_PENDING_KEY = "scheduling:cycle-requested"
+# How soon a cycle that found another one running tries again.
+CYCLE_BUSY_RETRY_SECONDS = 0.2
 
 
 @shared_task(name="scheduling.run_cycle", ignore_result=True)
 def run_cycle_task() -> None:
     # Clear the coalescing flag first: a trigger that arrives while we run enqueues another.
     cache.delete(CYCLE_PENDING_KEY)
-    run_cycle()
+    if not run_cycle().ran:
+        cycle_request(after=CYCLE_BUSY_RETRY_SECONDS)
 
 
 @shared_task(name="scheduling.account_usage", ignore_result=True)
@@ -27,14 +30,18 @@ def account_usage_task() -> None:
     usage_account()
 
 
-def cycle_request() -> None:
+def cycle_request(*, after: float = 0.0) -> None:
     """Ask for a cycle soon; many requests within a moment become one task (coalesced).
+
+    A request that arrives while a cycle runs is owed a cycle after it (the running one may
+    have loaded its snapshot before the job was queued): its task finds the lock taken and
+    asks again ``after`` a moment, instead of leaving the job to beat's next tick.
 
     Best effort by design: the job table is the truth and beat runs a cycle every few seconds,
     so a broker hiccup here delays a job, it never loses one, and never fails the request.
     """
     try:
         if cache.add(CYCLE_PENDING_KEY, 1, timeout=30):
-            run_cycle_task.delay()
+            run_cycle_task.apply_async(countdown=after or None)
     except Exception:  # broker or cache down: beat's next cycle covers it
         log.warning("could not request a scheduling cycle; beat will run one", exc_info=True)

@@ -242,3 +242,38 @@ def test_a_job_on_a_mig_slice_is_charged_to_that_slice_only(bob, vision, pool, q
     small.refresh_from_db()
     big.refresh_from_db()
     assert (small.state, big.state) == (JobState.ADMITTED, JobState.ADMITTED)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cycle_requested_while_another_runs_is_run_after_it(bob, vision, pool, quota):
+    """The trigger of a job queued during a running cycle must not be swallowed by the lock:
+    its task, finding the lock taken, asks again a moment later (not at beat's next tick)."""
+    from celery.signals import after_task_publish
+    from django.core.cache import cache
+    from django.db import connections
+
+    from scheduling.tasks import CYCLE_PENDING_KEY, cycle_request, run_cycle_task
+
+    published: list[dict] = []
+
+    def seen(sender=None, headers=None, **_):
+        if sender == "scheduling.run_cycle":
+            published.append(headers or {})
+
+    after_task_publish.connect(seen, weak=False)
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+        cache.delete(CYCLE_PENDING_KEY)
+        run_cycle_task()  # runs here, finds the lock taken
+        assert cache.get(CYCLE_PENDING_KEY), "a cycle is still owed"
+        assert len(published) == 1 and published[0].get("eta"), "asked again, a moment later"
+        cycle_request()  # another trigger meanwhile joins the owed cycle
+        assert len(published) == 1
+    finally:
+        after_task_publish.disconnect(seen)
+        cache.delete(CYCLE_PENDING_KEY)
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+        other.close()
