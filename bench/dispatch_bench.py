@@ -50,19 +50,19 @@ nodePools:
 """
 
 
-def recreate_database() -> None:
+def recreate_database(name: str = BENCH_DB) -> None:
     import psycopg
 
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def drop_database() -> None:
+def drop_database(name: str = BENCH_DB) -> None:
     import psycopg
 
     with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def worker_env() -> dict[str, str]:
@@ -90,9 +90,11 @@ def setup_django() -> None:
     call_command("seed_catalog", verbosity=0)
 
 
-def start_kubesim(tmp: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def start_kubesim(
+    tmp: Path, cluster_config: str = KUBESIM_CONFIG
+) -> tuple[subprocess.Popen[bytes], Path]:
     config, kubeconfig = tmp / "kubesim.yaml", tmp / "kubeconfig.yaml"
-    config.write_text(KUBESIM_CONFIG)
+    config.write_text(cluster_config)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubesim", "--config", str(config), "--kubeconfig",
          str(kubeconfig), "--clock-speed", "1"],
@@ -107,7 +109,15 @@ def start_kubesim(tmp: Path) -> tuple[subprocess.Popen[bytes], Path]:
     return proc, kubeconfig
 
 
-def start_workers(count: int, concurrency: int, log_dir: Path) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    count: int,
+    concurrency: int,
+    log_dir: Path,
+    *,
+    queues: str = QUEUE,
+    env: dict[str, str] | None = None,
+) -> list[subprocess.Popen[bytes]]:
+    """``count`` Celery worker processes (thread pools) on ``queues``, once all answer a ping."""
     procs = []
     for i in range(count):
         log = (log_dir / f"worker{i}.log").open("wb")
@@ -121,7 +131,7 @@ def start_workers(count: int, concurrency: int, log_dir: Path) -> list[subproces
                     "portal",
                     "worker",
                     "-Q",
-                    QUEUE,
+                    queues,
                     "-P",
                     "threads",
                     "-c",
@@ -135,7 +145,7 @@ def start_workers(count: int, concurrency: int, log_dir: Path) -> list[subproces
                     f"bench{i}-{QUEUE}@%h",
                 ],
                 cwd=ROOT,
-                env=worker_env(),
+                env=env or worker_env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
