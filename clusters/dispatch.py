@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +110,7 @@ def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
 # The manifest
 # ---------------------------------------------------------------------------------------------
 _NODES_TTL = 30.0
-_nodes_cache: dict[tuple[int | None, int | None], tuple[float, list[Node]]] = {}
+_nodes_cache: dict[tuple[int | None, int | None], tuple[float, list[Node], dict[str, Node]]] = {}
 
 
 def _model_nodes(job: Job) -> list[Node]:
@@ -122,9 +124,10 @@ def _model_nodes(job: Job) -> list[Node]:
                 "name", "gpu_resource", "labels"
             )
         )
-        _nodes_cache[key] = cached = (time.monotonic(), nodes)
-    planned = set(job.node_plan or [])
-    return [n for n in cached[1] if n.name in planned] or cached[1]
+        _nodes_cache[key] = cached = (time.monotonic(), nodes, {n.name: n for n in nodes})
+    by_name = cached[2]
+    planned = [by_name[name] for name in dict.fromkeys(job.node_plan or []) if name in by_name]
+    return planned or cached[1]
 
 
 def _node_selector(cluster: Cluster, job: Job, nodes: list[Node]) -> dict[str, str]:
@@ -183,8 +186,16 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 # Dispatch
 # ---------------------------------------------------------------------------------------------
+def _jobs() -> Any:
+    """Jobs with what a dispatch reads (the scheduler's explanation and reason are left out:
+    they are the largest columns and no manifest needs them)."""
+    return Job.objects.select_related("cluster", "gpu_model", "team").defer(
+        "placement", "pending_reason", "gpu_models", "team__description"
+    )
+
+
 def _load(job_id: int) -> Job | None:
-    return Job.objects.select_related("cluster", "gpu_model", "team").filter(pk=job_id).first()
+    return _jobs().filter(pk=job_id).first()
 
 
 def _fail(job: Job, reason: str, message: str) -> Outcome:
@@ -395,6 +406,21 @@ def _submitted(
 # ---------------------------------------------------------------------------------------------
 # Dispatch in batches (what the scheduling cycle's admissions use)
 # ---------------------------------------------------------------------------------------------
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _create_pool() -> ThreadPoolExecutor:
+    """The process's threads for creates in flight, shared by every batch it runs (threads
+    are not free to start, and each cluster's own semaphore bounds what reaches it)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            size = max(1, settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT)
+            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="dispatch")
+        return _pool
+
+
 def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
     """Dispatch many ADMITTED jobs with a few statements for the lot; returns the ids to hand
     to the one-job path (:func:`job_dispatch`), which owns retries, 409s and failures.
@@ -404,15 +430,9 @@ def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
     rate limit), then one bulk compare-and-set moves the created ones to SUBMITTED and one
     statement records them. Anything unusual goes to the careful path one job at a time.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from portal.jobs.state import Change, jobs_transition_bulk
 
-    jobs = list(
-        Job.objects.select_related("cluster", "gpu_model", "team").filter(
-            pk__in=job_ids, state=JobState.ADMITTED
-        )
-    )
+    jobs = list(_jobs().filter(pk__in=job_ids, state=JobState.ADMITTED))
     if not jobs:
         return []
     Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
@@ -439,9 +459,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
         except KubeError:
             return None
 
-    threads = max(1, min(len(work), 8, settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dispatch") as pool:
-        created = list(pool.map(create, work))
+    created = list(_create_pool().map(create, work))
     done: list[tuple[Job, str, dict[str, Any], str]] = []
     for (job, namespace, _, _), obj in zip(work, created, strict=True):
         if obj is None:

@@ -27,12 +27,21 @@ WINDOW_SECONDS = 0.1
 
 
 class SharedRateLimiter:
-    """At most ``rate`` requests per second to one cluster, counted in the shared cache."""
+    """At most ``rate`` requests per second to one cluster, counted in the shared cache.
+
+    Each process takes its slots from the shared window a few at a time (one cache round
+    trip for several requests, which matters at hundreds of creates per second) and hands them
+    out locally. Slots are only good in the window they were counted in: an unused one is
+    lost with its window, so the limit can be under-used a little, never exceeded.
+    """
 
     def __init__(self, key: str, rate: float) -> None:
         self.key = f"clusters:rate:{key}"
         self.per_window = max(1, round(rate * WINDOW_SECONDS))
+        self.chunk = max(1, -(-self.per_window // 4))
         self._local = threading.Lock()
+        self._window = -1
+        self._slots = 0
 
     def acquire(self) -> float:
         """Wait for a slot; returns the seconds waited."""
@@ -40,15 +49,25 @@ class SharedRateLimiter:
         while True:
             now = time.time()
             window = int(now / WINDOW_SECONDS)
-            slot = f"{self.key}:{window}"
-            try:
-                cache.add(slot, 0, timeout=2)
-                count = cache.incr(slot)
-            except Exception:  # cache down or evicted between add and incr: do not block
-                log.debug("rate limiter cache unavailable; not limiting", exc_info=True)
-                return waited
-            if count <= self.per_window:
-                return waited
+            with self._local:
+                if self._window == window and self._slots > 0:
+                    self._slots -= 1
+                    return waited
+                try:
+                    granted = self._take(window)
+                except Exception:  # cache down or evicted between add and incr: do not block
+                    log.debug("rate limiter cache unavailable; not limiting", exc_info=True)
+                    return waited
+                if granted:
+                    self._window, self._slots = window, granted - 1
+                    return waited
             pause = (window + 1) * WINDOW_SECONDS - now + 0.001
             time.sleep(pause)
             waited += pause
+
+    def _take(self, window: int) -> int:
+        """Count up to ``chunk`` slots of ``window`` in the cache; how many were free."""
+        slot = f"{self.key}:{window}"
+        cache.add(slot, 0, timeout=2)
+        count = cache.incr(slot, self.chunk)
+        return max(0, min(self.chunk, self.per_window - (count - self.chunk)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import threading
 import time
 
 import pytest
@@ -51,3 +52,29 @@ def test_errors_come_back_in_words(sim):
         client.list_nodes()
     assert caught.value.transient and "503" in caught.value.message
     client.close()
+
+
+@pytest.mark.django_db
+def test_limiters_of_several_processes_share_one_budget_per_window():
+    """Each process takes slots a few at a time; together they never exceed the window."""
+    key = f"shared-{time.time()}"
+    limiters = [SharedRateLimiter(key, rate=200) for _ in range(3)]  # 20 per 100 ms window
+    granted: list[float] = []
+    lock = threading.Lock()
+
+    def hammer(limiter: SharedRateLimiter) -> None:
+        for _ in range(30):
+            limiter.acquire()
+            with lock:
+                granted.append(time.monotonic())
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=hammer, args=(lim,)) for lim in limiters for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(granted) == 180
+    # 180 requests at 20 per window need 9 windows (the first may be nearly over), where
+    # three budgets of their own would have let them through in 3.
+    assert max(granted) - started >= 0.7
