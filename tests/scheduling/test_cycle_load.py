@@ -1,0 +1,122 @@
+"""The cycle's snapshot reads timestamps and JSON columns in cheap forms; they must read exact.
+
+``EpochMicroseconds`` turns a timestamp into an integer in SQL (a different expression on each
+database) and ``json_tuple`` parses each distinct JSON text once. A rounding slip would reorder
+jobs submitted in the same second, so both databases are checked to the microsecond.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db.models import F
+
+from portal.models import Job
+from scheduling import cycle, engine
+from scheduling.cycle import EpochMicroseconds, from_epoch_us, json_tuple
+from tests.factories import JobFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+UTC = dt.UTC
+TIMES = [
+    dt.datetime(2026, 12, 3, 13, 0, 0, tzinfo=UTC),
+    dt.datetime(2026, 12, 3, 13, 0, 0, 1, tzinfo=UTC),
+    dt.datetime(2026, 12, 3, 13, 0, 0, 999_999, tzinfo=UTC),
+    dt.datetime(2031, 2, 28, 23, 59, 59, 123_456, tzinfo=UTC),
+    dt.datetime(2001, 9, 9, 1, 46, 40, 500_000, tzinfo=dt.timezone(dt.timedelta(hours=5))),
+]
+
+
+@pytest.mark.django_db
+def test_submit_times_read_as_epoch_microseconds_are_exact_on_postgresql(bob, vision):
+    ids = [JobFactory(team=vision, owner=bob, submitted_at=t).pk for t in TIMES]
+    read = dict(
+        Job.objects.filter(pk__in=ids)
+        .annotate(us=EpochMicroseconds(F("submitted_at")))
+        .values_list("pk", "us")
+    )
+    assert [from_epoch_us(read[pk]) for pk in ids] == TIMES
+
+
+@pytest.mark.django_db
+def test_the_snapshot_keeps_submit_order_and_model_lists(bob, vision):
+    later = JobFactory(team=vision, owner=bob, submitted_at=TIMES[2], gpu_models=["t4", "l4"])
+    first = JobFactory(team=vision, owner=bob, submitted_at=TIMES[1], gpu_models=[])
+    loaded = cycle.snapshot_load(now=TIMES[3], config=cycle.engine_config())
+    pending = {p.id: p for p in loaded.snapshot.pending}
+    assert pending[str(first.public_id)].submitted_at == TIMES[1]
+    assert pending[str(later.public_id)].submitted_at == TIMES[2]
+    assert pending[str(later.public_id)].requirement.models == ("t4", "l4")
+    assert pending[str(first.public_id)].requirement == engine.Requirement(models=())
+
+
+def test_json_tuple_parses_lists_and_treats_empty_text_as_empty():
+    assert json_tuple('["a100-80gb", "t4"]') == ("a100-80gb", "t4")
+    assert json_tuple("[]") == () == json_tuple(None) == json_tuple("")
+
+
+SQLITE_CHECK = """
+import datetime as dt
+from django.db.models import F
+from portal.models import Job, Team
+from django.contrib.auth import get_user_model
+from scheduling.cycle import EpochMicroseconds, from_epoch_us
+UTC = dt.UTC
+times = [
+    dt.datetime(2026, 12, 3, 13, 0, 0, tzinfo=UTC),
+    dt.datetime(2026, 12, 3, 13, 0, 0, 1, tzinfo=UTC),
+    dt.datetime(2031, 2, 28, 23, 59, 59, 999_999, tzinfo=UTC),
+]
+team = Team.objects.create(name="T", slug="t")
+owner = get_user_model().objects.create(username="u")
+ids = [
+    Job.objects.create(
+        team=team, owner=owner, name=f"j{i}", image="x", cpu_millicores=1000, memory_mib=1024,
+        max_runtime_seconds=60, submitted_at=t, state_changed_at=t,
+    ).pk
+    for i, t in enumerate(times)
+]
+read = dict(Job.objects.annotate(us=EpochMicroseconds(F("submitted_at"))).values_list("pk", "us"))
+got = [from_epoch_us(read[pk]) for pk in ids]
+assert got == times, got
+print("exact")
+"""
+
+
+def test_submit_times_read_as_epoch_microseconds_are_exact_on_sqlite(tmp_path):
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO_ALLOW_ASYNC")},
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "GPUPOOL_VAR_DIR": str(tmp_path),
+    }
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    migrated = manage("migrate", "--no-input", "-v0")
+    assert migrated.returncode == 0, migrated.stderr
+    checked = manage("shell", "-c", SQLITE_CHECK)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.strip().endswith("exact")
+
+
+def test_the_collector_is_paused_for_the_cycle_and_back_after_an_error():
+    import gc
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), cycle.collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("the engine failed")
+    assert gc.isenabled()
