@@ -16,7 +16,6 @@ from types import FrameType
 
 from kubesim.cluster import KubeSim
 from kubesim.config import ConfigError, load_config
-from kubesim.schema import load_crds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,9 +61,6 @@ def main(argv: list[str] | None = None) -> int:
         token=args.token,
         extra_hosts=extra_hosts,
     )
-    # Compile the CRDs' fast-path validators now, not on the first create (about 0.5 s).
-    for crd in load_crds().values():
-        crd.compile()
     # A dedicated server process: move the large, long-lived object graph (CRD schemas,
     # nodes) out of the collector's way and collect less often; with 20,000 pods the default
     # thresholds make cyclic GC a third of the scheduling time.
