@@ -243,6 +243,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_IGNORE_RESULT = True
+# Celery's Django fixup closes every database connection around each task unless this is set;
+# portal/celery.py applies Django's own rule (CONN_MAX_AGE, health checks) at task boundaries
+# instead, and the fixup only recycles a thread's connections every this many tasks.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
