@@ -24,6 +24,7 @@ Cancel (``CANCELLING → CANCELLED``) and eviction (``PREEMPTING → QUEUED``)
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -243,29 +245,54 @@ _RECORD_FIELDS = [
 def _records_upsert(rows: list[tuple[Job, str, dict[str, Any], str]]) -> None:
     """Upsert VolcanoJobRecords in one statement (a requeued job already has one)."""
     now = timezone.now()
-    records = []
+    values = []
     for job, namespace, obj, uid in rows:
         meta = obj.get("metadata") or {}
-        records.append(
-            VolcanoJobRecord(
-                job_id=job.pk,
-                cluster_id=job.cluster_id,
-                namespace=namespace,
-                name=meta.get("name", ""),
-                submission_uid=uid,
-                uid=str(meta.get("uid") or ""),
-                phase=str(((obj.get("status") or {}).get("state") or {}).get("phase") or ""),
-                retry_count=0,
-                pods={},
-                reported=[],
-                created_at=now,
-                seen_at=now,
-                deleted_at=None,
-            )
+        values.append(
+            {
+                "job_id": job.pk,
+                "cluster_id": job.cluster_id,
+                "namespace": namespace,
+                "name": meta.get("name", ""),
+                "submission_uid": uid,
+                "uid": str(meta.get("uid") or ""),
+                "phase": str(((obj.get("status") or {}).get("state") or {}).get("phase") or ""),
+                "retry_count": 0,
+                "pods": {},
+                "reported": [],
+                "created_at": now,
+                "seen_at": now,
+                "deleted_at": None,
+            }
         )
-    if records:
-        VolcanoJobRecord.objects.bulk_create(
-            records, update_conflicts=True, unique_fields=["job"], update_fields=_RECORD_FIELDS
+    if not values:
+        return
+    if connection.vendor == "postgresql":
+        _records_upsert_postgres(values)
+        return
+    VolcanoJobRecord.objects.bulk_create(
+        [VolcanoJobRecord(**v) for v in values],
+        update_conflicts=True,
+        unique_fields=["job"],
+        update_fields=_RECORD_FIELDS,
+    )
+
+
+def _records_upsert_postgres(values: list[dict[str, Any]]) -> None:
+    """``INSERT … SELECT FROM jsonb_to_recordset(%s) ON CONFLICT (job_id) DO UPDATE``: the same
+    upsert as ``bulk_create(update_conflicts=True)`` at a fraction of its CPU (one parameter,
+    no model instances, no per-field compilation), paid for every job a dispatch creates."""
+    meta = VolcanoJobRecord._meta
+    fields = [meta.get_field(name) for name in ["job", *_RECORD_FIELDS]]
+    typed = ", ".join(f'"{f.column}" {f.db_type(connection)}' for f in fields)
+    names = ", ".join(f'"{f.column}"' for f in fields)
+    updates = ", ".join(f'"{f.column}" = EXCLUDED."{f.column}"' for f in fields[1:])
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {meta.db_table} ({names}) "  # noqa: S608 - names from the model
+            f"SELECT {names} FROM jsonb_to_recordset(%s::jsonb) AS v({typed}) "
+            f"ON CONFLICT (job_id) DO UPDATE SET {updates}",
+            [json.dumps(values, default=str)],
         )
 
 
@@ -467,20 +494,24 @@ def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
         else:
             done.append((job, namespace, obj, submission_uid(job)))
     if done:
-        _records_upsert(done)  # before the transition, as in the one-job path
-        won = jobs_transition_bulk(
-            changes=[
-                Change(
-                    job_id=job.pk,
-                    updates={"volcano_job_name": obj["metadata"]["name"]},
-                    message=f"Volcano Job {ns}/{obj['metadata']['name']} created on {job.cluster}.",
-                )
-                for job, ns, obj, _ in done
-            ],
-            expected=JobState.ADMITTED,
-            to=JobState.SUBMITTED,
-            reason="Submitted",
-        )
+        # Records and transition commit together: one WAL flush per batch, and no moment where
+        # a record exists for a job still ADMITTED (the reconcile would adopt it anyway).
+        with transaction.atomic():
+            _records_upsert(done)
+            won = jobs_transition_bulk(
+                changes=[
+                    Change(
+                        job_id=job.pk,
+                        updates={"volcano_job_name": obj["metadata"]["name"]},
+                        message=f"Volcano Job {ns}/{obj['metadata']['name']} created on "
+                        f"{job.cluster}.",
+                    )
+                    for job, ns, obj, _ in done
+                ],
+                expected=JobState.ADMITTED,
+                to=JobState.SUBMITTED,
+                reason="Submitted",
+            )
         _observe_submitted([job for job, *_ in done if job.pk in won])
         for job, namespace, obj, _ in done:
             if job.pk in won:

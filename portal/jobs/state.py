@@ -195,37 +195,50 @@ def jobs_transition_bulk(
         return set()
     now = now or timezone.now()
     base = {**_timestamp_updates(to, now), "state": to, "state_changed_at": now}
-    with transaction.atomic():
+    event = _Event(from_state=expected, to_state=to, reason=reason, at=now)
+    # No savepoint: a caller's transaction (a dispatch batch's) takes this one in whole.
+    with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
-            won = _bulk_cas_postgres(changes, expected, base)
+            won = _bulk_cas_postgres(changes, expected, base, event)
         else:
             won = _bulk_cas_locked(changes, expected, base)
-        by_id = {c.job_id: c for c in changes}
-        JobEvent.objects.bulk_create(
-            [
-                JobEvent(
-                    job_id=job_id,
-                    created_at=now,
-                    from_state=expected,
-                    to_state=to,
-                    reason=reason,
-                    message=by_id[job_id].message,
-                )
-                for job_id in sorted(won)
-            ],
-            batch_size=1000,
-        )
+            by_id = {c.job_id: c for c in changes}
+            JobEvent.objects.bulk_create(
+                [
+                    JobEvent(
+                        job_id=job_id,
+                        created_at=now,
+                        from_state=expected,
+                        to_state=to,
+                        reason=reason,
+                        message=by_id[job_id].message,
+                    )
+                    for job_id in sorted(won)
+                ],
+                batch_size=1000,
+            )
         if won:
             _notify_released(to)
     return won
 
 
+@dataclass(frozen=True)
+class _Event:
+    from_state: JobState
+    to_state: JobState
+    reason: str
+    at: dt.datetime
+
+
 def _bulk_cas_postgres(
-    changes: Sequence[Change], expected: JobState, base: Mapping[str, Any]
+    changes: Sequence[Change], expected: JobState, base: Mapping[str, Any], event: _Event
 ) -> set[int]:
-    """``UPDATE … FROM jsonb_to_recordset(%s) WHERE id = v.id AND state = expected RETURNING
-    id``: the compare-and-set of every row in one statement with one parameter (thousands of
-    scalar or array parameters cost more to quote and parse than the update costs to run)."""
+    """One statement: the compare-and-set of every row (``UPDATE … FROM jsonb_to_recordset(%s)
+    WHERE id = v.id AND state = expected RETURNING id``) and the events of the rows that won.
+
+    One JSON parameter carries every row: thousands of scalar or array parameters cost more to
+    quote and parse than the update costs to run, and building JobEvent instances for
+    ``bulk_create`` cost more than the insert."""
     keys = sorted(changes[0].updates)
     if any(sorted(c.updates) != keys for c in changes):
         raise ValueError("every change of a bulk transition must set the same fields")
@@ -233,18 +246,34 @@ def _bulk_cas_postgres(
     fixed = [(Job._meta.get_field(k), v) for k, v in base.items() if k not in changes[0].updates]
     assignments = [f'"{f.column}" = %s' for f, _ in fixed]
     assignments += [f'"{f.column}" = v."{f.column}"' for f in fields]
-    record = ", ".join(["id bigint", *(f'"{f.column}" {f.db_type(connection)}' for f in fields)])
+    record = ", ".join(
+        [
+            "id bigint",
+            "event_message text",
+            *(f'"{f.column}" {f.db_type(connection)}' for f in fields),
+        ]
+    )
     rows = [
-        {"id": c.job_id, **{f.column: c.updates[k] for f, k in zip(fields, keys, strict=True)}}
+        {
+            "id": c.job_id,
+            "event_message": c.message,
+            **{f.column: c.updates[k] for f, k in zip(fields, keys, strict=True)},
+        }
         for c in changes
     ]
-    params: list[Any] = [f.get_db_prep_save(v, connection) for f, v in fixed]
-    params += [json.dumps(rows, default=str), expected]
+    params: list[Any] = [json.dumps(rows, default=str)]
+    params += [f.get_db_prep_save(v, connection) for f, v in fixed]
+    params += [expected, event.at, event.from_state, event.to_state, event.reason]
     with connection.cursor() as cur:
         cur.execute(
-            f"UPDATE portal_job AS j SET {', '.join(assignments)} "  # noqa: S608
-            f"FROM jsonb_to_recordset(%s::jsonb) AS v({record}) "
-            "WHERE j.id = v.id AND j.state = %s RETURNING j.id",
+            f"WITH v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x({record})), "  # noqa: S608
+            f"won AS (UPDATE portal_job AS j SET {', '.join(assignments)} FROM v "
+            "WHERE j.id = v.id AND j.state = %s RETURNING j.id), "
+            "events AS (INSERT INTO portal_jobevent "
+            "(job_id, created_at, from_state, to_state, reason, message, actor_id) "
+            "SELECT won.id, %s, %s, %s, %s, v.event_message, NULL FROM won JOIN v USING (id) "
+            "ORDER BY won.id) "
+            "SELECT id FROM won",
             params,
         )
         return {row[0] for row in cur.fetchall()}
