@@ -362,6 +362,9 @@ LOGGING = {
 # ---------------------------------------------------------------------------------------------
 GPUPOOL_SCHEDULER_INTERVAL_SECONDS = env_int("GPUPOOL_SCHEDULER_INTERVAL_SECONDS", 5, minimum=1)
 GPUPOOL_SCHEDULER_LOOKBACK = env_int("GPUPOOL_SCHEDULER_LOOKBACK", 1000, minimum=1)
+# Triggered cycles (submit, finish, cancel) start at most this often: under a stream of submits
+# back-to-back cycles would each reload every running job for a handful of new ones.
+GPUPOOL_SCHEDULER_MIN_GAP_MS = env_int("GPUPOOL_SCHEDULER_MIN_GAP_MS", 300)
 GPUPOOL_STARVATION_WAIT_MINUTES = env_int("GPUPOOL_STARVATION_WAIT_MINUTES", 120, minimum=1)
 GPUPOOL_USAGE_HALF_LIFE_HOURS = env_int("GPUPOOL_USAGE_HALF_LIFE_HOURS", 7 * 24, minimum=1)
 GPUPOOL_PREEMPTION = env_bool("GPUPOOL_PREEMPTION", True)

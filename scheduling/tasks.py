@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
+from django.conf import settings
 from django.core.cache import cache
 
 from scheduling.cycle import run_cycle
@@ -13,6 +15,7 @@ from scheduling.usage import usage_account
 log = logging.getLogger(__name__)
 
 CYCLE_PENDING_KEY = "scheduling:cycle-requested"
+CYCLE_STARTED_KEY = "scheduling:cycle-started-at"
 # How soon a cycle that found another one running tries again.
 CYCLE_BUSY_RETRY_SECONDS = 0.2
 
@@ -21,6 +24,7 @@ CYCLE_BUSY_RETRY_SECONDS = 0.2
 def run_cycle_task() -> None:
     # Clear the coalescing flag first: a trigger that arrives while we run enqueues another.
     cache.delete(CYCLE_PENDING_KEY)
+    cache.set(CYCLE_STARTED_KEY, time.time(), timeout=60)
     if not run_cycle().ran:
         cycle_request(after=CYCLE_BUSY_RETRY_SECONDS)
 
@@ -37,11 +41,25 @@ def cycle_request(*, after: float = 0.0) -> None:
     have loaded its snapshot before the job was queued): its task finds the lock taken and
     asks again ``after`` a moment, instead of leaving the job to beat's next tick.
 
+    Triggered cycles start at least ``GPUPOOL_SCHEDULER_MIN_GAP_MS`` apart: under a stream of
+    submits, back-to-back cycles would each reload every running job to admit a handful of new
+    ones, while one cycle a few hundred milliseconds later admits them all at once.
+
     Best effort by design: the job table is the truth and beat runs a cycle every few seconds,
     so a broker hiccup here delays a job, it never loses one, and never fails the request.
     """
     try:
         if cache.add(CYCLE_PENDING_KEY, 1, timeout=30):
-            run_cycle_task.apply_async(countdown=after or None)
+            delay = max(after, _until_gap_over())
+            run_cycle_task.apply_async(countdown=delay or None)
     except Exception:  # broker or cache down: beat's next cycle covers it
         log.warning("could not request a scheduling cycle; beat will run one", exc_info=True)
+
+
+def _until_gap_over() -> float:
+    """Seconds until the minimum gap since the last cycle's start has passed (0 when it has)."""
+    gap = settings.GPUPOOL_SCHEDULER_MIN_GAP_MS / 1000
+    started = cache.get(CYCLE_STARTED_KEY) if gap else None
+    if started is None:
+        return 0.0
+    return min(gap, max(0.0, float(started) + gap - time.time()))

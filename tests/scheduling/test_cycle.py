@@ -277,3 +277,40 @@ def test_a_cycle_requested_while_another_runs_is_run_after_it(bob, vision, pool,
         with other.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
         other.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_triggered_cycles_start_at_least_the_minimum_gap_apart(settings):
+    """A trigger right after a cycle started waits out the gap; one after the gap runs now."""
+    import time
+
+    from celery.signals import after_task_publish
+    from django.core.cache import cache
+
+    from scheduling.tasks import CYCLE_PENDING_KEY, CYCLE_STARTED_KEY, cycle_request
+
+    settings.GPUPOOL_SCHEDULER_MIN_GAP_MS = 300
+    published: list[dict] = []
+
+    def seen(sender=None, headers=None, **_):
+        if sender == "scheduling.run_cycle":
+            published.append(headers or {})
+
+    after_task_publish.connect(seen, weak=False)
+    try:
+        cache.delete(CYCLE_PENDING_KEY)
+        cache.set(CYCLE_STARTED_KEY, time.time())
+        cycle_request()
+        assert len(published) == 1 and published[0].get("eta"), "held back until the gap is over"
+        eta = dt.datetime.fromisoformat(published[0]["eta"])
+        wait = (eta - timezone.now()).total_seconds()
+        assert 0.1 < wait <= 0.3
+
+        cache.delete(CYCLE_PENDING_KEY)
+        cache.set(CYCLE_STARTED_KEY, time.time() - 5)
+        cycle_request()
+        assert len(published) == 2 and not published[1].get("eta"), "long after: at once"
+    finally:
+        after_task_publish.disconnect(seen)
+        cache.delete(CYCLE_PENDING_KEY)
+        cache.delete(CYCLE_STARTED_KEY)
