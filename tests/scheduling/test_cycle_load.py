@@ -84,11 +84,24 @@ ids = [
 read = dict(Job.objects.annotate(us=EpochMicroseconds(F("submitted_at"))).values_list("pk", "us"))
 got = [from_epoch_us(read[pk]) for pk in ids]
 assert got == times, got
+job = Job.objects.create(
+    team=team, owner=owner, name="bf16", image="x", cpu_millicores=1000, memory_mib=1024,
+    max_runtime_seconds=60, submitted_at=times[1], state_changed_at=times[1],
+    requires_bf16=True, gpu_models=["a100-80gb"], min_gpu_memory_gib=24,
+)
+from scheduling import cycle
+loaded = cycle.snapshot_load(now=times[2], config=cycle.engine_config())
+pending = {p.id: p for p in loaded.snapshot.pending}
+seen = pending[str(job.public_id)]
+assert seen.submitted_at == times[1], seen
+assert seen.requirement.bf16 is True and seen.requirement.fp8 is False, seen
+assert seen.requirement.models == ("a100-80gb",) and seen.requirement.min_memory_gib == 24.0
+assert loaded.job_pk[str(job.public_id)] == job.pk
 print("exact")
 """
 
 
-def test_submit_times_read_as_epoch_microseconds_are_exact_on_sqlite(tmp_path):
+def test_the_snapshot_reads_exactly_on_sqlite_too(tmp_path):
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO_ALLOW_ASYNC")},
         "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
