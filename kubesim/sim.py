@@ -34,7 +34,9 @@ from kubesim.objects import (
 from kubesim.quantity import resource_list_to_milli
 from kubesim.resources import Types
 from kubesim.runtime import (
+    API_BUSY_SECONDS,
     BUILTIN_NAMESPACES,
+    QUEUE_PUBLISH_SECONDS,
     STEP_SECONDS,
     STEP_SECONDS_UNDER_LOAD,
     Gang,
@@ -80,6 +82,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         self.ns_dirty = False
         self._step_now: float | None = None
         self._next_queue_publish = 0.0
+        self._settling = False
         self.sched_dirty = True
         self.capacity_epoch = 0
         self._timers: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -214,7 +217,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         """Whether a zero-time step would do something."""
         return bool(
             self.dirty_jobs
-            or self.dirty_queues
+            or (self.dirty_queues and self._queue_publish_due())
             or (self.sched_dirty and self.gangs)
             or (self._timers and self._timers[0][0] <= self.now())
             or self.ns_dirty
@@ -268,20 +271,31 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             self._namespace_gc()
         if self.closing_queues:
             self._sync_closing_queues()
-        if self.dirty_queues:
-            # Queue status is a summary: while pods are still being bound, publish it at
-            # most every 100 ms instead of after every step.
-            quiet = not (self.dirty_jobs or (self.sched_dirty and self.gangs))
-            if quiet or time.monotonic() >= self._next_queue_publish:
-                self._next_queue_publish = time.monotonic() + 0.1
-                self._publish_queues()
+        if self.dirty_queues and self._queue_publish_due():
+            self._next_queue_publish = time.monotonic() + QUEUE_PUBLISH_SECONDS
+            self._publish_queues()
+
+    def _queue_publish_due(self) -> bool:
+        """Queue status is a summary counted over every job: publish it at once when all is
+        quiet (or ``settle`` asks), else at most every ``QUEUE_PUBLISH_SECONDS``. Under a
+        stream of creates the simulation is quiet between two requests, and publishing after
+        each of those steps made the count quadratic in the jobs created."""
+        if time.monotonic() >= self._next_queue_publish:
+            return True
+        if self.dirty_jobs or (self.sched_dirty and self.gangs):
+            return False
+        return self._settling or time.monotonic() - self.last_api_request >= API_BUSY_SECONDS
 
     def settle(self, max_steps: int = 100_000) -> None:
         """Run zero-time work until nothing is left (timers in the future stay pending)."""
         with self.lock:
-            for _ in range(max_steps):
-                if not self.step():
-                    return
+            self._settling = True
+            try:
+                for _ in range(max_steps):
+                    if not self.step():
+                        return
+            finally:
+                self._settling = False
         log.warning("kubesim: settle() gave up after %d steps", max_steps)
 
     def advance(self, seconds: float) -> None:
@@ -341,7 +355,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                 waited += 1
             # While requests keep arriving, work in 1 ms slices so that the next one waits
             # at most about that long for the lock; otherwise use the normal slice.
-            recent = time.monotonic() - self.last_api_request < 0.02
+            recent = time.monotonic() - self.last_api_request < API_BUSY_SECONDS
             try:
                 more = self.step(STEP_SECONDS_UNDER_LOAD if recent else STEP_SECONDS)
             except Exception:  # a bug must not kill the cluster; it is logged loudly
@@ -352,6 +366,9 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                 continue
             with self.lock:
                 wait = self.clock.wall_seconds_until(self._timers[0][0]) if self._timers else None
+                if self.dirty_queues:  # a deferred queue status is due soon
+                    until = max(self._next_queue_publish - time.monotonic(), API_BUSY_SECONDS)
+                    wait = until if wait is None else min(wait, until)
             self.wake.wait(0.5 if wait is None else min(max(wait, 0.0005), 0.5))
             self.wake.clear()
 

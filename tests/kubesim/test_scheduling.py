@@ -261,3 +261,20 @@ def test_gangs_are_all_or_nothing_and_nodes_never_overcommitted(gangs):
             limits = pod["spec"]["containers"][0]["resources"]["limits"]
             used[node] = used.get(node, 0) + int(limits["nvidia.com/gpu"])
     assert all(total <= 4 for total in used.values()), json.dumps(used)
+
+
+def test_queue_status_keeps_up_with_a_stream_of_creates(sim, custom):
+    """Publishing is deferred while creates keep coming (it counts every job), never dropped:
+    the status catches up without anyone calling settle()."""
+    import time
+
+    for i in range(30):
+        create_job(custom, vcjob(f"stream-{i}", gpus=1, duration=100))
+    deadline = time.monotonic() + 5
+    while True:
+        status = sim.get("queues", "team-a").get("status") or {}
+        total = sum(status.get(k, 0) for k in ("pending", "inqueue", "running"))
+        if total == 30 or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert total == 30, status
