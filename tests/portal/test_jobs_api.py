@@ -29,6 +29,13 @@ def test_list_is_newest_first_and_filterable(api_as, bob, vision):
     assert client.get("/api/v1/jobs/?state=BOGUS").status_code == 400
 
 
+@pytest.mark.parametrize("team", ["\x00", "vis ion", "vision;--"])
+def test_a_team_filter_that_is_no_slug_is_a_400_naming_the_field(api_as, bob, vision, team):
+    response = api_as(bob).get("/api/v1/jobs/", {"team": team})
+    assert response.status_code == 400
+    assert "team" in response.json()["extra"]["fields"]
+
+
 def test_mine_narrows_to_my_own_jobs(api_as, alice, bob, vision):
     JobFactory(owner=alice, team=vision, name="alices")
     JobFactory(owner=bob, team=vision, name="bobs")
@@ -131,3 +138,12 @@ def test_a_job_whose_state_moved_under_the_cancel_is_retried(api_as, bob, vision
     # the caller still holds the stale QUEUED copy
     response = api_as(bob).post(f"/api/v1/jobs/{job.public_id}/cancel/")
     assert response.json()["state"] == "CANCELLING"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/", "/api/v1/queue/", "/jobs/", "/queue/"])
+def test_a_nul_in_any_query_parameter_is_a_400_not_a_database_error(client, bob, path):
+    client.force_login(bob)
+    response = client.get(path, {"team": "\x00", "model": "a\x00"})
+    assert response.status_code == 400
+    if path.startswith("/api/"):
+        assert set(response.json()["extra"]["fields"]) == {"model", "team"}
