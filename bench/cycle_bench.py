@@ -18,6 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from calibrate import calibration_line  # noqa: E402 - a sibling module, found through sys.path
 
 BENCH_DB = "gpupool_cyclebench"
 BASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool")
@@ -188,6 +191,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in m.items()}
     admitted = med["admitted"]
     print(f"cycle over {pending:,} queued jobs, 50 teams, 5 clusters x 60 nodes (median of {runs})")
+    print(f"  {calibration_line()}")
     print(f"  load      {med['load']:8.1f} ms")
     print(f"  decide    {med['decide']:8.1f} ms")
     print(

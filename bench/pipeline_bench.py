@@ -51,6 +51,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import dispatch_bench  # noqa: E402 - a sibling script, found through sys.path
 import submit_bench  # noqa: E402
+from calibrate import calibration_line  # noqa: E402
 
 BENCH_DB = "gpupool_pipelinebench"
 BASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool")
@@ -296,6 +297,7 @@ def report(args: argparse.Namespace, sent: Sent, used: dict[str, float]) -> bool
     if sent.errors:
         print(f"  WARNING: {sent.errors} jobs refused at submit, first: {sent.first_error}")
     print(f"  submitted in {sent.ended - sent.began:.2f} s; states afterwards: {states}")
+    print(f"  {calibration_line()}")
     if not latencies:
         print("  no job reached its Volcano Job")
         return False
