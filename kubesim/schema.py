@@ -276,7 +276,10 @@ class CRD:
         False means it would (``tests/kubesim/test_schema_fast_path.py`` holds the two to the
         same verdict), and ``jsonschema`` is then asked for the causes.
         """
-        return bool(self.verdict.is_valid(body))
+        try:
+            return bool(self.verdict.is_valid(body))
+        except (ValueError, TypeError):  # not JSON (a YAML date, a non-string key): let
+            return False  # jsonschema find and word what is wrong with it
 
     def check(self, obj: dict[str, Any], name: str) -> None:
         """Raise 422 Invalid when the object fails the schema."""

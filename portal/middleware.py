@@ -12,8 +12,8 @@ class RejectNulBytesMiddleware:
 
     PostgreSQL text cannot hold NUL, so such a value reaching a filter was a 500 from the
     database (schemathesis found ``?team=%00``). Checking the query string once here covers
-    every list, filter and page; request bodies go through serializers and forms, which
-    refuse NUL themselves.
+    every list, filter and page; request bodies are checked field by field by the job spec's
+    validation (names, env, image…).
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, F, Func, Sum, TextField, Window
 from django.db.models.functions import Cast, RowNumber, TruncDay
@@ -98,8 +99,7 @@ def scheduler_lock() -> Iterator[bool]:
             yield got
         finally:
             if got:
-                with connection.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+                _release_advisory_lock()
         return
     path = Path(settings.VAR_DIR) / "scheduler.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,6 +115,20 @@ def scheduler_lock() -> Iterator[bool]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _release_advisory_lock() -> None:
+    """Unlock, or drop the connection (and with it the lock) when unlocking fails: workers keep
+    their connections between tasks, so a lock left on one would stop every other cycle."""
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+            released = bool(cur.fetchone()[0])
+    except Exception:
+        released = False
+    if not released:
+        log.warning("could not release the scheduler lock; closing the connection instead")
+        connection.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. The snapshot
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +141,7 @@ class EpochMicroseconds(Func):
     The cycle reads a timestamp or two for every queued and running job. Django's
     timezone-aware loader costs about 10 µs a value on PostgreSQL (it subclasses psycopg's
     Python loader); an integer costs next to nothing and becomes a datetime in ``from_epoch_us``.
+    For a column reference only: the SQLite form repeats its expression.
     """
 
     output_field = BigIntegerField()
@@ -224,7 +239,10 @@ def cursor_rows(queryset: Any) -> list[tuple[Any, ...]]:
     Only for columns that need no converter: the cycle reads timestamps as epoch microseconds
     and JSON as text, converts booleans itself and reads UUIDs through ``uuid_text``.
     """
-    sql, params = queryset.query.sql_with_params()
+    try:
+        sql, params = queryset.query.sql_with_params()
+    except EmptyResultSet:  # e.g. an empty __in: the query cannot match anything
+        return []
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()

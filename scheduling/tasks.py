@@ -50,8 +50,12 @@ def cycle_request(*, after: float = 0.0) -> None:
     """
     try:
         if cache.add(CYCLE_PENDING_KEY, 1, timeout=30):
-            delay = max(after, _until_gap_over())
-            run_cycle_task.apply_async(countdown=delay or None)
+            try:
+                delay = max(after, _until_gap_over())
+                run_cycle_task.apply_async(countdown=delay or None)
+            except Exception:
+                cache.delete(CYCLE_PENDING_KEY)  # no task owes this flag: let the next ask
+                raise
     except Exception:  # broker or cache down: beat's next cycle covers it
         log.warning("could not request a scheduling cycle; beat will run one", exc_info=True)
 

@@ -286,7 +286,7 @@ def _parse_env(data: Mapping[str, Any], errors: _Errors) -> dict[str, str]:
         errors.add("env", f"At most {MAX_ENV_VARS} variables.")
     env: dict[str, str] = {}
     for name, val in value.items():
-        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
             errors.add("env", f"{name!r} is not a valid variable name (letters, digits, _).")
             continue
         upper = name.upper()

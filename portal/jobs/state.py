@@ -193,6 +193,8 @@ def jobs_transition_bulk(
             raise ValueError(f"jobs_transition_bulk cannot set {sorted(unknown)}")
     if not changes:
         return set()
+    if len({c.job_id for c in changes}) != len(changes):
+        raise ValueError("jobs_transition_bulk takes each job at most once")
     now = now or timezone.now()
     base = {**_timestamp_updates(to, now), "state": to, "state_changed_at": now}
     event = _Event(from_state=expected, to_state=to, reason=reason, at=now)

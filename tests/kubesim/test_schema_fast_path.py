@@ -75,3 +75,14 @@ def test_a_rejected_body_is_worded_by_jsonschema_naming_the_field():
     assert not JOBS.accepts(body)
     causes = JOBS.validate({"metadata": {"name": "j"}, **body})
     assert [c["field"] for c in causes] == ["spec.minAvailable"]
+
+
+def test_a_body_that_is_not_json_gets_causes_not_a_crash():
+    """YAML bodies can carry dates; jsonschema-rs refuses such values outright."""
+    import datetime as dt
+
+    body = copy.deepcopy(body_of(build_volcano_job(a_spec())))
+    body["spec"]["queue"] = dt.date(2024, 1, 1)
+    assert not JOBS.accepts(body)
+    causes = JOBS.validate({"metadata": {"name": "j"}, **body})
+    assert [c["field"] for c in causes] == ["spec.queue"]

@@ -136,3 +136,19 @@ def test_two_racing_workers_move_a_job_once():
         t.join()
     assert sorted(results) == [False, True]
     assert JobEvent.objects.filter(job=job).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_bulk_transition_refuses_the_same_job_twice(bob, vision):
+    from portal.jobs.state import Change, jobs_transition_bulk
+
+    job = JobFactory(team=vision, owner=bob)
+    with pytest.raises(ValueError, match="at most once"):
+        jobs_transition_bulk(
+            changes=[Change(job_id=job.pk), Change(job_id=job.pk)],
+            expected=JobState.QUEUED,
+            to=JobState.ADMITTED,
+            reason="Admitted",
+        )
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED and not job.events.exists()

@@ -314,3 +314,22 @@ def test_triggered_cycles_start_at_least_the_minimum_gap_apart(settings):
         after_task_publish.disconnect(seen)
         cache.delete(CYCLE_PENDING_KEY)
         cache.delete(CYCLE_STARTED_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scheduler_lock_that_cannot_be_unlocked_goes_with_its_connection():
+    """Workers keep connections between tasks: a lock left on one would block every cycle."""
+    from django.db import DatabaseError, connections, transaction
+
+    with pytest.raises(DatabaseError), transaction.atomic(), cycle.scheduler_lock() as got:
+        assert got
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1/0")  # the transaction is aborted: the unlock will fail
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+            assert cur.fetchone()[0], "the lock went with the closed connection"
+            cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+    finally:
+        other.close()
