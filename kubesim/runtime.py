@@ -31,7 +31,8 @@ BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 STEP_SECONDS = 0.005  # work per step before the lock (and the GIL) go back to API threads
 STEP_SECONDS_UNDER_LOAD = 0.001  # the slice while API requests keep arriving
 API_BUSY_SECONDS = 0.02  # the API counts as busy this long after a request
-QUEUE_PUBLISH_SECONDS = 0.1  # Queue status is published at least this often while busy
+QUEUE_PUBLISH_SECONDS = 1.0  # Queue status is published at least this often while busy
+QUEUE_QUIET_SECONDS = 0.25  # ... and at once when the API has been idle this long
 
 
 @dataclass

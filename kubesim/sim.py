@@ -37,6 +37,7 @@ from kubesim.runtime import (
     API_BUSY_SECONDS,
     BUILTIN_NAMESPACES,
     QUEUE_PUBLISH_SECONDS,
+    QUEUE_QUIET_SECONDS,
     STEP_SECONDS,
     STEP_SECONDS_UNDER_LOAD,
     Gang,
@@ -277,14 +278,15 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
 
     def _queue_publish_due(self) -> bool:
         """Queue status is a summary counted over every job: publish it at once when all is
-        quiet (or ``settle`` asks), else at most every ``QUEUE_PUBLISH_SECONDS``. Under a
-        stream of creates the simulation is quiet between two requests, and publishing after
-        each of those steps made the count quadratic in the jobs created."""
+        quiet (or ``settle`` asks), else at most every ``QUEUE_PUBLISH_SECONDS``, as Volcano's
+        queue controller updates it behind its work queue. Under a stream of creates the
+        simulation is quiet between two bursts, and publishing in each of those gaps made the
+        counting grow with the square of the jobs created."""
         if time.monotonic() >= self._next_queue_publish:
             return True
         if self.dirty_jobs or (self.sched_dirty and self.gangs):
             return False
-        return self._settling or time.monotonic() - self.last_api_request >= API_BUSY_SECONDS
+        return self._settling or time.monotonic() - self.last_api_request >= QUEUE_QUIET_SECONDS
 
     def settle(self, max_steps: int = 100_000) -> None:
         """Run zero-time work until nothing is left (timers in the future stay pending)."""
@@ -367,7 +369,9 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             with self.lock:
                 wait = self.clock.wall_seconds_until(self._timers[0][0]) if self._timers else None
                 if self.dirty_queues:  # a deferred queue status is due soon
-                    until = max(self._next_queue_publish - time.monotonic(), API_BUSY_SECONDS)
+                    idle_at = self.last_api_request + QUEUE_QUIET_SECONDS
+                    due = min(self._next_queue_publish, idle_at) - time.monotonic()
+                    until = max(due, API_BUSY_SECONDS)
                     wait = until if wait is None else min(wait, until)
             self.wake.wait(0.5 if wait is None else min(max(wait, 0.0005), 0.5))
             self.wake.clear()
