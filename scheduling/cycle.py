@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, Count, F, Func, Sum, TextField, Window
+from django.db.models import BigIntegerField, CharField, Count, F, Func, Sum, TextField, Window
 from django.db.models.functions import Cast, RowNumber, TruncDay
 from django.utils import timezone
 
@@ -248,8 +248,16 @@ def cursor_rows(queryset: Any) -> list[tuple[Any, ...]]:
         return cur.fetchall()
 
 
+def _uuid_as_text(field_name: str) -> Cast:
+    """A UUID column as text: canonical on PostgreSQL, which saves a UUID object a row."""
+    return Cast(field_name, output_field=CharField())
+
+
 def uuid_text(value: Any) -> str:
-    """A UUID column's canonical text (PostgreSQL returns UUIDs, SQLite 32 hex digits)."""
+    """A UUID column's canonical text, whatever form the database gave it in (PostgreSQL's
+    text cast is canonical already; SQLite stores 32 hex digits)."""
+    if isinstance(value, str) and len(value) == 36:
+        return value
     return str(value if isinstance(value, uuid.UUID) else uuid.UUID(value))
 
 
@@ -268,13 +276,14 @@ def _holding() -> Holding:
     rows = cursor_rows(
         Job.objects.filter(state__in=HOLDING_STATES, cluster__isnull=False, gpu_model__isnull=False)
         .annotate(
+            public_id_text=_uuid_as_text("public_id"),
             started_us=EpochMicroseconds(F("admitted_at")),
             changed_us=EpochMicroseconds(F("state_changed_at")),
             node_plan_text=_json_text("node_plan"),
         )
         .values_list(
             "id",
-            "public_id",
+            "public_id_text",
             "team__slug",
             "cluster__name",
             "gpu_model__key",
@@ -297,17 +306,17 @@ def _holding() -> Holding:
         for node in plan:
             planned[(cluster, node, model)] += gpus
         running.append(
-            engine.RunningAllocation(
-                job_id=job_id,
-                team=team,
-                cluster=cluster,
-                model=model,
-                replicas=replicas,
-                gpus_per_replica=gpus,
-                priority=priority,
-                started_at=from_epoch_us(started_us or changed_us),
-                nodes=plan if state in PREEMPTIBLE_STATES else (),
-                preempting=state == JobState.PREEMPTING,
+            engine.running_allocation(
+                job_id,
+                team,
+                cluster,
+                model,
+                replicas,
+                gpus,
+                priority,
+                from_epoch_us(started_us or changed_us),
+                plan if state in PREEMPTIBLE_STATES else (),
+                state == JobState.PREEMPTING,
             )
         )
         job_pk[job_id] = pk
@@ -399,13 +408,14 @@ def _pending(lookback: int) -> Pending:
         Job.objects.filter(state=JobState.QUEUED)
         .annotate(
             rank=rank,
+            public_id_text=_uuid_as_text("public_id"),
             submitted_us=EpochMicroseconds(F("submitted_at")),
             gpu_models_text=_json_text("gpu_models"),
         )
         .filter(rank__lte=lookback)
         .values_list(
             "id",
-            "public_id",
+            "public_id_text",
             "team__slug",
             "submitted_us",
             "replicas",

@@ -40,6 +40,7 @@ from scheduling.engine.snapshot import (
     Snapshot,
     Team,
     Usage,
+    running_allocation,
 )
 
 __all__ = [
@@ -78,4 +79,5 @@ __all__ = [
     "decide",
     "requirement_failures",
     "resolve_candidates",
+    "running_allocation",
 ]

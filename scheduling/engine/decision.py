@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
+from scheduling.engine.snapshot import slot_setters
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,15 +112,7 @@ class PendingReason:
     """Per candidate model, why it did not fit (requirement rejections first)."""
 
 
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
-    """The slot descriptors' setters of a frozen slotted dataclass, checked against its fields
-    so that a field added later cannot be left unset by a fast constructor."""
-    if tuple(f.name for f in fields(cls)) != names:  # pragma: no cover - caught by the tests
-        raise TypeError(f"{cls.__name__} fields changed: update its fast constructor")
-    return tuple(cls.__dict__[name].__set__ for name in names)
-
-
-_PR = _slot_setters(PendingReason, ("job_id", "team", "code", "message", "position", "candidates"))
+_PR = slot_setters(PendingReason, ("job_id", "team", "code", "message", "position", "candidates"))
 
 
 def pending_reason(

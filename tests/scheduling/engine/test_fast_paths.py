@@ -62,6 +62,30 @@ def test_the_fast_pending_reason_equals_the_dataclass() -> None:
     ]
 
 
+def test_the_fast_running_allocation_equals_the_dataclass() -> None:
+    from datetime import UTC, datetime
+
+    from scheduling.engine import RunningAllocation, running_allocation
+
+    started = datetime(2026, 12, 3, 13, 0, tzinfo=UTC)
+    fast = running_allocation("j1", "alice", "east", "t4", 2, 4, 5, started, ("n1", "n2"), True)
+    slow = RunningAllocation(
+        job_id="j1",
+        team="alice",
+        cluster="east",
+        model="t4",
+        replicas=2,
+        gpus_per_replica=4,
+        priority=5,
+        started_at=started,
+        nodes=("n1", "n2"),
+        preempting=True,
+    )
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    assert hash(fast) == hash(slow)
+
+
 def _with_equal_jobs(snap: Snapshot, rnd: random.Random) -> Snapshot:
     """Many copies of a few job shapes per team, so that the memos are exercised."""
     if not snap.pending:
