@@ -243,12 +243,21 @@ class _Cycle:
             self.config.usage_half_life,
             self.config.usage_weight,
         )
+        # Charged once per (team, model), not per job: both books only add up, and a cycle
+        # sees thousands of running jobs for a few hundred pairs.
         by_team_model: dict[tuple[str, str], list[RunningAllocation]] = {}
+        charged: dict[tuple[str, str], int] = {}
         for a in snap.running:
-            gpus = a.replicas * a.gpus_per_replica
-            self.quota.add(a.team, a.model, gpus)
-            self.shares.add(a.team, a.model, gpus)
-            by_team_model.setdefault((a.team, a.model), []).append(a)
+            key = (a.team, a.model)
+            charged[key] = charged.get(key, 0) + a.replicas * a.gpus_per_replica
+            allocs = by_team_model.get(key)
+            if allocs is None:
+                by_team_model[key] = [a]
+            else:
+                allocs.append(a)
+        for (team, model), gpus in charged.items():
+            self.quota.add(team, model, gpus)
+            self.shares.add(team, model, gpus)
         self.quota.start()
         # Which running jobs are on borrowed quota: count each team's jobs on a model in start
         # order; a job any of whose GPUs lies above nominal is borrowed (the newest are).
