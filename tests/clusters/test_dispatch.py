@@ -231,3 +231,23 @@ def test_a_batch_of_admissions_is_dispatched_together_and_failures_retried_alone
         pk=j.pk).dispatch_attempts > 1]  # fmt: skip
     assert len(retried) == 2
     assert all(VolcanoJobRecord.objects.filter(job_id=j.pk).exists() for j in jobs)
+
+
+def test_a_dispatch_batch_costs_the_same_statements_for_3_jobs_or_9(sim, cluster, admit):
+    """No statement per job: a deferred column read by the batch would add one per job."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from clusters.dispatch import job_dispatch_batch
+
+    job_dispatch_batch(job_ids=[admit(cluster, name="warm-up").pk])  # client and node caches
+    counts = []
+    for size in (3, 9):
+        ids = [admit(cluster, name=f"q{size}-{i}").pk for i in range(size)]
+        with CaptureQueriesContext(connection) as queries:
+            assert job_dispatch_batch(job_ids=ids) == []
+        counts.append(len(queries))
+        assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {
+            JobState.SUBMITTED
+        }
+    assert counts[0] == counts[1], counts
