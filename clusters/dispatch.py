@@ -197,7 +197,7 @@ def _jobs() -> Any:
 
 
 # Columns a batch dispatch never reads. Leaving them out spares their converters (four
-# timestamps, two JSON documents) on every row: loading a batch of 20 took ~40 % less. The
+# timestamps, two JSON documents) on every row, the largest part of loading a batch. The
 # batch touches only what job_manifest, submission_uid and the transition need; anything
 # unusual goes to the one-job path, which loads the job whole.
 _NOT_FOR_THE_BATCH = (

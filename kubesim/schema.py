@@ -7,7 +7,7 @@ Draft 7 validator, as ``../shared/k8s-reference/README.md`` recommends; its erro
 into the apiserver's ``field.Error`` wording so that the portal sees the same 422 text a real
 cluster would send.
 
-``jsonschema`` walks the 230 kB Volcano Job schema at about 0.8 ms per job, so each CRD also
+``jsonschema`` walks the 230 kB Volcano Job schema in Python on every create, so each CRD also
 has a ``jsonschema_rs`` Draft 7 validator (Rust, a few microseconds a job) for the verdict. A body
 it accepts has no schema errors; only a body it rejects goes through ``jsonschema``, which finds
 and words every error as before.

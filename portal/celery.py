@@ -21,8 +21,8 @@ def connections_fit_for_the_next_task(sender: Any = None, **_: Any) -> None:
 
     Celery's Django fixup would close them around every task instead (``CELERY_DB_REUSE_MAX``
     in settings turns that off): a dispatch batch or a scheduling cycle every few hundred
-    milliseconds then paid for a new PostgreSQL connection each time, about a tenth of the
-    workers' CPU in ``bench/pipeline_bench.py``. Eager calls run inside the caller's
+    milliseconds then paid for a new PostgreSQL connection each time (a visible share of the
+    workers' CPU under ``bench/pipeline_bench.py``). Eager calls run inside the caller's
     transaction and are left alone, as the fixup leaves them.
     """
     request = getattr(sender, "request", None)

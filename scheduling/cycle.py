@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, CharField, Count, F, Func, Sum, TextField, Window
+from django.db.models import BigIntegerField, Count, F, Func, Sum, TextField, Window
 from django.db.models.functions import Cast, RowNumber, TruncDay
 from django.utils import timezone
 
@@ -139,7 +139,7 @@ class EpochMicroseconds(Func):
     """A timestamp as whole microseconds since 1970 UTC, exact on both databases.
 
     The cycle reads a timestamp or two for every queued and running job. Django's
-    timezone-aware loader costs about 10 µs a value on PostgreSQL (it subclasses psycopg's
+    timezone-aware loader is a Python call per value on PostgreSQL (it subclasses psycopg's
     Python loader); an integer costs next to nothing and becomes a datetime in ``from_epoch_us``.
     For a column reference only: the SQLite form repeats its expression.
     """
@@ -162,8 +162,9 @@ def from_epoch_us(value: int | None) -> dt.datetime | None:
     return None if value is None else _EPOCH + dt.timedelta(microseconds=value)
 
 
-def _json_text(field_name: str) -> Cast:
-    """A JSON column read as text, for ``json_tuple``: most jobs share a handful of values."""
+def _as_text(field_name: str) -> Cast:
+    """A column read as text: JSON for ``json_tuple`` (most jobs share a handful of values),
+    a UUID for ``uuid_text`` (canonical on PostgreSQL, sparing a UUID object a row)."""
     return Cast(field_name, output_field=TextField())
 
 
@@ -248,11 +249,6 @@ def cursor_rows(queryset: Any) -> list[tuple[Any, ...]]:
         return cur.fetchall()
 
 
-def _uuid_as_text(field_name: str) -> Cast:
-    """A UUID column as text: canonical on PostgreSQL, which saves a UUID object a row."""
-    return Cast(field_name, output_field=CharField())
-
-
 def uuid_text(value: Any) -> str:
     """A UUID column's canonical text, whatever form the database gave it in (PostgreSQL's
     text cast is canonical already; SQLite stores 32 hex digits)."""
@@ -276,10 +272,10 @@ def _holding() -> Holding:
     rows = cursor_rows(
         Job.objects.filter(state__in=HOLDING_STATES, cluster__isnull=False, gpu_model__isnull=False)
         .annotate(
-            public_id_text=_uuid_as_text("public_id"),
+            public_id_text=_as_text("public_id"),
             started_us=EpochMicroseconds(F("admitted_at")),
             changed_us=EpochMicroseconds(F("state_changed_at")),
-            node_plan_text=_json_text("node_plan"),
+            node_plan_text=_as_text("node_plan"),
         )
         .values_list(
             "id",
@@ -408,9 +404,9 @@ def _pending(lookback: int) -> Pending:
         Job.objects.filter(state=JobState.QUEUED)
         .annotate(
             rank=rank,
-            public_id_text=_uuid_as_text("public_id"),
+            public_id_text=_as_text("public_id"),
             submitted_us=EpochMicroseconds(F("submitted_at")),
-            gpu_models_text=_json_text("gpu_models"),
+            gpu_models_text=_as_text("gpu_models"),
         )
         .filter(rank__lte=lookback)
         .values_list(
@@ -611,9 +607,9 @@ def collector_paused() -> Iterator[None]:
 
     A cycle over 10,000 queued jobs allocates a few hundred thousand short-lived objects
     (rows, engine dataclasses, reasons) and almost no cyclic garbage, yet those allocations set
-    off enough collections, each walking the worker's whole heap, to cost a third of the cycle
-    (bench/cycle_bench.py). Reference counting still frees everything as usual; whatever cycles
-    the cycle leaves are collected once the collector is back on.
+    off enough collections, each walking the worker's whole heap, to weigh on the cycle.
+    Reference counting still frees everything as usual; whatever cycles the cycle leaves are
+    collected once the collector is back on.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import django_filters
+from django.core.validators import validate_slug
 from django.db.models import QuerySet
 
 from portal.models import Job, JobKind, JobState
 
 
 class JobFilter(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__slug", help_text="Team slug")
+    team = django_filters.CharFilter(
+        field_name="team__slug", validators=[validate_slug], help_text="Team slug"
+    )
     # distinct=False: state is a plain column; DISTINCT would sort every matching row.
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices, distinct=False)
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)

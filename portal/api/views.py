@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from django.core.validators import slug_re
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -87,10 +86,6 @@ class JobListCreateView(generics.ListAPIView):
     def get_queryset(self) -> Any:
         jobs = _job_queryset(self.request)
         slug = self.request.query_params.get("team")
-        if slug and not slug_re.fullmatch(slug):  # e.g. a NUL byte, which PostgreSQL refuses
-            raise serializers.ValidationError(
-                {"team": ["Give a team slug: letters, digits, hyphens and underscores."]}
-            )
         if slug:
             # JobFilter matches the slug through a join, which leaves PostgreSQL guessing the
             # team and, at a million jobs, walking the primary key for ?team=…&state=… (1.5 s

@@ -197,11 +197,10 @@ def jobs_transition_bulk(
         raise ValueError("jobs_transition_bulk takes each job at most once")
     now = now or timezone.now()
     base = {**_timestamp_updates(to, now), "state": to, "state_changed_at": now}
-    event = _Event(from_state=expected, to_state=to, reason=reason, at=now)
     # No savepoint: a caller's transaction (a dispatch batch's) takes this one in whole.
     with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
-            won = _bulk_cas_postgres(changes, expected, base, event)
+            won = _bulk_cas_postgres(changes, expected, base, reason)
         else:
             won = _bulk_cas_locked(changes, expected, base)
             by_id = {c.job_id: c for c in changes}
@@ -224,16 +223,8 @@ def jobs_transition_bulk(
     return won
 
 
-@dataclass(frozen=True)
-class _Event:
-    from_state: JobState
-    to_state: JobState
-    reason: str
-    at: dt.datetime
-
-
 def _bulk_cas_postgres(
-    changes: Sequence[Change], expected: JobState, base: Mapping[str, Any], event: _Event
+    changes: Sequence[Change], expected: JobState, base: Mapping[str, Any], reason: str
 ) -> set[int]:
     """One statement: the compare-and-set of every row (``UPDATE … FROM jsonb_to_recordset(%s)
     WHERE id = v.id AND state = expected RETURNING id``) and the events of the rows that won.
@@ -265,7 +256,8 @@ def _bulk_cas_postgres(
     ]
     params: list[Any] = [json.dumps(rows, default=str)]
     params += [f.get_db_prep_save(v, connection) for f, v in fixed]
-    params += [expected, event.at, event.from_state, event.to_state, event.reason]
+    # The events: at the transition's time, from ``expected`` to the new state, with ``reason``.
+    params += [expected, base["state_changed_at"], expected, base["state"], reason]
     with connection.cursor() as cur:
         cur.execute(
             f"WITH v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x({record})), "  # noqa: S608

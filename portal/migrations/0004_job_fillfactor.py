@@ -3,7 +3,7 @@
 Every cycle rewrites the pending reason and position of thousands of queued jobs. None of those
 columns is indexed, so PostgreSQL can keep the new row version on the same page and skip the
 table's eleven indexes (a heap-only tuple update), but only when the page has room; with the
-default fill factor of 100 it never has, and the update costs ~3x more. See docs/decisions.md.
+default fill factor of 100 it never has. See docs/decisions.md.
 """
 
 from django.db import migrations

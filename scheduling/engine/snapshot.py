@@ -225,7 +225,7 @@ def running_allocation(
 ) -> RunningAllocation:
     """``RunningAllocation(...)`` without the frozen dataclass's ``__init__``, for the
     thousands of running jobs the cycle loads every few hundred milliseconds (the generated
-    ``__init__`` goes through ``object.__setattr__`` per field, about three times slower).
+    ``__init__`` goes through ``object.__setattr__`` per field, slower than the slot setters).
     Equal to the keyword construction (tests/scheduling/engine/test_fast_paths.py)."""
     a: RunningAllocation = object.__new__(RunningAllocation)
     s_id, s_team, s_cluster, s_model, s_replicas, s_gpus, s_prio, s_start, s_nodes, s_pre = _RA
