@@ -24,6 +24,7 @@ Cancel (``CANCELLING → CANCELLED``) and eviction (``PREEMPTING → QUEUED``)
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import random
@@ -150,11 +151,9 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
     nodes = _model_nodes(job)
     resource = nodes[0].gpu_resource if nodes else model.resource_name
     namespace = cluster_job_namespace(cluster, job.team.slug)
-    tolerations = (
-        (volcano.Toleration(key="nvidia.com/gpu", effect="NoSchedule"),)
-        if cluster.tolerate_gpu_taint
-        else ()
-    )
+    # No effect named: the GPU taint is tolerated whatever its effect, exactly what the
+    # inventory assumes when it counts a node tainted nvidia.com/gpu as schedulable.
+    tolerations = (volcano.Toleration(key="nvidia.com/gpu"),) if cluster.tolerate_gpu_taint else ()
     spec = volcano.VolcanoJobSpec(
         job_id=str(job.public_id),
         display_name=job.name,
@@ -217,7 +216,7 @@ _NOT_FOR_THE_BATCH = (
     "pending_reason_code",
     "queue_position",
     "volcano_job_name",
-    "dispatch_attempts",
+    "dispatch_retry_at",
     "usage_accounted_until",
     "idempotency_key",
     "request_fingerprint",
@@ -241,6 +240,11 @@ def _fail(job: Job, reason: str, message: str) -> Outcome:
 
 
 def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = None) -> Outcome:
+    """Back off, or fail the job once its attempts are spent.
+
+    The due time goes on the row so the reconcile, which re-enqueues jobs left ADMITTED too
+    long, does not start a second retry chain beside one that is only waiting.
+    """
     if attempt >= settings.GPUPOOL_DISPATCH_MAX_ATTEMPTS:
         return _fail(
             job,
@@ -248,6 +252,9 @@ def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = Non
             f"Could not create the Volcano Job after {attempt} attempts: {problem}",
         )
     delay = backoff_seconds(attempt, retry_after)
+    Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+        dispatch_retry_at=timezone.now() + dt.timedelta(seconds=delay)
+    )
     job_event_record(
         job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s"
     )
@@ -397,12 +404,13 @@ def _queue_repair(cluster: Cluster) -> None:
 
 
 def _adopt_or_conflict(job: Job, attempt: int, namespace: str, name: str, uid: str) -> Outcome:
-    client = cluster_client(job.cluster)  # type: ignore[arg-type]
     try:
-        existing = client.get_job(namespace, name)
+        existing = cluster_client(job.cluster).get_job(namespace, name)  # type: ignore[arg-type]
+    except ClusterUnavailable as exc:
+        return _retry(job, attempt, f"cluster {job.cluster} is unavailable: {exc}")
     except KubeError as exc:
-        if exc.not_found:  # deleted between our create and our read: just try again
-            return Outcome(done=False, message="the existing object went away", retry_in=0.2)
+        if exc.not_found:  # deleted between our create and our read: try again, bounded
+            return _retry(job, attempt, f"the Volcano Job {namespace}/{name} went away")
         return _retry(job, attempt, exc.message, exc.retry_after)
     meta = existing.get("metadata") or {}
     theirs = (meta.get("annotations") or {}).get(volcano.ANNOTATION_SUBMISSION_UID)
@@ -461,24 +469,77 @@ def _submitted(
 # ---------------------------------------------------------------------------------------------
 # Dispatch in batches (what the scheduling cycle's admissions use)
 # ---------------------------------------------------------------------------------------------
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
-def _create_pool() -> ThreadPoolExecutor:
-    """The process's threads for creates in flight, shared by every batch it runs (threads
-    are not free to start, and each cluster's own semaphore bounds what reaches it)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            size = max(1, settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT)
-            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="dispatch")
-        return _pool
+def _create_pool(cluster: Cluster) -> ThreadPoolExecutor:
+    """The process's threads for creates in flight to one cluster, reused by every batch.
+
+    One pool per cluster, sized by that cluster's own ``creates_in_flight``: a slow cluster
+    then holds only its own threads, and a cluster allowed more creates gets them (its
+    client's semaphore bounds what reaches it either way). Threads are not free to start, so
+    pools live as long as the process; a changed limit gets a new pool.
+    """
+    size = max(1, cluster.creates_in_flight or settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT)
+    key = (cluster.pk, size)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = _pools[key] = ThreadPoolExecutor(
+                max_workers=size, thread_name_prefix=f"dispatch-{cluster.pk}"
+            )
+        return pool
 
 
-def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
-    """Dispatch many ADMITTED jobs with a few statements for the lot; returns the ids to hand
-    to the one-job path (:func:`job_dispatch`), which owns retries, 409s and failures.
+@dataclass(frozen=True)
+class _Attempt:
+    job: Job
+    namespace: str
+    manifest: dict[str, Any]
+    client: Any
+
+
+def _create(item: _Attempt) -> dict[str, Any] | KubeError:
+    try:
+        return dict(item.client.create_job(item.namespace, item.manifest))
+    except KubeError as exc:
+        return exc
+
+
+def _creates_run(work: list[_Attempt]) -> list[dict[str, Any] | KubeError]:
+    """Run the creates concurrently, each on its cluster's pool; results in ``work``'s order."""
+    futures = [_create_pool(item.job.cluster).submit(_create, item) for item in work]  # type: ignore[arg-type]
+    return [future.result() for future in futures]
+
+
+def _refused_in_batch(
+    item: _Attempt, exc: KubeError, repaired: set[int], later: dict[int, float]
+) -> None:
+    """Decide what a create the cluster refused in a batch needs, in ``later``.
+
+    Overload and network trouble back off here, honouring Retry-After, exactly as the one-job
+    path would (handing them straight to it would send the same create again at once). A
+    missing team queue gets one queue sync per cluster and batch. The rest (409s, validation)
+    goes to the one-job path now, which reads the 409 or fails the job with the API's words.
+    """
+    job = item.job
+    if exc.transient:
+        outcome = _retry(job, job.dispatch_attempts + 1, exc.message, exc.retry_after)
+        if outcome.retry_in is not None:
+            later[job.pk] = outcome.retry_in
+        return
+    if any(p in exc.message for p in QUEUE_PROBLEMS) and job.cluster_id not in repaired:
+        repaired.add(job.cluster_id)  # type: ignore[arg-type]
+        _queue_repair(job.cluster)  # type: ignore[arg-type]
+    later[job.pk] = 0.0
+
+
+def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
+    """Dispatch many ADMITTED jobs with a few statements for the lot.
+
+    Returns the jobs to hand to the one-job path (:func:`job_dispatch`), which owns 409s and
+    failures, each with the seconds to wait first (a backoff when the cluster asked for one).
 
     The happy path is what costs at scale: one query loads the jobs, one bumps their attempt
     counters, the creates run concurrently (bounded by the cluster's creates in flight and
@@ -489,38 +550,31 @@ def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
 
     jobs = list(_jobs().defer(*_NOT_FOR_THE_BATCH).filter(pk__in=job_ids, state=JobState.ADMITTED))
     if not jobs:
-        return []
+        return {}
     Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
         dispatch_attempts=F("dispatch_attempts") + 1
     )
-    careful: list[int] = []
-    work: list[tuple[Job, str, dict[str, Any], Any]] = []
+    later: dict[int, float] = {}
+    work: list[_Attempt] = []
     for job in jobs:
         if job.cluster is None or job.gpu_model is None:
-            careful.append(job.pk)
+            later[job.pk] = 0.0
             continue
         try:
             namespace, manifest = job_manifest(job)
             client = cluster_client(job.cluster)
         except (volcano.ManifestError, ClusterUnavailable):
-            careful.append(job.pk)
+            later[job.pk] = 0.0
             continue
-        work.append((job, namespace, manifest, client))
+        work.append(_Attempt(job, namespace, manifest, client))
 
-    def create(item: tuple[Job, str, dict[str, Any], Any]) -> dict[str, Any] | None:
-        _, namespace, manifest, client = item
-        try:
-            return dict(client.create_job(namespace, manifest))
-        except KubeError:
-            return None
-
-    created = list(_create_pool().map(create, work))
     done: list[tuple[Job, str, dict[str, Any], str]] = []
-    for (job, namespace, _, _), obj in zip(work, created, strict=True):
-        if obj is None:
-            careful.append(job.pk)  # the one-job path reads the 409, backs off, or fails it
+    repaired: set[int] = set()
+    for item, result in zip(work, _creates_run(work), strict=True):
+        if isinstance(result, KubeError):
+            _refused_in_batch(item, result, repaired, later)
         else:
-            done.append((job, namespace, obj, submission_uid(job)))
+            done.append((item.job, item.namespace, result, submission_uid(item.job)))
     if done:
         # Records and transition commit together: one WAL flush per batch, and no moment where
         # a record exists for a job still ADMITTED (the reconcile would adopt it anyway).
@@ -546,10 +600,10 @@ def job_dispatch_batch(*, job_ids: list[int]) -> list[int]:
                 continue
             current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
             if current == JobState.ADMITTED:
-                careful.append(job.pk)  # row locked by someone else: try again alone
+                later[job.pk] = 0.0  # row locked by someone else: try again alone
             elif current not in (JobState.SUBMITTED, JobState.RUNNING):
                 _delete_quietly(job, namespace, obj["metadata"]["name"], obj["metadata"].get("uid"))
-    return careful
+    return later
 
 
 # ---------------------------------------------------------------------------------------------

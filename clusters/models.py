@@ -61,7 +61,7 @@ class Cluster(models.Model):
         help_text="Namespace where the portal may create Volcano Commands (queue open/close)",
     )
     tolerate_gpu_taint = models.BooleanField(
-        default=True, help_text="Pods tolerate the usual nvidia.com/gpu:NoSchedule taint"
+        default=True, help_text="Pods tolerate the nvidia.com/gpu taint, whatever its effect"
     )
     run_as_non_root = models.BooleanField(default=False)
     mount_service_account_token = models.BooleanField(default=False)

@@ -587,7 +587,7 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
     for job_uuid, job in jobs.items():
         view = views.get(job_uuid)
         if job.state == S.ADMITTED:
-            if job.state_changed_at < stale:
+            if _dispatch_presumed_lost(job, stale):
                 tasks.dispatch_job_enqueue([job.pk])
                 result.redispatched.append(job.pk)
             continue
@@ -606,6 +606,14 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
         f"{k} {v}" for k, v in sorted(result.outcomes.items())
     )
     return result
+
+
+def _dispatch_presumed_lost(job: Job, stale: dt.datetime) -> bool:
+    """Admitted long ago and no retry due recently: its dispatch message was lost. A job
+    waiting out a backoff is not, and a second dispatch beside its retry would only double
+    the load on a cluster that asked for less."""
+    last_due = max(job.state_changed_at, job.dispatch_retry_at or job.state_changed_at)
+    return last_due < stale
 
 
 def _delete_orphans(

@@ -43,10 +43,11 @@ def dispatch_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
 
 @shared_task(name="clusters.dispatch_jobs", acks_late=True, ignore_result=True)
 def dispatch_jobs(job_ids: list[int]) -> int:
-    """Many admissions at once: the bulk path, then the one-job task for what needs care."""
+    """Many admissions at once: the bulk path, then the one-job task for what needs care
+    (after the backoff the cluster asked for, if it did)."""
     careful = dispatch.job_dispatch_batch(job_ids=list(job_ids))
-    for job_id in careful:
-        dispatch_job.delay(job_id)
+    for job_id, countdown in careful.items():
+        dispatch_job.apply_async((job_id,), countdown=countdown or None)
     return len(job_ids) - len(careful)
 
 

@@ -30,6 +30,7 @@ import uuid
 from typing import Any
 
 from django.db import close_old_connections, connection
+from django.db.models import F
 from django.utils import timezone
 
 from clusters import volcano
@@ -173,7 +174,7 @@ class ResourceWatcher:
             self.relists += 1
             ClusterWatch.objects.filter(
                 cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
-            ).update(resource_version="", relists=row.relists + self.relists)
+            ).update(resource_version="", relists=F("relists") + 1)
             return
         self._save(version)
 

@@ -144,6 +144,9 @@ class Job(models.Model):
     )
     volcano_job_name = models.CharField(max_length=63, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
+    dispatch_retry_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the scheduled retry of a failed create is due"
+    )
     usage_accounted_until = models.DateTimeField(
         null=True, blank=True, help_text="GPU-hours up to here are in the usage ledger"
     )

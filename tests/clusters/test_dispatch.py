@@ -17,7 +17,7 @@ from clusters import volcano
 from clusters.dispatch import job_manifest, submission_uid
 from clusters.models import VolcanoJobRecord
 from portal.models import Job, JobEvent, JobState
-from tests.clusters.conftest import MAX_ATTEMPTS, dispatch, wait_for, wait_state
+from tests.clusters.conftest import MAX_ATTEMPTS, SMALL, dispatch, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -61,9 +61,7 @@ def test_an_admitted_job_becomes_a_volcano_job(sim, cluster, admit):
     pod = spec["tasks"][0]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpu-type": "a100-80gb"}
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] in (4, "4")
-    assert pod["tolerations"] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    ]
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     record = VolcanoJobRecord.objects.get(job_id=job.pk)
     assert (record.namespace, record.uid) == ("gpupool", meta["uid"])
     assert [e.reason for e in _events(job)][-1] == "Submitted"
@@ -233,6 +231,33 @@ def test_a_batch_of_admissions_is_dispatched_together_and_failures_retried_alone
     assert all(VolcanoJobRecord.objects.filter(job_id=j.pk).exists() for j in jobs)
 
 
+def test_a_batch_honours_retry_after_for_the_job_the_cluster_throttled(sim, cluster, admit):
+    sim.faults.add(verb="create", resource="jobs", status=429, retry_after=2, count=1)
+    jobs = [admit(cluster, name=f"throttled-{i}") for i in range(4)]
+    dispatch(*jobs)
+    for job in jobs:
+        wait_state(job, JobState.SUBMITTED)
+    (throttled,) = [j for j in jobs if _events(j, "DispatchRetry")]
+    retry = _events(throttled, "DispatchRetry")[0]
+    submitted = _events(throttled, "Submitted")[0]
+    assert "429" in retry.message
+    assert (submitted.created_at - retry.created_at).total_seconds() >= 2.0
+    assert sim.faults.count(verb="create", resource="jobs") == 1
+
+
+def test_an_already_exists_that_cannot_be_read_back_is_retried_a_bounded_number_of_times(
+    sim, cluster, admit
+):
+    # Every create answers AlreadyExists, yet no object by that name can ever be read.
+    sim.faults.add(verb="create", resource="jobs", status=409, count=-1)
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.FAILED, timeout=30)
+    job.refresh_from_db()
+    assert job.dispatch_attempts == MAX_ATTEMPTS
+    assert "went away" in _events(job)[-1].message
+
+
 def test_a_dispatch_batch_costs_the_same_statements_for_3_jobs_or_9(sim, cluster, admit):
     """No statement per job: a deferred column read by the batch would add one per job."""
     from django.db import connection
@@ -245,9 +270,29 @@ def test_a_dispatch_batch_costs_the_same_statements_for_3_jobs_or_9(sim, cluster
     for size in (3, 9):
         ids = [admit(cluster, name=f"q{size}-{i}").pk for i in range(size)]
         with CaptureQueriesContext(connection) as queries:
-            assert job_dispatch_batch(job_ids=ids) == []
+            assert job_dispatch_batch(job_ids=ids) == {}
         counts.append(len(queries))
         assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {
             JobState.SUBMITTED
         }
     assert counts[0] == counts[1], counts
+
+
+class TestGpuNodesTaintedNoExecute:
+    """Some clusters taint GPU nodes ``nvidia.com/gpu:NoExecute``: the inventory counts them
+    schedulable, so the job's pods must tolerate that effect too, or they pend forever."""
+
+    @pytest.fixture
+    def sim_config(self):
+        taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"}
+        pool = {"name": "t4", "count": 1, "gpuModel": "t4", "gpus": 1, "taints": [taint]}
+        return {**SMALL, "nodePools": [{**pool, "cpu": 16, "memory": "64Gi"}]}
+
+    def test_the_jobs_pods_run_there(self, sim, cluster, admit):
+        job = admit(cluster, model="t4", nodes=["t4-0"], gpus_per_replica=1, replicas=1)
+        dispatch(job)
+        wait_state(job, JobState.SUBMITTED)
+        sim.advance(3)
+        pods = sim.job_pods("gpupool", volcano.volcano_job_name(str(job.public_id)))
+        assert [p["spec"].get("nodeName") for p in pods] == ["t4-0"]
+        assert [p["status"]["phase"] for p in pods] == ["Running"]

@@ -6,6 +6,7 @@ import logging
 import uuid
 
 import pytest
+from django.utils import timezone
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -168,8 +169,8 @@ def test_a_watch_that_expires_relists_without_missing_a_transition(sim, cluster,
     sim.faults.expire_next_watch(resource="jobs")
     sim.advance(3)
     wait_state(job, JobState.RUNNING)
-    assert jobs_watcher.relists >= 1
-    assert ClusterWatch.objects.get(cluster=cluster, resource="jobs").relists >= 1
+    assert jobs_watcher.relists == 1
+    assert ClusterWatch.objects.get(cluster=cluster, resource="jobs").relists == 1
 
 
 def test_dropped_watch_events_are_healed_by_the_reconcile(sim, cluster, admit, watchers):
@@ -195,6 +196,22 @@ def test_the_reconcile_redispatches_a_job_whose_message_was_lost(sim, cluster, a
     )
     result = cluster_reconcile(cluster=cluster)
     assert result.redispatched == [job.pk]
+    wait_state(job, JobState.SUBMITTED)
+
+
+def test_the_reconcile_leaves_a_job_waiting_out_a_backoff_alone(sim, cluster, admit):
+    import datetime as dt
+
+    job = admit(cluster)
+    long_ago = job.state_changed_at - dt.timedelta(minutes=5)
+    # Admitted long ago, but a create failed and its retry is due in a few seconds.
+    Job.objects.filter(pk=job.pk).update(
+        state_changed_at=long_ago, dispatch_retry_at=timezone.now() + dt.timedelta(seconds=5)
+    )
+    assert cluster_reconcile(cluster=cluster).redispatched == []
+    # Once the retry is long overdue, its message is presumed lost like any other.
+    Job.objects.filter(pk=job.pk).update(dispatch_retry_at=long_ago)
+    assert cluster_reconcile(cluster=cluster).redispatched == [job.pk]
     wait_state(job, JobState.SUBMITTED)
 
 
