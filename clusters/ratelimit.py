@@ -4,7 +4,8 @@ The official Python client has no client-side limiter at all (client-go's famous
 5 requests/s with a burst of 10 does not exist here), so without one a burst of admissions
 would hit the API server as fast as the workers can send. Two pieces:
 
-* :class:`SharedRateLimiter` counts requests per cluster in fixed 100 ms windows in the
+* :class:`SharedRateLimiter` counts requests per cluster in fixed windows of about 100 ms
+  (longer under 10 requests/s, so that each window holds a whole number of requests) in the
   default cache. With Redis (production) that is one budget shared by every worker process;
   with the local-memory cache (the demo) each process has its own. When a window is full the
   caller sleeps until the next one. A broken cache never blocks a request: limiting is a
@@ -16,6 +17,7 @@ would hit the API server as fast as the workers can send. Two pieces:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -37,7 +39,11 @@ class SharedRateLimiter:
 
     def __init__(self, key: str, rate: float) -> None:
         self.key = f"clusters:rate:{key}"
-        self.per_window = max(1, round(rate * WINDOW_SECONDS))
+        # Whole requests per window, and the window stretched to match: 4/s is one request
+        # per 250 ms, 15/s two per 133 ms. Rounding slots in a fixed window would turn 4/s
+        # into 10/s.
+        self.per_window = max(1, math.ceil(rate * WINDOW_SECONDS - 1e-9))
+        self.window_seconds = self.per_window / rate
         self.chunk = max(1, -(-self.per_window // 4))
         self._local = threading.Lock()
         self._window = -1
@@ -48,7 +54,7 @@ class SharedRateLimiter:
         waited = 0.0
         while True:
             now = time.time()
-            window = int(now / WINDOW_SECONDS)
+            window = int(now / self.window_seconds)
             with self._local:
                 if self._window == window and self._slots > 0:
                     self._slots -= 1
@@ -61,7 +67,7 @@ class SharedRateLimiter:
                 if granted:
                     self._window, self._slots = window, granted - 1
                     return waited
-            pause = (window + 1) * WINDOW_SECONDS - now + 0.001
+            pause = (window + 1) * self.window_seconds - now + 0.001
             time.sleep(pause)
             waited += pause
 

@@ -50,6 +50,50 @@ def test_cancelling_a_submitted_job_deletes_its_volcano_job(sim, cluster, admit,
     assert (last.reason, last.message) == ("Cancelled", "The Volcano Job was deleted.")
 
 
+def test_a_cancel_the_api_server_fails_is_retried_until_the_volcano_job_is_gone(
+    sim, cluster, admit, bob
+):
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    sim.faults.add(verb="delete", resource="jobs", status=503, count=2)
+    job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
+    wait_state(job, JobState.CANCELLED)
+    assert _gone(sim, job)
+    assert sim.faults.count(verb="delete", resource="jobs") == 2
+
+
+def test_a_lost_cancel_message_is_finished_by_the_reconcile(sim, cluster, admit):
+    import datetime as dt
+
+    from clusters.status import cluster_reconcile
+
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    # CANCELLING, but the message that should delete its Volcano Job never arrived.
+    assert job_transition(
+        job_id=job.pk, expected=JobState.SUBMITTED, to=JobState.CANCELLING, reason="CancelRequested"
+    )
+    Job.objects.filter(pk=job.pk).update(
+        state_changed_at=Job.objects.get(pk=job.pk).state_changed_at - dt.timedelta(minutes=5)
+    )
+    assert sim.get("jobs", _name(job), "gpupool") is not None
+    assert cluster_reconcile(cluster=cluster).ok
+    wait_state(job, JobState.CANCELLED)
+    assert _gone(sim, job)
+
+
+def test_a_finished_job_cannot_be_cancelled(sim, cluster, admit, bob):
+    job = admit(cluster)
+    assert job_transition(
+        job_id=job.pk, expected=JobState.ADMITTED, to=JobState.FAILED, reason="SubmitRejected"
+    )
+    with pytest.raises(Conflict, match="already FAILED"):
+        job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
+    assert Job.objects.get(pk=job.pk).state == JobState.FAILED
+
+
 def test_cancelling_a_running_job_stops_its_pods(sim, cluster, admit, bob, watchers):
     watchers.start(cluster)
     job = admit(cluster, replicas=2, gpus_per_replica=2)

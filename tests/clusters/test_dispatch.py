@@ -258,6 +258,33 @@ def test_an_already_exists_that_cannot_be_read_back_is_retried_a_bounded_number_
     assert "went away" in _events(job)[-1].message
 
 
+def test_a_clusters_own_creates_in_flight_bounds_a_batch(sim, cluster, admit):
+    """Six creates that each take a second, two at a time: three rounds, not one."""
+    cluster.creates_in_flight = 2
+    cluster.save(update_fields=["creates_in_flight"])
+    sim.faults.add(verb="create", resource="jobs", hang=1.0, count=-1)
+    jobs = [admit(cluster, name=f"slow-{i}") for i in range(6)]
+    started = time.monotonic()
+    dispatch(*jobs)
+    for job in jobs:
+        wait_state(job, JobState.SUBMITTED)
+    assert time.monotonic() - started >= 3.0
+    assert all(not _events(j, "DispatchRetry") for j in jobs)
+
+
+def test_a_clusters_own_request_rate_paces_its_creates(sim, cluster, admit):
+    """At 4 requests a second, 12 creates cannot all land within two seconds."""
+    cluster.request_rate = 4
+    cluster.save(update_fields=["request_rate"])
+    jobs = [admit(cluster, name=f"paced-{i}") for i in range(12)]
+    started = time.monotonic()
+    dispatch(*jobs)
+    for job in jobs:
+        wait_state(job, JobState.SUBMITTED)
+    assert time.monotonic() - started >= 2.0
+    assert len(sim.list("jobs", "gpupool")) == 12
+
+
 def test_a_dispatch_batch_costs_the_same_statements_for_3_jobs_or_9(sim, cluster, admit):
     """No statement per job: a deferred column read by the batch would add one per job."""
     from django.db import connection

@@ -44,6 +44,18 @@ def test_the_rate_limiter_spaces_requests_to_the_configured_rate():
     assert 0.2 <= elapsed < 2.0
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("rate", [4, 15])
+def test_a_rate_under_ten_a_second_is_not_rounded_up(rate):
+    """One request per 250 ms at 4/s, two per 133 ms at 15/s: never 10 per second or 20."""
+    limiter = SharedRateLimiter(f"slow-{rate}-{time.time()}", rate=rate)
+    started = time.monotonic()
+    for _ in range(2 * rate + 1):
+        limiter.acquire()
+    # 2 s worth of requests plus one: the last waits for a window starting 2 s after the first.
+    assert time.monotonic() - started >= 2.0 - limiter.window_seconds
+
+
 def test_errors_come_back_in_words(sim):
     client = KubeClient(Connection(name="c", url=sim.url, ca_pem=sim.ca_pem.decode(),
                                    token=sim.token))  # fmt: skip
