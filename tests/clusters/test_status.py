@@ -173,6 +173,37 @@ def test_a_watch_that_expires_relists_without_missing_a_transition(sim, cluster,
     assert ClusterWatch.objects.get(cluster=cluster, resource="jobs").relists == 1
 
 
+def test_a_restarted_watcher_resumes_from_the_stored_version_without_relisting(
+    sim, cluster, admit, watchers
+):
+    watchers.start(cluster, "jobs")
+    job = _submitted(sim, cluster, admit)
+    wait_for(lambda: VolcanoJobRecord.objects.filter(job_id=job.pk, phase="Pending").exists())
+    watchers.stop()  # a portal restart: the version it got to stays on the row
+    stored = ClusterWatch.objects.get(cluster=cluster, resource="jobs").resource_version
+    assert stored
+    lists = sim.faults.add(verb="list", resource="jobs", hang=0.001, count=-1)  # counts lists
+    sim.advance(3)  # the job starts running while nobody watches
+    watchers.start(cluster, "jobs")
+    wait_state(job, JobState.RUNNING)  # replayed from the stored version by the watch
+    assert lists.hits == 0
+    assert ClusterWatch.objects.get(cluster=cluster, resource="jobs").relists == 0
+
+
+def test_a_pods_watch_that_expires_relists_and_still_reports_pod_reasons(
+    sim, cluster, admit, watchers
+):
+    (pods_watcher,) = watchers.start(cluster, "pods", timeout=1)
+    watchers.start(cluster, "jobs")
+    job = _submitted(sim, cluster, admit, image="example.org/team/doesnotexist:1")
+    sim.faults.drop_watch_events(resource="pods", count=1000)
+    sim.faults.expire_next_watch(resource="pods")
+    sim.advance(3)
+    assert wait_for(lambda: _event(job, "ImagePullBackOff"), timeout=20), _reasons(job)
+    assert pods_watcher.relists == 1
+    assert ClusterWatch.objects.get(cluster=cluster, resource="pods").relists == 1
+
+
 def test_dropped_watch_events_are_healed_by_the_reconcile(sim, cluster, admit, watchers):
     sim.faults.drop_watch_events(resource="*", count=-1)  # the watch sees nothing at all
     watchers.start(cluster)
