@@ -14,14 +14,21 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
 from django.utils.html import format_html
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 
 from clusters import services
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES, ClusterCredentials
 from clusters.models import Cluster, ClusterWatch, Node
 from clusters.urlcheck import UnsafeUrlError
 from portal.errors import ApplicationError
+
+# What an error report (the 500 mail to ADMINS, any error tracker) must never show: the POSTed
+# secrets, and every local variable below the add/change view (the kubeconfig and token pass
+# through many frames, down to the YAML parser, under names no list could keep up with).
+SECRET_POST_FIELDS = ("token", "kubeconfig")
 
 OPTION_FIELDS = (
     "state",
@@ -78,9 +85,32 @@ class ClusterForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        self.credentials: ClusterCredentials | None = None
+        if not self._settings_allowed(data):
+            return data
+        return self._clean_credentials(data)
+
+    def _settings_allowed(self, data: dict[str, Any]) -> bool:
+        """Name and options under ``cluster_register``'s rules, as field errors: whether or not
+        credentials come with them, so nothing the CLI or REST refuses is stored from here.
+        Each is checked on its own, so every wrong field is named at once."""
+        pieces = [{"name": data.get("name")}] + [
+            {f: data[f]} for f in OPTION_FIELDS if data.get(f) is not None
+        ]
+        allowed = True
+        for piece in pieces:
+            try:
+                services.cluster_settings_check(**piece)
+            except ApplicationError as exc:
+                allowed = False
+                for name, problems in (exc.fields or {"__all__": [exc.message]}).items():
+                    self.add_error(name if name in self.fields else None, problems)
+        return allowed
+
+    def _clean_credentials(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Credentials from the upload or the URL + token + CA, through the one validator."""
         upload = data.get("kubeconfig")
         given = upload or data.get("token") or data.get("new_api_url") or data.get("new_ca_pem")
-        self.credentials: ClusterCredentials | None = None
         if not given:
             if self.instance.pk is None:
                 raise forms.ValidationError("Give a kubeconfig, or the API URL, token and CA.")
@@ -136,6 +166,17 @@ class ClusterAdmin(admin.ModelAdmin):
     ]
     actions = ["test_connection", "sync_now"]
 
+    @method_decorator([sensitive_post_parameters(*SECRET_POST_FIELDS), sensitive_variables()])
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The add and change pages, which receive a token or a kubeconfig."""
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
     def get_fieldsets(self, request: HttpRequest, obj: Cluster | None = None) -> Any:
         connection = ["kubeconfig", "new_api_url", "token", "new_ca_pem"]
         if obj is not None:
@@ -159,18 +200,23 @@ class ClusterAdmin(admin.ModelAdmin):
         )
 
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        """Store what the form validated; new credentials go through ``cluster_register``.
+
+        On a change the row is saved first (name and options, checked by the form), so the
+        re-key below updates this cluster under its new name instead of registering a second
+        one. The admin's transaction covers both steps.
+        """
         credentials = getattr(form, "credentials", None)
+        if change:
+            obj.save()
         if credentials is None:
-            obj.save()  # only options changed; the URL came with the credentials and stays
-            return
+            return  # only the name or options changed; the URL came with the credentials
         options = {f: form.cleaned_data[f] for f in OPTION_FIELDS if f in form.cleaned_data}
-        try:
-            cluster, _ = services.cluster_register(
-                name=form.cleaned_data["name"], credentials=credentials, update=change, **options
-            )
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-            raise
+        # The form ran every check this can fail on; what is left (a name taken in between,
+        # DNS changing since the form) is a 500 that rolls the admin's transaction back.
+        cluster, _ = services.cluster_register(
+            name=obj.name, credentials=credentials, update=change, **options
+        )
         obj.pk = cluster.pk
         obj.refresh_from_db()
         _sync_soon(cluster.pk)

@@ -58,6 +58,16 @@ __all__ = [
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.volcano.sh", "v1beta1", "queues"
 PODGROUP_PLURAL = "podgroups"
+PROBE_NAME = "gp-connection-test"  # a name no object has: probes read or dry-run it only
+FIELD_MANAGER = "gpupool-portal"  # owns the team queues (server-side apply)
+
+
+class _Unread:
+    """What a watch probe hands back in place of the stream it closed unread."""
+
+    data = b""
+
+
 COMMAND_GROUP, COMMAND_VERSION, COMMAND_PLURAL = "bus.volcano.sh", "v1alpha1", "commands"
 
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -346,6 +356,100 @@ class KubeClient:
             **kwargs,
         )
         return data if isinstance(data, str) else json.dumps(data)
+
+    # -- access probes (the connection test) -----------------------------------------------
+    def access_probe(self, resource: str, verb: str, namespace: str) -> None:
+        """One harmless request that only a grant of ``verb`` on ``resource`` lets through.
+
+        ``resource`` is spelled as RBAC names it (``jobs.batch.volcano.sh``, ``pods/log``).
+        Authorization answers before anything else on an API server, so only a 403 means
+        "not granted": a 404 for a name that does not exist, or an admission error on a dry
+        run, proves the verb. Raises KubeError as every call does; ValueError for a pair the
+        portal never uses.
+        """
+        probe = self._probes(namespace).get((resource, verb))
+        if probe is None:
+            raise ValueError(f"no probe for {verb} {resource}")
+        probe()
+
+    def _probes(self, ns: str) -> dict[tuple[str, str], Any]:
+        core, custom, name = self.core, self.custom, PROBE_NAME
+        every = custom.list_cluster_custom_object
+        jobs = (JOB_GROUP, JOB_VERSION, JOB_PLURAL)
+        queues = (QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL)
+        podgroups = (QUEUE_GROUP, QUEUE_VERSION, PODGROUP_PLURAL)
+        job = {
+            "apiVersion": f"{JOB_GROUP}/{JOB_VERSION}",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"queue": "default", "tasks": []},
+        }
+        queue = {
+            "apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"weight": 1},
+        }
+        j, pg, q = (
+            f"{JOB_PLURAL}.{JOB_GROUP}",
+            f"{PODGROUP_PLURAL}.{QUEUE_GROUP}",
+            f"{QUEUE_PLURAL}.{QUEUE_GROUP}",
+        )
+        call, opens = self._call, self._watch_opens
+        return {
+            (j, "create"): lambda: self.dry_run_create_job(ns, job),
+            (j, "get"): lambda: self.get_job(ns, name),
+            (j, "list"): lambda: call("listing Volcano Jobs", every, *jobs, limit=1),
+            (j, "watch"): lambda: opens("watching Volcano Jobs", every, *jobs),
+            (j, "delete"): lambda: self.delete_job(ns, name, dry_run=True),
+            ("pods", "get"): lambda: call("reading a pod", core.read_namespaced_pod, name, ns),
+            ("pods", "list"): lambda: call(
+                "listing pods", core.list_pod_for_all_namespaces, limit=1
+            ),
+            ("pods", "watch"): lambda: opens("watching pods", core.list_pod_for_all_namespaces),
+            ("pods/log", "get"): lambda: self.read_pod_log(ns, name, tail_lines=1),
+            ("events", "list"): lambda: call(
+                "listing events", core.list_namespaced_event, ns, limit=1
+            ),
+            (pg, "get"): lambda: call(
+                "reading a PodGroup",
+                custom.get_namespaced_custom_object,
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                ns,
+                PODGROUP_PLURAL,
+                name,
+            ),
+            (pg, "list"): lambda: call("listing PodGroups", every, *podgroups, limit=1),
+            (q, "get"): lambda: self.get_queue(name),
+            (q, "list"): lambda: call("listing Volcano Queues", every, *queues, limit=1),
+            (q, "create"): lambda: call(
+                "creating a Volcano Queue (dry run)",
+                custom.create_cluster_custom_object,
+                *queues,
+                queue,
+                dry_run="All",
+            ),
+            (q, "patch"): lambda: self.apply_queue(
+                queue, field_manager=FIELD_MANAGER, dry_run=True
+            ),
+            ("nodes", "get"): lambda: call("reading a node", core.read_node, name),
+            ("nodes", "list"): lambda: call("listing nodes", core.list_node, limit=1),
+            ("nodes", "watch"): lambda: opens("watching nodes", core.list_node),
+        }
+
+    def _watch_opens(self, what: str, fn: Any, *args: Any) -> None:
+        """Open a watch and close it unread: authorization answers before the stream starts,
+        so a 200 proves the verb without waiting for an event (timeoutSeconds=1 frees the
+        server)."""
+
+        def open_and_close(*a: Any, **kw: Any) -> Any:
+            resp = fn(*a, **kw)
+            resp.close()
+            resp.release_conn()
+            return _Unread()
+
+        self._call(what, open_and_close, *args, watch=True, timeout_seconds=1)
 
     # -- Volcano Jobs ----------------------------------------------------------------------
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:

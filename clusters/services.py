@@ -25,7 +25,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.kube import Connection, KubeClient, KubeError
+from clusters.kube import (
+    FIELD_MANAGER,
+    JOB_GROUP,
+    PODGROUP_PLURAL,
+    QUEUE_GROUP,
+    QUEUE_PLURAL,
+    Connection,
+    KubeClient,
+    KubeError,
+)
 from clusters.kubeconfig import ClusterCredentials, KubeconfigError, parse_kubeconfig
 from clusters.models import Cluster, ClusterState
 from clusters.ratelimit import SharedRateLimiter
@@ -44,18 +53,18 @@ log = logging.getLogger(__name__)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 __all__ = [
+    "FIELD_MANAGER",
     "ClusterUnavailable",
     "ConnectionReport",
     "cluster_client",
     "cluster_credentials_from_input",
     "cluster_job_namespace",
     "cluster_register",
+    "cluster_settings_check",
     "cluster_test",
     "cluster_url_check",
     "clusters_forget_clients",
 ]
-
-FIELD_MANAGER = "gpupool-portal"
 
 
 class ClusterUnavailable(Exception):
@@ -170,7 +179,18 @@ def _is_dns_label(value: str) -> bool:
     return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
 
 
-def _check_options(options: dict[str, Any]) -> None:
+def cluster_settings_check(*, name: str | None = None, **options: Any) -> None:
+    """ApplicationError naming the field when a cluster name or option would be refused.
+
+    The one rule for every door: ``cluster_register`` calls it, and so does the admin form
+    (before anything is saved, so the admin shows a field error instead of a 500, also when
+    only the options or the name change and no credentials are given).
+    """
+    if name is not None and not _is_dns_label(name):
+        raise ApplicationError(
+            "A cluster name must be a DNS-1123 label.",
+            fields={"name": ["Lower-case letters, digits and '-', at most 63 characters."]},
+        )
     unknown = set(options) - _CLUSTER_OPTIONS
     if unknown:
         raise ValueError(f"unknown cluster options: {sorted(unknown)}")
@@ -196,12 +216,7 @@ def cluster_register(
 ) -> tuple[Cluster, bool]:
     """Create (or, with ``update``, re-key) a cluster from validated credentials; (cluster,
     created). The URL is checked with DNS first; nothing is stored when any check fails."""
-    if not _is_dns_label(name):
-        raise ApplicationError(
-            "A cluster name must be a DNS-1123 label.",
-            fields={"name": ["Lower-case letters, digits and '-', at most 63 characters."]},
-        )
-    _check_options(options)
+    cluster_settings_check(name=name, **options)
     try:
         url = cluster_url_check(credentials.server)
     except UnsafeUrlError as exc:
@@ -365,57 +380,83 @@ class ConnectionReport:
         }
 
 
-# (what, resource, verb, why) probed in the job namespace or cluster-wide. A probe passes
-# unless the answer is 403: authorization runs before everything else on an API server, so
-# a 404 for a name that does not exist, or an admission error on a dry run, proves the verb.
+@dataclass(frozen=True)
+class Need:
+    """One verb the portal uses on a cluster: what a 403 in the report names, and why."""
+
+    what: str  # in words: "Volcano Jobs"
+    resource: str  # as RBAC names it: "jobs.batch.volcano.sh", "pods/log"
+    verb: str
+    why: str
+    namespaced: bool  # probed in the job namespace; else cluster-wide, as the portal asks
+
+
+_JOBS, _PODGROUPS, _QUEUES = (
+    f"jobs.{JOB_GROUP}",
+    f"{PODGROUP_PLURAL}.{QUEUE_GROUP}",
+    f"{QUEUE_PLURAL}.{QUEUE_GROUP}",
+)
+
+# Everything the portal asks of a cluster (deploy/rbac.yaml grants exactly this; nodes "list"
+# is step 2 of the test). Lists and watches are cluster-wide because the inventory, the status
+# reconcile and the watchers read every job namespace at once.
 _NEEDED = (
-    ("Volcano Jobs", "jobs", "create", "dispatching jobs"),
-    ("Volcano Jobs", "jobs", "get", "adopting a job after a retried create"),
-    ("Volcano Jobs", "jobs", "list", "following job status"),
-    ("Volcano Jobs", "jobs", "delete", "cancelling and preempting jobs"),
-    ("pods", "pods", "list", "replica state and the GPU inventory"),
-    ("pod logs", "pods/log", "get", "showing logs"),
-    ("PodGroups", "podgroups", "list", "why a gang is not scheduled"),
-    ("Volcano Queues", "queues", "list", "queue sync"),
-    ("Volcano Queues", "queues", "patch", "keeping team queues (server-side apply)"),
+    Need("Volcano Jobs", _JOBS, "create", "dispatching jobs", True),
+    Need("Volcano Jobs", _JOBS, "get", "adopting a job after a retried create", True),
+    Need("Volcano Jobs", _JOBS, "list", "the job status reconcile", False),
+    Need("Volcano Jobs", _JOBS, "watch", "following job status as it changes", False),
+    Need("Volcano Jobs", _JOBS, "delete", "cancelling and preempting jobs", True),
+    Need("pods", "pods", "get", "replica state", True),
+    Need("pods", "pods", "list", "replica state and the GPU inventory", False),
+    Need("pods", "pods", "watch", "pod reasons within seconds", False),
+    Need("pod logs", "pods/log", "get", "showing logs", True),
+    Need("events", "events", "list", "pod-level reasons", True),
+    Need("PodGroups", _PODGROUPS, "get", "why a gang is not scheduled", True),
+    Need("PodGroups", _PODGROUPS, "list", "pending reasons in bulk", False),
+    Need("Volcano Queues", _QUEUES, "get", "queue drift", False),
+    Need("Volcano Queues", _QUEUES, "list", "queue sync", False),
+    Need("Volcano Queues", _QUEUES, "create", "creating a team's queue", False),
+    Need("Volcano Queues", _QUEUES, "patch", "keeping team queues (server-side apply)", False),
+    Need("nodes", "nodes", "get", "the GPU inventory", False),
+    Need("nodes", "nodes", "watch", "the GPU inventory", False),
 )
 
 
-def _probe(client: KubeClient, cluster: Cluster, namespace: str, resource: str, verb: str) -> None:
-    probe_name = "gp-connection-test"
-    if resource == "jobs" and verb == "create":
-        client.dry_run_create_job(
-            namespace,
-            {
-                "apiVersion": volcano.JOB_API_VERSION,
-                "kind": volcano.JOB_KIND,
-                "metadata": {"name": probe_name, "namespace": namespace},
-                "spec": {"queue": "default", "tasks": []},
-            },
-        )
-    elif resource == "jobs" and verb == "get":
-        client.get_job(namespace, probe_name)
-    elif resource == "jobs" and verb == "list":
-        client.list_jobs_in(namespace, limit=1)
-    elif resource == "jobs" and verb == "delete":
-        client.delete_job(namespace, probe_name, dry_run=True)
-    elif resource == "pods":
-        client.list_pods(field_selector="metadata.name=" + probe_name)
-    elif resource == "pods/log":
-        client.read_pod_log(namespace, probe_name, tail_lines=1)
-    elif resource == "podgroups":
-        client.list_podgroups(label_selector=volcano.managed_selector())
-    elif resource == "queues" and verb == "list":
-        client.list_queues(label_selector=volcano.managed_selector())
-    elif resource == "queues":
-        client.apply_queue(
-            volcano.build_volcano_queue(probe_name, 1, {}),
-            field_manager=FIELD_MANAGER,
-            dry_run=True,
-        )
+def _forbidden(client: KubeClient, ns: str) -> list[tuple[Need, str]]:
+    """The needs answered 403, each with its words; KubeError when the cluster stops answering.
+
+    A probe passes unless the answer is 403: authorization runs before everything else on an
+    API server, so a 404 for a name that does not exist, or an admission error on a dry run,
+    proves the verb. Every need is asked, so one test lists every missing grant.
+    """
+    refused = []
+    for need in _NEEDED:
+        try:
+            client.access_probe(need.resource, need.verb, ns)
+        except KubeError as exc:
+            if exc.kind in ("unreachable", "timeout", "tls"):
+                raise
+            if exc.status == 403:
+                where = f"in namespace {ns}" if need.namespaced else "cluster-wide"
+                refused.append(
+                    (
+                        need,
+                        f"may not {need.verb} {need.what} ({need.resource} {where}), "
+                        f"needed for {need.why}",
+                    )
+                )
+    return refused
+
+
+NO_TEAM_NAMESPACE_YET = (
+    "no team namespace to check yet: there are no teams; create gp-<team> for each team "
+    "before its jobs run here"
+)
 
 
 def _namespaces_to_check(cluster: Cluster, team_slugs: Iterable[str]) -> list[str]:
+    """The job namespaces that must exist: the cluster's, or one gp-<team> per team (none
+    before the first team exists, which the report says instead of passing in silence)."""
     if not cluster.namespace_per_team:
         return [cluster.namespace]
     return sorted({volcano.team_namespace_name(s) for s in team_slugs})
@@ -500,44 +541,29 @@ def _run_test(cluster: Cluster, team_slugs: list[str]) -> ConnectionReport:
     report.checks.append(Check("volcano", True, "Volcano Job and Queue APIs are served"))
     # 4. Namespaces (the portal never creates them).
     namespaces = _namespaces_to_check(cluster, team_slugs)
-    absent = []
-    for ns in namespaces:
-        try:
-            client.get_namespace(ns)
-        except KubeError as exc:
-            if exc.not_found:
-                absent.append(ns)
-            elif exc.status == 403:
-                return _fail(
-                    report, "namespace", f"403 Forbidden: cannot read namespace {ns}: {exc.message}"
-                )
-            else:
-                return _fail(report, "namespace", f"Reading namespace {ns} failed: {exc.message}")
-    if absent:
-        return _fail(
-            report,
-            "namespace",
-            f"Namespace missing: {', '.join(absent)} "
-            "(create it; the portal never creates namespaces)",
-        )
+    failed = _check_namespaces(report, client, namespaces)
+    if failed is not None:
+        return failed
+    warning = "" if namespaces else NO_TEAM_NAMESPACE_YET
     report.checks.append(
-        Check("namespace", True, f"namespace {', '.join(namespaces) or '-'} exists")
+        Check("namespace", True, warning or f"namespace {', '.join(namespaces)} exists")
     )
     # 5. Every verb the portal needs.
     probe_ns = namespaces[0] if namespaces else cluster.namespace
-    for what, resource, verb, why in _NEEDED:
-        try:
-            _probe(client, cluster, probe_ns, resource, verb)
-        except KubeError as exc:
-            if exc.status == 403:
-                return _fail(
-                    report,
-                    f"{verb} {resource}",
-                    f"403 Forbidden: may not {verb} {what} (needed for {why}); apply "
-                    "deploy/rbac.yaml",
-                )
-            if exc.kind in ("unreachable", "timeout", "tls"):
-                return _fail(report, f"{verb} {resource}", f"Unreachable: {exc.message}")
+    try:
+        refused = _forbidden(client, probe_ns)
+    except KubeError as exc:
+        return _fail(report, "permissions", f"Unreachable: {exc.message}")
+    if refused:
+        for need, words in refused:
+            report.checks.append(Check(f"{need.verb} {need.resource}", False, words))
+        return _fail(
+            report,
+            "permissions",
+            "403 Forbidden: "
+            + "; ".join(words for _, words in refused)
+            + "; apply deploy/rbac.yaml",
+        )
     report.checks.append(Check("permissions", True, "every needed verb is granted"))
     # 6. Queue commands: optional (without them a team that loses its quota gets capability 0).
     try:
@@ -564,8 +590,36 @@ def _run_test(cluster: Cluster, team_slugs: list[str]) -> ConnectionReport:
         )
     report.summary = (
         f"OK: Kubernetes {report.version}, {report.node_count} nodes ({gpu_nodes} with GPUs)"
+        + (f"; but {warning}" if warning else "")
     )
     return report
+
+
+def _check_namespaces(
+    report: ConnectionReport, client: KubeClient, namespaces: list[str]
+) -> ConnectionReport | None:
+    """The failed report when a job namespace is missing or unreadable; None when all exist."""
+    absent = []
+    for ns in namespaces:
+        try:
+            client.get_namespace(ns)
+        except KubeError as exc:
+            if exc.not_found:
+                absent.append(ns)
+            elif exc.status == 403:
+                return _fail(
+                    report, "namespace", f"403 Forbidden: cannot read namespace {ns}: {exc.message}"
+                )
+            else:
+                return _fail(report, "namespace", f"Reading namespace {ns} failed: {exc.message}")
+    if absent:
+        return _fail(
+            report,
+            "namespace",
+            f"Namespace missing: {', '.join(absent)} "
+            "(create it; the portal never creates namespaces)",
+        )
+    return None
 
 
 def _has_gpus(node: dict[str, Any]) -> bool:

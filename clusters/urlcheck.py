@@ -132,8 +132,9 @@ _REASONS = {
     METADATA: "is a cloud metadata address",
     UNUSABLE: "is not a usable unicast address",
     LOCAL: "is a loopback or link-local address (allowed only where the operator setting "
-    "permits local clusters)",
-    PRIVATE: "is a private address and private cluster addresses are switched off",
+    "GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS permits local clusters)",
+    PRIVATE: "is a private address and private cluster addresses are switched off "
+    "(GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS)",
 }
 
 

@@ -26,7 +26,8 @@ PRODUCTION_ENV = {
 
 
 def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    leaked = ("DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE")  # test-only, not production
+    # Test-only, not production (a developer's shell may allow local cluster URLs).
+    leaked = ("DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE", "GPUPOOL_ALLOW_")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(leaked)}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -66,6 +67,26 @@ def test_a_secret_can_come_from_a_file(tmp_path):
     env = {**PRODUCTION_ENV, "SECRET_KEY": "", "SECRET_KEY_FILE": str(secret)}
     result = _manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "allowed"),
+    [({}, "False"), ({"GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS": "true"}, "True")],
+    ids=["default", "operator opts in"],
+)
+def test_production_refuses_loopback_cluster_urls_unless_the_operator_opts_in(extra, allowed):
+    """The demo and the tests run kubesim on loopback; a production portal must not connect
+    to its own host unless someone decided so."""
+    code = (
+        "from django.conf import settings; from clusters.services import cluster_url_check\n"
+        "print('allowed:', settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS)\n"
+        "try:\n    cluster_url_check('https://127.0.0.1:6443')\n"
+        "except Exception as exc:\n    print('refused:', exc)\n"
+    )
+    result = _manage("shell", "-c", code, env={**PRODUCTION_ENV, **extra})
+    assert result.returncode == 0, result.stderr
+    assert f"allowed: {allowed}" in result.stdout
+    assert ("refused: 127.0.0.1 is a loopback" in result.stdout) == (allowed == "False")
 
 
 def _settings_variables() -> set[str]:

@@ -189,6 +189,23 @@ def test_connection_with_a_missing_namespace_says_so(sim, register):
     assert not report.ok and report.summary.startswith("Namespace missing: nowhere"), report.summary
 
 
+def test_cluster_clients_never_touch_the_kubernetes_default_configuration(sim, register):
+    from kubernetes.client import Configuration
+
+    from clusters.services import cluster_client
+
+    default_before = Configuration._default
+    cluster = register(sim)
+    assert cluster_test(cluster=cluster).ok  # builds the client, lists, watches, dry-runs
+    client = cluster_client(cluster)
+    assert len(client.list_nodes()) == 9
+    # Anything else in the process that builds a default client gets no host and no token.
+    assert Configuration._default is default_before
+    fresh = Configuration.get_default_copy()
+    assert sim.url not in str(fresh.host) and not fresh.api_key
+    assert client.api.configuration is not Configuration._default
+
+
 def test_credentials_under_a_removed_key_fail_closed(sim, register, settings):
     cluster = register(sim)
     settings.GPUPOOL_SECRET_KEYS = [Fernet.generate_key().decode()]
@@ -214,11 +231,12 @@ def test_rotating_keys_reseals_every_cluster_under_the_new_key(sim, register, se
 # ---------------------------------------------------------------------------------------------
 def test_register_and_test_from_the_command_line(sim, catalog, tmp_path):
     path = tmp_path / "kubeconfig"
-    path.write_text(kubeconfig_text(sim))
+    path.write_text(kubeconfig_text(sim, namespace="gpupool-system"))
     out = io.StringIO()
     call_command("register_cluster", "cli", "--kubeconfig", str(path), "--namespace",
                  "gpupool", stdout=out)  # fmt: skip
     assert "cluster cli registered" in out.getvalue() and sim.token not in out.getvalue()
+    assert Cluster.objects.get(name="cli").namespace == "gpupool"  # the flag beats the context
     out = io.StringIO()
     call_command("test_cluster", "cli", stdout=out)
     assert "OK: Kubernetes v1.31.0-kubesim" in out.getvalue()
@@ -226,6 +244,43 @@ def test_register_and_test_from_the_command_line(sim, catalog, tmp_path):
     bad.write_text(_config(sim, **{"users.exec": {"command": "gcloud"}}))
     with pytest.raises(CommandError, match=r"users\[0\]\.user\.exec"):
         call_command("register_cluster", "bad", "--kubeconfig", str(bad))
+
+
+def test_the_command_line_refuses_a_loopback_url_naming_the_kubeconfig_field(
+    sim, catalog, tmp_path, settings
+):
+    settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = False
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(sim))
+    with pytest.raises(CommandError) as caught:
+        call_command("register_cluster", "local", "--kubeconfig", str(path))
+    assert caught.value.returncode != 0  # what manage.py exits with
+    message = str(caught.value)
+    assert message.startswith("The API URL is refused: 127.0.0.1 is a loopback")
+    assert "GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS" in message
+    assert "(check the kubeconfig's clusters[0].cluster.server)" in message
+    assert sim.token not in message
+    assert not Cluster.objects.exists()
+
+
+def test_the_command_line_refuses_a_bad_namespace_naming_the_flag(sim, catalog, tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(sim))
+    with pytest.raises(CommandError, match=r"DNS-1123 label\. \(check --namespace\)"):
+        call_command("register_cluster", "cli", "--kubeconfig", str(path), "--namespace", "ML_Jobs")
+    assert not Cluster.objects.exists()
+
+
+def test_a_failed_connection_test_exits_non_zero_and_says_what_failed(sim, register):
+    register(sim, name="cli", namespace="nowhere")
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("test_cluster", "cli", stdout=out)
+    assert caught.value.returncode != 0
+    assert str(caught.value).startswith("Namespace missing: nowhere")
+    assert "  ok   reachable: TLS verified; Kubernetes v1.31.0-kubesim" in out.getvalue()
+    assert "  FAIL namespace: Namespace missing: nowhere" in out.getvalue()
+    assert Cluster.objects.get(name="cli").last_test_ok is False
 
 
 def test_everyone_lists_clusters_but_only_staff_see_connection_details(sim, register, api_as,

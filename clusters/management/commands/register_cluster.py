@@ -12,6 +12,24 @@ from clusters import services
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES
 from portal.errors import ApplicationError
 
+# Where each field a service may name comes from on this command line.
+_SOURCES = {
+    "name": "NAME",
+    "kubeconfig": "--kubeconfig",
+    "api_url": "the kubeconfig's clusters[0].cluster.server",
+    "token": "the kubeconfig's users[0].user.token",
+    "ca_pem": "the kubeconfig's clusters[0].cluster.certificate-authority-data",
+    "namespace": "--namespace",
+    "state": "--state",
+}
+
+
+def _naming_the_source(exc: ApplicationError) -> str:
+    """The service's message plus where to fix it here: a field name means nothing to someone
+    who typed a flag or wrote a kubeconfig."""
+    sources = [_SOURCES.get(name, f"--{name.replace('_', '-')}") for name in exc.fields]
+    return f"{exc.message} (check {', '.join(sources)})" if sources else exc.message
+
 
 class Command(BaseCommand):
     help = (
@@ -68,7 +86,7 @@ class Command(BaseCommand):
                 **cluster_options,
             )
         except ApplicationError as exc:
-            raise CommandError(exc.message) from None
+            raise CommandError(_naming_the_source(exc)) from None
         verb = "registered" if created else "updated"
         self.stdout.write(
             self.style.SUCCESS(
