@@ -10,7 +10,9 @@ rewrites the cluster's rows in one transaction:
   the catalog's ``product_labels``; a product nobody knows is kept with ``gpu_model`` null and
   its raw label, so an admin sees it and can add it to the catalog;
 * each MIG resource of the mixed strategy (``nvidia.com/mig-1g.10gb``) becomes a row of its
-  own, mapped to the catalog's slice model of the node's GPU;
+  own, mapped to the catalog's slice model of the node's GPU; under the single strategy the
+  node's ``nvidia.com/gpu`` are slices, so only a slice model (from GFD's ``…-MIG-1g.10gb``
+  product) may name them, never the card the cluster's label names;
 * Ready comes from the node's Ready condition; schedulable is false when the node is cordoned
   or carries a NoSchedule/NoExecute taint that portal pods do not tolerate.
 
@@ -43,6 +45,7 @@ WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MIG_PREFIX = "nvidia.com/mig-"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 AMD_PRODUCT = "amd.com/gpu.product-name"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
 GPU_TAINT = "nvidia.com/gpu"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
@@ -76,13 +79,18 @@ class Catalog:
         return catalog
 
     def whole(self, labels: Mapping[str, str], gpu_label: str) -> CatalogEntry | None:
-        """The node's whole-GPU model: the cluster's label first, GFD's product second."""
+        """The model of the node's ``nvidia.com/gpu``: the cluster's label first, GFD's product
+        second; on a MIG "single" node, a slice model only."""
         value = labels.get(gpu_label)
+        product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT)
+        single = _mig_single(labels, product or "")
         if value:
             entry = self.by_key.get(value.lower()) or self.by_product.get(value.lower())
-            if entry is not None:
+            # The cluster's label is set per node pool and names the card; partitioning the
+            # GPUs does not change it, so on a MIG single node it only counts if it names a
+            # slice model. Otherwise 10 GB slices would pass for whole 80 GB GPUs.
+            if entry is not None and (not single or entry.resource_name.startswith(MIG_PREFIX)):
                 return entry
-        product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT)
         if product:
             return self.by_product.get(product.lower())
         return None
@@ -126,6 +134,12 @@ def _count(value: Any) -> int:
         return max(0, int(str(value)))
     except (TypeError, ValueError):
         return 0
+
+
+def _mig_single(labels: Mapping[str, str], product: str) -> bool:
+    """MIG strategy "single": every GPU is cut into one profile and each slice is advertised
+    as ``nvidia.com/gpu``; GFD says so and appends the profile to the product label."""
+    return labels.get(MIG_STRATEGY) == "single" or "-MIG-" in product
 
 
 def _is_gpu_resource(name: str) -> bool:

@@ -64,12 +64,13 @@ class ModelCapacity:
     used_by_others: int = 0
     planned: int = 0
     unusable: int = 0
+    """GPUs left on nodes that are not Ready or cordoned: not free, whatever they hold."""
+    free: int = 0
+    """The sum over Ready, schedulable nodes of what each has left, never below zero per node:
+    a node whose pods hold more than it can allocate (a GPU failed under them) has nothing
+    free, and takes nothing away from the others. The cycle's snapshot counts the same way."""
     largest_free_block: int = 0
     node_rows: list[Node] = field(default_factory=list)
-
-    @property
-    def free(self) -> int:
-        return max(0, self.allocatable - self.used_by_others - self.planned - self.unusable)
 
 
 def _planned_by_node(cluster: Cluster) -> dict[tuple[str, str], int]:
@@ -107,6 +108,7 @@ def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
         if not (node.ready and node.schedulable):
             entry.unusable += free
             free = 0
+        entry.free += free
         entry.largest_free_block = max(entry.largest_free_block, free)
         entry.node_rows.append(node)
     return sorted(by_model.values(), key=lambda m: (not m.known, m.model))

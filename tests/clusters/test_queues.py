@@ -280,3 +280,34 @@ def test_desired_queues_come_from_quotas_and_weights(sim, register, vision, lang
     assert dict(desired["language"].capability) == {"nvidia.com/gpu": 8}  # unlimited borrowing
     result = queues_sync(cluster=cluster)
     assert sorted(result.applied) == ["gp-language", "gp-vision"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quota_change_reaches_the_teams_volcano_queue(sim, cluster, celery_worker, api_as, root):
+    """Staff change a quota through the API; within seconds, not at the periodic sync, the
+    team's queue on the cluster caps the team at nominal plus borrowing limit."""
+    import time
+
+    from django.core.cache import cache
+
+    from clusters.tasks import QUEUE_SYNC_PENDING_KEY
+
+    cache.delete(QUEUE_SYNC_PENDING_KEY)  # a request left over from another test coalesces
+    assert _caps(_queue(sim, "gp-vision")) == {"nvidia.com/gpu": "64"}  # the fixture's queue
+
+    def capability_becomes(expected):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if _caps(_queue(sim, "gp-vision")) == expected:
+                return True
+            time.sleep(0.05)
+        return False
+
+    body = {"team": "vision", "gpu_model": "a100-80gb", "nominal": 8, "borrowing_limit": 4}
+    assert api_as(root).post("/api/v1/quotas/", body, format="json").status_code == 200
+    assert capability_becomes({"nvidia.com/gpu": "12"}), celery_worker.output()[-3000:]
+
+    lowered = {**body, "nominal": 2, "borrowing_limit": 0}
+    assert api_as(root).post("/api/v1/quotas/", lowered, format="json").status_code == 200
+    assert capability_becomes({"nvidia.com/gpu": "2"}), celery_worker.output()[-3000:]
+    assert _queue(sim, "gp-vision")["spec"]["weight"] == 100
