@@ -113,43 +113,97 @@ def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
 # The manifest
 # ---------------------------------------------------------------------------------------------
 _NODES_TTL = 30.0
-_nodes_cache: dict[tuple[int | None, int | None], tuple[float, list[Node], dict[str, Node]]] = {}
+_PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name")
 
 
-def _model_nodes(job: Job) -> list[Node]:
-    """The model's nodes on the job's cluster (planned ones first), cached for a few seconds
-    per process: node labels and resources change with the inventory, not per job."""
-    key = (job.cluster_id, job.gpu_model_id)
-    cached = _nodes_cache.get(key)
-    if cached is None or time.monotonic() - cached[0] > _NODES_TTL:
-        nodes = list(
-            Node.objects.filter(cluster_id=job.cluster_id, gpu_model_id=job.gpu_model_id).only(
-                "name", "gpu_resource", "labels"
-            )
-        )
-        _nodes_cache[key] = cached = (time.monotonic(), nodes, {n.name: n for n in nodes})
-    by_name = cached[2]
-    planned = [by_name[name] for name in dict.fromkeys(job.node_plan or []) if name in by_name]
-    return planned or cached[1]
+@dataclass(frozen=True)
+class _ClusterNodes:
+    """A cluster's GPU node rows as a dispatch needs them, cached for a few seconds per
+    process: labels and resources change with the inventory, not per job."""
+
+    loaded_at: float
+    by_model: dict[int | None, list[Node]]
+    # (GPU resource, label, value) → the models whose nodes carry that label and offer that
+    # resource: a selector is only safe when this model is the only one.
+    claims: dict[tuple[str, str, str], set[int | None]]
 
 
-def _node_selector(cluster: Cluster, job: Job, nodes: list[Node]) -> dict[str, str]:
-    """Select the model's nodes by the label they actually carry (the cluster's label when
-    every node of the model has the same value, else GPU Feature Discovery's product)."""
+_nodes_cache: dict[int | None, _ClusterNodes] = {}
+
+
+def _cluster_nodes(cluster: Cluster) -> _ClusterNodes:
+    cached = _nodes_cache.get(cluster.pk)
+    if cached is not None and time.monotonic() - cached.loaded_at <= _NODES_TTL:
+        return cached
+    keys = (cluster.gpu_label, *_PRODUCT_LABELS)
+    by_model: dict[int | None, list[Node]] = {}
+    claims: dict[tuple[str, str, str], set[int | None]] = {}
+    rows = Node.objects.filter(cluster_id=cluster.pk).only(
+        "name", "gpu_resource", "labels", "gpu_model_id"
+    )
+    for node in rows:
+        by_model.setdefault(node.gpu_model_id, []).append(node)
+        labels = node.labels or {}
+        for key in keys:
+            if key in labels:
+                claims.setdefault((node.gpu_resource, key, str(labels[key])), set()).add(
+                    node.gpu_model_id
+                )
+    cached = _ClusterNodes(time.monotonic(), by_model, claims)
+    _nodes_cache[cluster.pk] = cached
+    return cached
+
+
+def _model_nodes(job: Job, nodes: _ClusterNodes) -> list[Node]:
+    """The model's nodes on the job's cluster: the planned ones if the inventory has them."""
+    mine = nodes.by_model.get(job.gpu_model_id, [])
+    planned = set(job.node_plan or [])
+    return [n for n in mine if n.name in planned] or mine
+
+
+def _node_labels(
+    cluster: Cluster, job: Job, nodes: list[Node], claims: dict[tuple[str, str, str], set[Any]]
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(nodeSelector, labels that may take several values) that select the model's nodes.
+
+    A label is used only when every one of the nodes carries it and no node of another model
+    offering the same GPU resource shares its value: a MIG-single node still labelled with its
+    card (``gpu-type=a100-80gb``) must not pull a slice job onto whole A100s. One common value
+    is a plain nodeSelector (the cluster's label first, then GPU Feature Discovery's product);
+    failing that, a product spelled two ways across a driver upgrade becomes an ``In``
+    affinity. Without inventory, the cluster's label with the catalog key.
+    """
     assert job.gpu_model is not None
-    for key in (cluster.gpu_label, "nvidia.com/gpu.product", "amd.com/gpu.product-name"):
+    keys = (cluster.gpu_label, *_PRODUCT_LABELS)
+    usable: dict[str, set[str]] = {}
+    for key in keys:
         values = {(n.labels or {}).get(key) for n in nodes}
-        if len(values) == 1 and None not in values:
-            return {key: str(values.pop())}
-    return {cluster.gpu_label: job.gpu_model.key}
+        if not nodes or None in values:
+            continue
+        resources = {n.gpu_resource for n in nodes}
+        if all(
+            claims.get((r, key, str(v)), set()) <= {job.gpu_model_id}
+            for r in resources
+            for v in values
+        ):
+            usable[key] = {str(v) for v in values}
+    for key in keys:
+        if len(usable.get(key, ())) == 1:
+            return {key: next(iter(usable[key]))}, {}
+    for key in keys:
+        if key in usable:
+            return {}, {key: sorted(usable[key])}
+    return {cluster.gpu_label: job.gpu_model.key}, {}
 
 
 def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
     """(namespace, Volcano Job manifest) for an admitted job."""
     cluster, model = job.cluster, job.gpu_model
     assert cluster is not None and model is not None
-    nodes = _model_nodes(job)
+    inventory = _cluster_nodes(cluster)
+    nodes = _model_nodes(job, inventory)
     resource = nodes[0].gpu_resource if nodes else model.resource_name
+    node_selector, node_label_in = _node_labels(cluster, job, nodes, inventory.claims)
     namespace = cluster_job_namespace(cluster, job.team.slug)
     # No effect named: the GPU taint is tolerated whatever its effect, exactly what the
     # inventory assumes when it counts a node tainted nvidia.com/gpu as schedulable.
@@ -169,7 +223,8 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
         gpus_per_replica=job.gpus_per_replica,
         gpu_resource=resource,
         gpu_model=model.key,
-        node_selector=_node_selector(cluster, job, nodes),
+        node_selector=node_selector,
+        node_label_in=node_label_in,
         cpu_millicores=job.cpu_millicores,
         memory_mib=job.memory_mib,
         max_runtime_seconds=job.max_runtime_seconds,

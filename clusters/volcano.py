@@ -446,6 +446,10 @@ class VolcanoJobSpec:
     """The catalog key of the GPU model, for the ``gpupool.dev/gpu-model`` label."""
     node_selector: Mapping[str, str]
     """The model's node label, e.g. ``{"gpu-type": "a100-80gb"}`` or GFD's product label."""
+    node_label_in: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Labels that may take any of several values (a required node affinity, ``In``): the
+    same product spelled two ways across a driver upgrade. Either this or ``node_selector``
+    must name the model's nodes."""
     cpu_millicores: int
     memory_mib: int
     max_runtime_seconds: int
@@ -514,13 +518,15 @@ def _validate(spec: VolcanoJobSpec) -> None:
         raise _fail("gpu_resource", f"must be an extended resource name, got {spec.gpu_resource!r}")
     if not spec.gpu_model:
         raise _fail("gpu_model", "must not be empty")
-    if not spec.node_selector:
+    if not spec.node_selector and not spec.node_label_in:
         raise _fail("node_selector", "must name the GPU model's node label")
     for key, value in spec.node_selector.items():
-        if not _is_qualified_key(key):
-            raise _fail("node_selector", f"{key!r} is not a valid label key")
-        if not _is_label_value(value):
-            raise _fail("node_selector", f"{value!r} is not a valid label value for {key}")
+        _check_node_label("node_selector", key, value)
+    for key, values in spec.node_label_in.items():
+        if not values or isinstance(values, str):
+            raise _fail("node_label_in", f"{key!r} needs a list of one or more values")
+        for value in values:
+            _check_node_label("node_label_in", key, value)
     cpu_quantity(spec.cpu_millicores)
     memory_quantity(spec.memory_mib)
     if not 1 <= spec.max_runtime_seconds <= INT32_MAX:
@@ -641,7 +647,6 @@ def _pod_spec(spec: VolcanoJobSpec) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never" if spec.kind == "training" else "OnFailure",
         "activeDeadlineSeconds": spec.max_runtime_seconds,
-        "nodeSelector": _node_selector(spec),
         "automountServiceAccountToken": spec.automount_service_account_token,
         "enableServiceLinks": False,
         "hostNetwork": False,
@@ -650,6 +655,10 @@ def _pod_spec(spec: VolcanoJobSpec) -> dict[str, Any]:
         "securityContext": _pod_security_context(spec),
         "containers": [_container(spec)],
     }
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.node_label_in:
+        pod["affinity"] = _node_affinity(spec)
     if spec.tolerations:
         pod["tolerations"] = [t.as_dict() for t in spec.tolerations]
     if spec.shm_mib:
@@ -659,8 +668,26 @@ def _pod_spec(spec: VolcanoJobSpec) -> dict[str, Any]:
     return pod
 
 
-def _node_selector(spec: VolcanoJobSpec) -> dict[str, str]:
-    return dict(spec.node_selector)
+def _check_node_label(field_name: str, key: str, value: str) -> None:
+    if not _is_qualified_key(key):
+        raise _fail(field_name, f"{key!r} is not a valid label key")
+    if not _is_label_value(value):
+        raise _fail(field_name, f"{value!r} is not a valid label value for {key}")
+
+
+def _node_affinity(spec: VolcanoJobSpec) -> dict[str, Any]:
+    """A required node affinity, one ``In`` expression per label (all must hold)."""
+    expressions = [
+        {"key": key, "operator": "In", "values": sorted(values)}
+        for key, values in sorted(spec.node_label_in.items())
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
 
 
 def _pod_security_context(spec: VolcanoJobSpec) -> dict[str, Any]:

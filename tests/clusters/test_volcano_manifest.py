@@ -357,6 +357,10 @@ tolerations = st.sampled_from(
 @st.composite
 def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
     gpu_resource, gpu_model, node_selector = draw(st.sampled_from(GPU_CHOICES))
+    node_label_in: dict[str, list[str]] = {}
+    if draw(st.booleans()):  # one product spelled two ways: an In affinity instead
+        node_label_in = {k: sorted({v, "alt-spelling"}) for k, v in node_selector.items()}
+        node_selector = {}
     memory_mib = draw(st.integers(1, 2 * 1024 * 1024))
     kind = draw(st.sampled_from(["training", "inference"]))
     return VolcanoJobSpec(
@@ -389,6 +393,7 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
         gpu_resource=gpu_resource,
         gpu_model=gpu_model,
         node_selector=node_selector,
+        node_label_in=node_label_in,
         cpu_millicores=draw(st.integers(1, 256_000)),
         memory_mib=memory_mib,
         max_runtime_seconds=draw(st.integers(1, 30 * 24 * 3600)),
@@ -670,6 +675,36 @@ def test_node_selector_and_tolerations_place_the_pods_on_the_model():
     ]
 
 
+def test_several_spellings_of_a_label_become_a_required_node_affinity():
+    spec = a_spec(
+        node_selector={},
+        node_label_in={"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-80GB", "A100-SXM4-80GB"]},
+    )
+
+    job = build_volcano_job(spec)
+
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    assert "nodeSelector" not in pod
+    assert pod["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "nvidia.com/gpu.product",
+                                "operator": "In",
+                                "values": ["A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    assert_valid_job(job)
+
+
 def test_shared_memory_is_a_memory_backed_empty_dir():
     job = build_volcano_job(a_spec(shm_mib=8192))
 
@@ -800,6 +835,9 @@ def test_env_keeps_the_callers_order_after_the_portal_variable():
         ({"node_selector": {}}, "node_selector"),
         ({"node_selector": {"gpu type": "a100"}}, "node_selector"),
         ({"node_selector": {"gpu-type": "A100 80GB"}}, "node_selector"),
+        ({"node_selector": {}, "node_label_in": {"gpu-type": []}}, "node_label_in"),
+        ({"node_label_in": {"gpu-type": "a100"}}, "node_label_in"),
+        ({"node_label_in": {"gpu-type": ["A100 80GB"]}}, "node_label_in"),
         ({"cpu_millicores": 0}, "cpu_millicores"),
         ({"memory_mib": 0}, "memory_mib"),
         ({"max_runtime_seconds": 0}, "max_runtime_seconds"),
