@@ -347,6 +347,7 @@ def _clusters(
                 model=n["gpu_model__key"],
                 total_gpus=n["gpu_allocatable"],
                 free_gpus=max(0, n["gpu_allocatable"] - used) if usable else 0,
+                out_of_service=not usable,
             )
         )
     clusters = []

@@ -28,6 +28,7 @@ class Pool:
         "max_total",
         "model",
         "names",
+        "out_of_service",
         "state",
         "total",
         "total_gpus",
@@ -46,6 +47,9 @@ class Pool:
         self.max_total = max(self.total, default=0)
         self.total_gpus = sum(self.total)
         self.free_total = sum(self.free)
+        self.out_of_service = sum(
+            t for n, t in zip(ordered, self.total, strict=True) if n.out_of_service
+        )
         self.buckets: list[dict[int, None]] = [{} for _ in range(self.max_total + 1)]
         # Reversed so that "take the last one" yields the lowest node name first.
         for i in reversed(range(len(ordered))):

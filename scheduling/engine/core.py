@@ -204,7 +204,7 @@ class _Cycle:
         self._held_models: set[str] = set()  # one hold per model and cycle
         self._final = False
         self._cluster_note_memo: dict[object, ClusterNote] = {}
-        self._free_cache: dict[str, tuple[int, int]] = {}
+        self._free_cache: dict[str, tuple[int, int, int]] = {}
         self._fallback_memo: dict[str, CandidateNote] = {}
         self._not_tried_memo: dict[str, CandidateNote] = {}
 
@@ -931,16 +931,18 @@ class _Cycle:
                 return reasons.detail_held_for_other(holder, self.quota.held(job.team, m))
             held = sum(p.held_total() for p in self.enabled[m])
             return reasons.detail_held_for_other(f.holder, held)
-        largest, free = self._model_free(m)
-        return reasons.detail_no_node_fits(r, g, largest, free)
+        largest, free, out_of_service = self._model_free(m)
+        return reasons.detail_no_node_fits(r, g, largest, free, out_of_service)
 
-    def _model_free(self, model: str) -> tuple[int, int]:
+    def _model_free(self, model: str) -> tuple[int, int, int]:
+        """(largest free block, free GPUs, GPUs on nodes out of service) in enabled clusters."""
         cached = self._free_cache.get(model) if self._final else None
         if cached is None:
             pools = self.enabled.get(model, ())
             cached = (
                 max((p.max_block() for p in pools), default=0),
                 sum(p.free_total for p in pools),
+                sum(p.out_of_service for p in pools),
             )
             if self._final:  # nothing changes any more: compute once per model
                 self._free_cache[model] = cached

@@ -164,13 +164,18 @@ def detail_too_large(replicas: int, gpr: int, largest_node: int, slots: int) -> 
     return f"needs {replicas} replicas of {gpr}; even an empty cluster holds only {slots}"
 
 
-def detail_no_node_fits(replicas: int, gpr: int, largest_block: int, free: int) -> str:
+def detail_no_node_fits(
+    replicas: int, gpr: int, largest_block: int, free: int, out_of_service: int = 0
+) -> str:
     where = (
         f"no node with {gpr} free"
         if replicas == 1
         else f"no cluster with {replicas} slots of {gpr} free"
     )
-    return f"{where} (largest free block {largest_block}, {free} free in enabled clusters)"
+    # A user who sees "0 free" on a pool they know is large should learn it is out of
+    # service (cordoned or NotReady nodes), not busy: an admin can act on the first.
+    down = f"; {out_of_service} more on cordoned or NotReady nodes" if out_of_service else ""
+    return f"{where} (largest free block {largest_block}, {free} free in enabled clusters{down})"
 
 
 def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:

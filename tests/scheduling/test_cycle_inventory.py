@@ -29,15 +29,19 @@ def submit(user, **overrides):
 
 
 NO_ROOM = "no node with 4 free (largest free block 0, 0 free in enabled clusters)"
+OUT_OF_SERVICE = (
+    "no node with 4 free (largest free block 0, 0 free in enabled clusters; "
+    "8 more on cordoned or NotReady nodes)"
+)
 
 
 @pytest.mark.parametrize(
     ("node", "admitted", "message"),
     [
         ({}, True, ""),
-        ({"schedulable": False}, False, NO_ROOM),
-        ({"ready": False}, False, NO_ROOM),
-        ({"ready": False, "schedulable": False}, False, NO_ROOM),
+        ({"schedulable": False}, False, OUT_OF_SERVICE),
+        ({"ready": False}, False, OUT_OF_SERVICE),
+        ({"ready": False, "schedulable": False}, False, OUT_OF_SERVICE),
         ({"gpus_used_by_others": 8}, False, NO_ROOM),
         (
             {"gpus_used_by_others": 5},
@@ -74,7 +78,8 @@ def test_the_only_node_as_the_inventory_saw_it(bob, vision, pool, quota, node, a
         "NO_CAPACITY",
         1,
     )
-    # What the job page shows: the same words whether the node is busy, cordoned or NotReady.
+    # What the job page shows: a busy node and one out of service read differently, since
+    # only the second is something to ask an admin about.
     assert job.pending_reason == f"needs 4 \u00d7 a100-80gb; {message}"
 
 
