@@ -7,6 +7,9 @@
   index), with ``DATABASE_URL`` pointing at this session's *test* database. Tests that use it
   must be ``transactional_db`` so the worker sees their rows. Its output goes to a file the
   secrets test reads.
+* ``private_worker``: workers of one test on a queue of their own (``.start()`` one, ``.kill()``
+  it with SIGKILL, start another): for the fault tests that kill a worker mid-task. Clusters
+  tasks published during the test go to that queue.
 * ``cluster``: kubesim registered through ``cluster_register`` (credentials encrypted), its
   inventory read, the team queue created.
 * ``watchers``: the status watchers (jobs and pods) running in threads of this process.
@@ -22,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +170,22 @@ def cluster(sim: KubeSim, register: Callable[..., Cluster], vision: Any) -> Clus
 # ---------------------------------------------------------------------------------------------
 class WorkerProcess:
     def __init__(
-        self, proc: subprocess.Popen[bytes], log_path: Path, queue: str, broker: str
+        self,
+        proc: subprocess.Popen[bytes],
+        log_path: Path,
+        queue: str,
+        broker: str,
+        log_file: Any = None,
+        app_name: str = "",
     ) -> None:
         self.proc = proc
         self.log_path = log_path
         self.queue = queue
         self.broker = broker
         self.hostname = f"{queue}@{socket.gethostname()}"
+        self.log_file = log_file
+        # The PostgreSQL application_name of its connections (PGAPPNAME), to find them.
+        self.app_name = app_name
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -203,6 +216,29 @@ class WorkerProcess:
         finally:
             client.close()
 
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once: nothing acks, nothing cleans up."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group: pool children too
+        self.proc.wait(timeout=10)
+        self._close_log()
+
+    def stop(self) -> None:
+        """Warm shutdown (running tasks finish), then SIGKILL if it takes too long."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None
+
 
 def _database_url() -> str:
     s = connection.settings_dict
@@ -214,20 +250,19 @@ def _database_url() -> str:
     return f"postgres://{auth}@{host}:{port}/{s['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def celery_worker_process(
-    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WorkerProcess]:
-    from portal.celery import app
-
+def _test_broker() -> tuple[str, str]:
+    """(broker URL, xdist worker name): Redis database 8 + the xdist index."""
     xdist = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int("".join(c for c in xdist if c.isdigit()) or 0)
     redis = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-    broker = f"{redis}/{8 + index}"
-    queue = f"gpupool-clusters-test-{xdist}-{os.getpid()}"
-    with django_db_blocker.unblock():
-        database_url = _database_url()
-    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    return f"{redis}/{8 + index}", xdist
+
+
+def worker_start(
+    *, queue: str, broker: str, database_url: str, log_path: Path, app_name: str = ""
+) -> WorkerProcess:
+    """Start ``celery -A portal worker`` on ``queue`` in its own process group; wait until
+    it is ready."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -241,6 +276,8 @@ def celery_worker_process(
         "DB_CONN_MAX_AGE": "0",
         "PYTHONUNBUFFERED": "1",
     }
+    if app_name:
+        env["PGAPPNAME"] = app_name
     cmd = [
         sys.executable, "-m", "celery", "-A", "portal", "worker",
         "-Q", queue, "-c", "2", "-l", "INFO", "--without-gossip", "--without-mingle",
@@ -250,41 +287,65 @@ def celery_worker_process(
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
     )
-    # This process publishes to the worker's broker and queue from now on.
-    keys = ("broker_url", "broker_read_url", "broker_write_url", "task_routes")
-    previous = {key: app.conf[key] for key in keys}
-    app.conf.update(broker_url=broker, broker_read_url=broker, broker_write_url=broker)
-    app.conf.task_routes = {"clusters.*": {"queue": queue}}
+    worker = WorkerProcess(proc, log_path, queue, broker, log_file=log_file, app_name=app_name)
+    deadline = time.monotonic() + 60
+    while True:
+        text = log_path.read_text(errors="replace")
+        if " ready." in text:
+            return worker
+        if proc.poll() is not None or time.monotonic() > deadline:
+            worker.stop()
+            raise RuntimeError(f"the Celery worker did not start:\n{text[-3000:]}")
+        time.sleep(0.1)
+
+
+_APP_KEYS = ("broker_url", "broker_read_url", "broker_write_url", "task_routes")
+
+
+def _app_reset_connections() -> None:
+    from portal.celery import app
+
     app._pool = None
     app.amqp._producer_pool = None
     app.amqp.flush_routes()
     # The router is a cached property holding the old route table: a task published earlier
     # in this process (a submit's cycle request, say) would keep clusters tasks off our queue.
     app.amqp.__dict__.pop("router", None)
+
+
+@contextmanager
+def app_publishing_to(broker: str, queue: str) -> Iterator[None]:
+    """While inside, this process publishes clusters tasks to ``queue`` on ``broker``; the
+    previous broker and routes come back on the way out."""
+    from portal.celery import app
+
+    previous = {key: app.conf[key] for key in _APP_KEYS}
+    app.conf.update(broker_url=broker, broker_read_url=broker, broker_write_url=broker)
+    app.conf.task_routes = {"clusters.*": {"queue": queue}}
+    _app_reset_connections()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            text = log_path.read_text(errors="replace")
-            if " ready." in text:
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Celery worker did not start:\n{text[-3000:]}")
-            time.sleep(0.1)
-        yield WorkerProcess(proc, log_path, queue, broker)
+        yield
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
-        log_file.close()
         app.conf.update(previous)
-        app._pool = None
-        app.amqp._producer_pool = None
-        app.amqp.flush_routes()
-        app.amqp.__dict__.pop("router", None)
+        _app_reset_connections()
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    broker, xdist = _test_broker()
+    queue = f"gpupool-clusters-test-{xdist}-{os.getpid()}"
+    with django_db_blocker.unblock():
+        database_url = _database_url()
+    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    worker = worker_start(queue=queue, broker=broker, database_url=database_url, log_path=log_path)
+    try:
+        # This process publishes to the worker's broker and queue from now on.
+        with app_publishing_to(broker, queue):
+            yield worker
+    finally:
+        worker.stop()
         _drop_queue(broker, queue)
 
 
@@ -297,7 +358,52 @@ def celery_worker(
     celery_worker_process.quiesce()
 
 
+class PrivateWorkers:
+    """Workers of one test on a queue of their own, which the test may kill and restart."""
+
+    def __init__(self, queue: str, broker: str, database_url: str, folder: Path) -> None:
+        self.queue = queue
+        self.broker = broker
+        self.database_url = database_url
+        self.folder = folder
+        self.started: list[WorkerProcess] = []
+
+    def start(self) -> WorkerProcess:
+        """A fresh worker process on the test's queue (its connections are named after it)."""
+        worker = worker_start(
+            queue=self.queue,
+            broker=self.broker,
+            database_url=self.database_url,
+            log_path=self.folder / f"worker-{len(self.started)}.log",
+            app_name=self.queue[:63],
+        )
+        self.started.append(worker)
+        return worker
+
+    def stop(self) -> None:
+        for worker in self.started:
+            worker.stop()
+
+
+@pytest.fixture
+def private_worker(transactional_db: Any, tmp_path: Path) -> Iterator[PrivateWorkers]:
+    """``private_worker.start()`` → a worker of this test only; clusters tasks go to its queue
+    while the test runs. Every worker it started is stopped at the end, and whatever a killed
+    one left behind (its queue, its unacknowledged messages) is dropped."""
+    broker, xdist = _test_broker()
+    queue = f"gpupool-private-{xdist}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    workers = PrivateWorkers(queue, broker, _database_url(), tmp_path)
+    try:
+        with app_publishing_to(broker, queue):
+            yield workers
+    finally:
+        workers.stop()
+        _drop_queue(broker, queue)
+
+
 def _drop_queue(broker: str, queue: str) -> None:
+    import json
+
     import redis
 
     try:
@@ -309,6 +415,16 @@ def _drop_queue(broker: str, queue: str) -> None:
             f"_kombu.binding.{queue}",
             f"_kombu.binding_permanent.{queue}",
         )
+        # A worker killed with messages in hand leaves them in kombu's unacked hash, to be
+        # restored to this (dead) queue after the visibility timeout: drop them now.
+        for tag, raw in client.hgetall("unacked").items():
+            try:
+                routing_key = json.loads(raw)[2]
+            except (ValueError, IndexError, TypeError):
+                continue
+            if routing_key == queue:
+                client.hdel("unacked", tag)
+                client.zrem("unacked_index", tag)
         client.close()
     except Exception:  # cleanup only
         pass
