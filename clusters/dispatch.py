@@ -122,7 +122,7 @@ class _ClusterNodes:
     process: labels and resources change with the inventory, not per job."""
 
     loaded_at: float
-    by_model: dict[int | None, list[Node]]
+    by_model: dict[int | None, dict[str, Node]]
     # (GPU resource, label, value) → the models whose nodes carry that label and offer that
     # resource: a selector is only safe when this model is the only one.
     claims: dict[tuple[str, str, str], set[int | None]]
@@ -136,13 +136,13 @@ def _cluster_nodes(cluster: Cluster) -> _ClusterNodes:
     if cached is not None and time.monotonic() - cached.loaded_at <= _NODES_TTL:
         return cached
     keys = (cluster.gpu_label, *_PRODUCT_LABELS)
-    by_model: dict[int | None, list[Node]] = {}
+    by_model: dict[int | None, dict[str, Node]] = {}
     claims: dict[tuple[str, str, str], set[int | None]] = {}
     rows = Node.objects.filter(cluster_id=cluster.pk).only(
         "name", "gpu_resource", "labels", "gpu_model_id"
     )
     for node in rows:
-        by_model.setdefault(node.gpu_model_id, []).append(node)
+        by_model.setdefault(node.gpu_model_id, {})[node.name] = node
         labels = node.labels or {}
         for key in keys:
             if key in labels:
@@ -156,9 +156,9 @@ def _cluster_nodes(cluster: Cluster) -> _ClusterNodes:
 
 def _model_nodes(job: Job, nodes: _ClusterNodes) -> list[Node]:
     """The model's nodes on the job's cluster: the planned ones if the inventory has them."""
-    mine = nodes.by_model.get(job.gpu_model_id, [])
-    planned = set(job.node_plan or [])
-    return [n for n in mine if n.name in planned] or mine
+    mine = nodes.by_model.get(job.gpu_model_id, {})
+    planned = [mine[name] for name in dict.fromkeys(job.node_plan or []) if name in mine]
+    return planned or list(mine.values())
 
 
 def _node_labels(
