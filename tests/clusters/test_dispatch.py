@@ -108,6 +108,40 @@ def test_an_existing_object_of_someone_else_is_a_conflict_and_never_overwritten(
     assert kept["metadata"]["annotations"][volcano.ANNOTATION_SUBMISSION_UID] == "someone-else"
 
 
+def test_an_earlier_object_still_being_deleted_is_waited_out_then_replaced(sim, cluster, admit):
+    """A requeued job's previous Volcano Job can linger in deletion (a finalizer): the new
+    dispatch backs off instead of failing, and creates its own once the old one is gone."""
+    job = admit(cluster)
+    _, manifest = job_manifest(
+        Job.objects.select_related("cluster", "gpu_model", "team").get(pk=job.pk)
+    )
+    earlier = copy.deepcopy(manifest)
+    earlier["metadata"]["annotations"][volcano.ANNOTATION_SUBMISSION_UID] = "earlier-admission"
+    earlier["metadata"]["finalizers"] = ["example.com/hold"]
+    _precreate(sim, earlier)
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    custom = k8s.CustomObjectsApi(api)
+    name = manifest["metadata"]["name"]
+    try:
+        custom.delete_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", "gpupool", "jobs", name
+        )
+        dispatch(job)
+        assert wait_for(lambda: _events(job, "DispatchRetry"), timeout=10)
+        assert "still being deleted" in _events(job, "DispatchRetry")[0].message
+        assert Job.objects.get(pk=job.pk).state == JobState.ADMITTED
+        custom.patch_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", "gpupool", "jobs", name,
+            {"metadata": {"finalizers": None}},
+        )  # fmt: skip
+    finally:
+        api.close()
+    wait_state(job, JobState.SUBMITTED, timeout=30)
+    annotations = _vcjob(sim, job)["metadata"]["annotations"]
+    assert annotations[volcano.ANNOTATION_SUBMISSION_UID] == submission_uid(job)
+    assert not _events(job, "VolcanoJobConflict")
+
+
 def test_server_errors_are_retried_with_backoff_until_the_create_succeeds(sim, cluster, admit):
     sim.faults.add(verb="create", resource="jobs", status=500, count=3)
     job = admit(cluster)
