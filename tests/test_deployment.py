@@ -25,9 +25,11 @@ PRODUCTION_ENV = {
 }
 
 
-def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _manage(
+    *args: str, env: dict[str, str], unset: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     # Test-only, not production (a developer's shell may allow local cluster URLs).
-    leaked = ("DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE", "GPUPOOL_ALLOW_")
+    leaked = ("DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE", "GPUPOOL_ALLOW_", *unset)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(leaked)}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -49,6 +51,33 @@ def test_production_without_a_secret_key_fails_loudly():
     result = _manage("check", env=env)
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
+
+
+@pytest.mark.parametrize("how", ["unset", "empty"])
+def test_production_without_cluster_secret_keys_fails_loudly(how):
+    """No ``GPUPOOL_SECRET_KEYS`` with DEBUG off: start-up fails and says which variable to set.
+    A key made up on the spot would leave every stored cluster credential unreadable after the
+    next restart, so there is no silent default in production."""
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "GPUPOOL_SECRET_KEYS"}
+    if how == "empty":
+        env["GPUPOOL_SECRET_KEYS"] = ""
+    result = _manage("check", env=env, unset=("GPUPOOL_SECRET_KEYS",))
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: GPUPOOL_SECRET_KEYS (or GPUPOOL_SECRET_KEYS_FILE) must be set" \
+        in result.stderr, result.stderr  # fmt: skip
+    # The same settings with DEBUG on start (a key derived for the demo): only production fails.
+    demo = _manage("check", env={**env, "DEBUG": "true"}, unset=("GPUPOOL_SECRET_KEYS",))
+    assert demo.returncode == 0, demo.stderr
+
+
+def test_a_malformed_cluster_secret_key_names_the_variable_but_never_echoes_it():
+    good, bad = PRODUCTION_ENV["GPUPOOL_SECRET_KEYS"], "my-old-password-not-a-fernet-key"
+    env = {**PRODUCTION_ENV, "GPUPOOL_SECRET_KEYS": f"{good},{bad}"}
+    result = _manage("check", env=env, unset=("GPUPOOL_SECRET_KEYS",))
+    assert result.returncode != 0
+    assert "GPUPOOL_SECRET_KEYS: key 2 is not a Fernet key" in result.stderr, result.stderr
+    assert bad not in result.stdout + result.stderr
+    assert good not in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(
