@@ -100,13 +100,22 @@ class Request:
     query: dict[str, str] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names
     body: bytes = b""
+    cert_user: str | None = None
+    """The CN of the client certificate the TLS handshake verified, if one was sent."""
 
     @classmethod
-    def build(cls, method: str, target: str, headers: dict[str, str], body: bytes) -> Request:
+    def build(
+        cls,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+        cert_user: str | None = None,
+    ) -> Request:
         """Parse ``/path?query`` (last value of a repeated parameter wins)."""
         path, _, raw_query = target.partition("?")
         query = {k: v[-1] for k, v in parse_qs(raw_query, keep_blank_values=True).items()}
-        return cls(method.upper(), unquote(path), query, headers, body)
+        return cls(method.upper(), unquote(path), query, headers, body, cert_user)
 
 
 class StreamWriter:
@@ -196,7 +205,7 @@ class Api:
 
     def _handle(self, req: Request) -> Response:
         try:
-            principal = self.auth.authenticate(req.headers.get("authorization"))
+            principal = self.auth.authenticate(req.headers.get("authorization"), req.cert_user)
             route = self.route(req.path)
             if principal is None and route.kind not in ("version", "health"):
                 raise unauthorized()

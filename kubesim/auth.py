@@ -1,4 +1,4 @@
-"""Bearer-token authentication and a small RBAC-like authorizer.
+"""Bearer-token and client-certificate authentication, and a small RBAC-like authorizer.
 
 Each token maps to a :class:`Principal` with a user name and a list of :class:`Rule` (verbs x
 API groups x resources x namespaces), mirroring a Role/ClusterRole binding. The main token of a
@@ -86,10 +86,15 @@ class Principal:
 
 
 class Authenticator:
-    """Token -> Principal table, compared in constant time."""
+    """Token -> Principal table, compared in constant time; certificate users by name."""
 
     def __init__(self) -> None:
         self._tokens: dict[str, Principal] = {}
+        self._users: dict[str, Principal] = {}
+
+    def add_user(self, user: str, spec: str | dict[str, Any] | list[Any] = "cluster-admin") -> None:
+        """Grant a role or rules to ``user``, as a client certificate with that CN names it."""
+        self._users[user] = _principal(spec, user)
 
     def add(
         self,
@@ -98,29 +103,20 @@ class Authenticator:
         user: str | None = None,
     ) -> Principal:
         """Register a token with a role name, a rule list, or ``{"user", "role"|"rules"}``."""
-        rules: tuple[Rule, ...]
-        if isinstance(spec, str):
-            if spec not in ROLES:
-                raise ValueError(f"unknown role {spec!r}; known: {', '.join(ROLES)}")
-            rules = ROLES[spec]
-            user = user or f"kubesim:{spec}"
-        elif isinstance(spec, list):
-            rules = tuple(r if isinstance(r, Rule) else Rule.from_dict(r) for r in spec)
-        else:
-            user = spec.get("user", user)
-            if "role" in spec:
-                rules = ROLES[spec["role"]]
-            else:
-                rules = tuple(
-                    r if isinstance(r, Rule) else Rule.from_dict(r) for r in spec.get("rules", [])
-                )
-        principal = Principal(user or "kubesim:user", rules)
+        principal = _principal(spec, user)
         self._tokens[token] = principal
         return principal
 
-    def authenticate(self, header: str | None) -> Principal | None:
-        """None for an anonymous request; 401 for a malformed or unknown token."""
+    def authenticate(self, header: str | None, cert_user: str | None = None) -> Principal | None:
+        """None for an anonymous request; 401 for a malformed or unknown token.
+
+        ``cert_user`` is the CN of a client certificate the TLS handshake verified: that user
+        is authenticated, with the rules granted to it (none, so every request is a 403, for
+        a user nobody granted anything), exactly as RBAC treats an unbound user.
+        """
         if not header:
+            if cert_user is not None:
+                return self._users.get(cert_user) or Principal(cert_user, ())
             return None
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -130,3 +126,24 @@ class Authenticator:
             if hmac.compare_digest(known.encode(), token.encode()):
                 return principal
         raise unauthorized()
+
+
+def _principal(spec: str | dict[str, Any] | list[Any], user: str | None) -> Principal:
+    """A role name, a rule list, or ``{"user", "role"|"rules"}`` as a Principal."""
+    rules: tuple[Rule, ...]
+    if isinstance(spec, str):
+        if spec not in ROLES:
+            raise ValueError(f"unknown role {spec!r}; known: {', '.join(ROLES)}")
+        rules = ROLES[spec]
+        user = user or f"kubesim:{spec}"
+    elif isinstance(spec, list):
+        rules = tuple(r if isinstance(r, Rule) else Rule.from_dict(r) for r in spec)
+    else:
+        user = spec.get("user", user)
+        if "role" in spec:
+            rules = ROLES[spec["role"]]
+        else:
+            rules = tuple(
+                r if isinstance(r, Rule) else Rule.from_dict(r) for r in spec.get("rules", [])
+            )
+    return Principal(user or "kubesim:user", rules)

@@ -153,16 +153,29 @@ class KubeSim:
         """The CA certificate that signed the server certificate (None over HTTP)."""
         return self._certs.ca_pem if self._certs else None
 
-    def kubeconfig_dict(self, token: str | None = None, namespace: str = "default") -> dict:
-        """A kubeconfig (as a dict) with the CA and a bearer token (admin by default)."""
+    def kubeconfig_dict(
+        self,
+        token: str | None = None,
+        namespace: str = "default",
+        client_certificate: tuple[bytes, bytes] | None = None,
+    ) -> dict:
+        """A kubeconfig (as a dict) with the CA and a bearer token (admin by default), or the
+        (certificate, key) of :meth:`client_certificate` instead of a token."""
         cluster: dict[str, Any] = {"server": self.url}
         if self._certs is not None:
             cluster["certificate-authority-data"] = base64.b64encode(self._certs.ca_pem).decode()
+        user: dict[str, str] = {"token": token or self.token}
+        if client_certificate is not None:
+            cert_pem, key_pem = client_certificate
+            user = {
+                "client-certificate-data": base64.b64encode(cert_pem).decode(),
+                "client-key-data": base64.b64encode(key_pem).decode(),
+            }
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": self.config.name, "cluster": cluster}],
-            "users": [{"name": f"{self.config.name}-user", "user": {"token": token or self.token}}],
+            "users": [{"name": f"{self.config.name}-user", "user": user}],
             "contexts": [
                 {
                     "name": self.config.name,
@@ -186,6 +199,15 @@ class KubeSim:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         return target
+
+    def client_certificate(self, user: str, role: Any = "cluster-admin") -> tuple[bytes, bytes]:
+        """(certificate PEM, key PEM) with CN ``user``, signed by this server's CA, and the
+        role or rules granted to that user (``None`` grants nothing: every request a 403)."""
+        if self._certs is None:
+            raise RuntimeError("client certificates need TLS")
+        if role is not None:
+            self.auth.add_user(user, role)
+        return self._certs.client_certificate(user)
 
     def add_token(
         self, token: str | None = None, role: Any = "view", user: str | None = None

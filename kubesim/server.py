@@ -61,12 +61,28 @@ class _ChunkWriter(StreamWriter):
         return bool(readable)
 
 
+def _certificate_user(connection: Any) -> str | None:
+    """The CN of the client certificate verified in the handshake (None without one)."""
+    if not isinstance(connection, ssl.SSLSocket):
+        return None
+    cert = connection.getpeercert()
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "kubesim"
     sys_version = ""
     timeout = 300  # idle keep-alive connections are closed after 5 minutes
     server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.cert_user = _certificate_user(self.connection)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -75,7 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
-        request = Request.build(self.command, self.path, headers, body)
+        request = Request.build(self.command, self.path, headers, body, self.cert_user)
         response = self.server.api.handle(request)
         self._respond(response)
 

@@ -152,6 +152,51 @@ def test_connection_with_a_revoked_token_is_401(sim, register):
     assert not report.ok and report.summary.startswith("401 Unauthorized"), report.summary
 
 
+def _register_with_certificate(sim, name, certificate):
+    """Register through the kubeconfig parser, as an admin uploading one would."""
+    from clusters.kubeconfig import parse_kubeconfig
+
+    config = sim.kubeconfig_dict(namespace="gpupool", client_certificate=certificate)
+    config.pop("preferences", None)
+    cluster, _ = cluster_register(name=name, credentials=parse_kubeconfig(yaml.safe_dump(config)))
+    return cluster
+
+
+def test_a_client_certificate_cluster_is_tested_synced_and_runs_jobs(sim, catalog, vision):
+    from clusters.inventory import inventory_sync
+    from clusters.queues import TeamQueue, queues_sync
+    from clusters.services import cluster_client
+
+    cluster = _register_with_certificate(
+        sim, "east-mtls", sim.client_certificate("gpupool-portal", role="cluster-admin")
+    )
+    assert cluster.auth_method == "client-certificate"
+    assert cluster.credential_hint.startswith("client certificate")
+    report = cluster_test(cluster=cluster)
+    assert report.ok, report.summary
+    assert inventory_sync(cluster=cluster).ok
+    assert queues_sync(cluster=cluster, desired=[TeamQueue("vision", 1, {})]).ok
+    assert sim.get("queues", "gp-vision") is not None
+    client = cluster_client(cluster)
+    assert len(client.list_nodes()) == 9
+
+
+def test_a_client_certificate_is_authorized_as_its_user(sim, catalog):
+    viewer = sim.client_certificate("gpupool-viewer", role="view")
+    report = cluster_test(cluster=_register_with_certificate(sim, "east-viewer", viewer))
+    assert not report.ok
+    assert report.summary.startswith("403 Forbidden: may not create Volcano Jobs"), report.summary
+
+
+def test_a_client_certificate_from_another_ca_is_refused_at_the_handshake(sim, catalog):
+    with KubeSim(sim.config, clock_speed=0) as other:
+        foreign = other.client_certificate("gpupool-portal")
+    report = cluster_test(cluster=_register_with_certificate(sim, "east-foreign", foreign))
+    assert not report.ok
+    assert report.summary.startswith("TLS/CA mismatch"), report.summary
+    assert "handshake" in report.summary
+
+
 def test_connection_without_create_on_jobs_is_403_naming_the_verb(sim, register):
     token = sim.add_token(role="view")
     cluster = register(sim, token=token)

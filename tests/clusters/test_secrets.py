@@ -105,12 +105,13 @@ def test_a_full_run_leaves_no_secret_in_the_database_logs_or_task_arguments(
         published.append((sender, body[0] if isinstance(body, tuple | list) else body))
 
     before_task_publish.connect(record, weak=False)
-    cert_pem, key_pem = _client_cert()
+    cert, key = sim.client_certificate("portal-without-grants", role=None)
+    cert_pem, key_pem = cert.decode(), key.decode()
     material = SecretMaterial(client_cert_pem=cert_pem, client_key_pem=key_pem)
-    # A second cluster, on the same kubesim, reached with a client certificate. kubesim
-    # authenticates bearer tokens only, so its requests are anonymous and refused with 401:
-    # the point is that the certificate's client is built (key handed to ssl) and used, here
-    # and in the worker, and that its failures are reported without the key.
+    # A second cluster, on the same kubesim, reached with a client certificate whose user was
+    # granted nothing, so every request is refused with 403: the certificate's client is built
+    # (key handed to ssl) and used, here and in the worker, and its failures are reported
+    # without the key.
     with_cert = Cluster.objects.create(
         name="with-cert",
         api_url=sim.url,
@@ -124,14 +125,15 @@ def test_a_full_run_leaves_no_secret_in_the_database_logs_or_task_arguments(
             cert_report = cluster_test(cluster=with_cert)
             assert not cert_report.ok
             assert cert_report.version  # TLS with the certificate's client worked
-            assert cert_report.summary.startswith("401 Unauthorized"), cert_report.summary
+            assert cert_report.summary.startswith("403 Forbidden"), cert_report.summary
+            assert "portal-without-grants" in cert_report.summary  # authenticated as its CN
             sync_inventory.delay(with_cert.pk)  # the worker builds its own client from the row
             error = wait_for(
                 lambda: Cluster.objects.values_list("inventory_error", flat=True).get(
                     pk=with_cert.pk
                 )
             )
-            assert "401 Unauthorized" in error, error
+            assert "403 Forbidden" in error, error
             assert cluster_test(cluster=cluster).ok
             job = admit(cluster)
             dispatch(job)
@@ -150,7 +152,7 @@ def test_a_full_run_leaves_no_secret_in_the_database_logs_or_task_arguments(
     secrets = [sim.token, base64.b64encode(sim.token.encode()).decode(), *_key_material(key_pem)]
     dump = _dump()
     assert "gpupool" in dump  # the dump is real
-    assert "401 Unauthorized" in dump  # the certificate cluster's failures are in it
+    assert "portal-without-grants" in dump  # the certificate cluster's failures are in it
     assert "Task clusters.sync_inventory" in celery_worker.output()
     reported = "\n".join([cert_report.summary, *(c.message for c in cert_report.checks), error])
     for secret in secrets:

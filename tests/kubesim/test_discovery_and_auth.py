@@ -111,6 +111,45 @@ def test_view_role_may_list_but_not_create(sim):
     api.close()
 
 
+def _certificate_client(sim, certificate, tmp_path):
+    """The official client with a client certificate (its configuration takes file paths)."""
+    cert_pem, key_pem = certificate
+    (tmp_path / "client.crt").write_bytes(cert_pem)
+    (tmp_path / "client.key").write_bytes(key_pem)
+    (tmp_path / "ca.crt").write_bytes(sim.ca_pem)
+    configuration = client.Configuration()
+    configuration.host = sim.url
+    configuration.ssl_ca_cert = str(tmp_path / "ca.crt")
+    configuration.cert_file = str(tmp_path / "client.crt")
+    configuration.key_file = str(tmp_path / "client.key")
+    return client.ApiClient(configuration)
+
+
+def test_a_client_certificate_authenticates_its_common_name(sim, tmp_path):
+    with _certificate_client(sim, sim.client_certificate("ci-bot", role="view"), tmp_path) as api:
+        assert len(client.CoreV1Api(api).list_node().items) == 3
+        with pytest.raises(ApiException) as excinfo:
+            create_job(client.CustomObjectsApi(api), vcjob("x"))
+    assert excinfo.value.status == 403
+    assert 'User "ci-bot" cannot create' in json.loads(excinfo.value.body)["message"]
+
+
+def test_a_certificate_user_granted_nothing_is_forbidden_not_anonymous(sim, tmp_path):
+    nobody = sim.client_certificate("nobody", role=None)
+    with _certificate_client(sim, nobody, tmp_path) as api, pytest.raises(ApiException) as excinfo:
+        client.CoreV1Api(api).list_node()
+    assert excinfo.value.status == 403
+
+
+def test_a_client_certificate_of_another_ca_fails_the_handshake(sim, tmp_path):
+    with KubeSim(TINY, clock_speed=0) as other:
+        foreign = other.client_certificate("ci-bot")
+    # urllib3 wraps the TLS alert in its own errors
+    with _certificate_client(sim, foreign, tmp_path) as api, pytest.raises(Exception) as excinfo:
+        client.CoreV1Api(api).list_node(_request_timeout=5)
+    assert "SSL" in repr(excinfo.value) or "ssl" in repr(excinfo.value)
+
+
 def test_namespaced_rules_limit_the_scope(sim):
     token = sim.add_token(
         role={
