@@ -31,7 +31,7 @@ import random
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -524,7 +524,7 @@ def _submitted(
 # ---------------------------------------------------------------------------------------------
 # Dispatch in batches (what the scheduling cycle's admissions use)
 # ---------------------------------------------------------------------------------------------
-_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_pools: dict[int, tuple[int, ThreadPoolExecutor]] = {}
 _pools_lock = threading.Lock()
 
 
@@ -534,16 +534,17 @@ def _create_pool(cluster: Cluster) -> ThreadPoolExecutor:
     One pool per cluster, sized by that cluster's own ``creates_in_flight``: a slow cluster
     then holds only its own threads, and a cluster allowed more creates gets them (its
     client's semaphore bounds what reaches it either way). Threads are not free to start, so
-    pools live as long as the process; a changed limit gets a new pool.
+    pools live as long as the process; a changed limit replaces the cluster's pool.
     """
     size = max(1, cluster.creates_in_flight or settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT)
-    key = (cluster.pk, size)
     with _pools_lock:
-        pool = _pools.get(key)
-        if pool is None:
-            pool = _pools[key] = ThreadPoolExecutor(
-                max_workers=size, thread_name_prefix=f"dispatch-{cluster.pk}"
-            )
+        sized = _pools.get(cluster.pk)
+        if sized is not None and sized[0] == size:
+            return sized[1]
+        if sized is not None:
+            sized[1].shutdown(wait=False)  # its threads end once their creates are done
+        pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"dispatch-{cluster.pk}")
+        _pools[cluster.pk] = (size, pool)
         return pool
 
 
@@ -562,9 +563,18 @@ def _create(item: _Attempt) -> dict[str, Any] | KubeError:
         return exc
 
 
+def _submit(item: _Attempt) -> Future[dict[str, Any] | KubeError]:
+    try:
+        return _create_pool(item.job.cluster).submit(_create, item)  # type: ignore[arg-type]
+    except RuntimeError:  # another batch just replaced the pool (its limit changed): run here
+        done: Future[dict[str, Any] | KubeError] = Future()
+        done.set_result(_create(item))
+        return done
+
+
 def _creates_run(work: list[_Attempt]) -> list[dict[str, Any] | KubeError]:
     """Run the creates concurrently, each on its cluster's pool; results in ``work``'s order."""
-    futures = [_create_pool(item.job.cluster).submit(_create, item) for item in work]  # type: ignore[arg-type]
+    futures = [_submit(item) for item in work]
     return [future.result() for future in futures]
 
 
