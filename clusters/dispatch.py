@@ -31,6 +31,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,10 @@ __all__ = [
 ]
 
 MAX_BACKOFF_SECONDS = 60.0
+# A server's Retry-After is honoured up to this: a misconfigured proxy answering "a day" must
+# not park a job for a day, nor outlast the broker's visibility timeout (1 h), after which
+# Redis would deliver the countdown task a second time.
+MAX_RETRY_AFTER_SECONDS = 300.0
 # Admission errors a retry cannot fix but a queue sync can: the team's queue is missing or
 # closed on the cluster (it is created by the queue sync, which may not have run yet).
 QUEUE_PROBLEMS = ("unable to find job queue", "can only submit job to queue with state")
@@ -105,7 +110,8 @@ def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
     ceiling = min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
     delay = random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not a secret
     if retry_after is not None:
-        delay = max(delay, retry_after + random.uniform(0, base / 2))  # noqa: S311
+        floor = min(retry_after, MAX_RETRY_AFTER_SECONDS)
+        delay = max(delay, floor + random.uniform(0, base / 2))  # noqa: S311
     return delay
 
 
@@ -114,6 +120,7 @@ def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
 # ---------------------------------------------------------------------------------------------
 _NODES_TTL = 30.0
 _PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ class _ClusterNodes:
     process: labels and resources change with the inventory, not per job."""
 
     loaded_at: float
+    gpu_label: str
     by_model: dict[int | None, dict[str, Node]]
     # (GPU resource, label, value) → the models whose nodes carry that label and offer that
     # resource: a selector is only safe when this model is the only one.
@@ -131,9 +139,17 @@ class _ClusterNodes:
 _nodes_cache: dict[int | None, _ClusterNodes] = {}
 
 
-def _cluster_nodes(cluster: Cluster) -> _ClusterNodes:
+def _cluster_nodes(cluster: Cluster, *, needed: Iterable[str] = ()) -> _ClusterNodes:
+    """The cached rows, read again when older than a few seconds, when the cluster's label
+    changed, or when a ``needed`` node (one the job was planned on) is not among them: the
+    cycle may have planned on nodes an inventory sync added after this cache was filled."""
     cached = _nodes_cache.get(cluster.pk)
-    if cached is not None and time.monotonic() - cached.loaded_at <= _NODES_TTL:
+    if (
+        cached is not None
+        and time.monotonic() - cached.loaded_at <= _NODES_TTL
+        and cached.gpu_label == cluster.gpu_label
+        and all(any(name in nodes for nodes in cached.by_model.values()) for name in needed)
+    ):
         return cached
     keys = (cluster.gpu_label, *_PRODUCT_LABELS)
     by_model: dict[int | None, dict[str, Node]] = {}
@@ -149,7 +165,7 @@ def _cluster_nodes(cluster: Cluster) -> _ClusterNodes:
                 claims.setdefault((node.gpu_resource, key, str(labels[key])), set()).add(
                     node.gpu_model_id
                 )
-    cached = _ClusterNodes(time.monotonic(), by_model, claims)
+    cached = _ClusterNodes(time.monotonic(), cluster.gpu_label, by_model, claims)
     _nodes_cache[cluster.pk] = cached
     return cached
 
@@ -171,7 +187,8 @@ def _node_labels(
     card (``gpu-type=a100-80gb``) must not pull a slice job onto whole A100s. One common value
     is a plain nodeSelector (the cluster's label first, then GPU Feature Discovery's product);
     failing that, a product spelled two ways across a driver upgrade becomes an ``In``
-    affinity. Without inventory, the cluster's label with the catalog key.
+    affinity; when no label is safe, the nodes are named (``kubernetes.io/hostname In``).
+    Without inventory, the cluster's label with the catalog key.
     """
     assert job.gpu_model is not None
     keys = (cluster.gpu_label, *_PRODUCT_LABELS)
@@ -193,14 +210,20 @@ def _node_labels(
     for key in keys:
         if key in usable:
             return {}, {key: sorted(usable[key])}
+    if nodes:  # no label tells them apart from another model's nodes: name them
+        return {}, {HOSTNAME_LABEL: sorted({_hostname(n) for n in nodes})}
     return {cluster.gpu_label: job.gpu_model.key}, {}
+
+
+def _hostname(node: Node) -> str:
+    return str((node.labels or {}).get(HOSTNAME_LABEL) or node.name)
 
 
 def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
     """(namespace, Volcano Job manifest) for an admitted job."""
     cluster, model = job.cluster, job.gpu_model
     assert cluster is not None and model is not None
-    inventory = _cluster_nodes(cluster)
+    inventory = _cluster_nodes(cluster, needed=job.node_plan or ())
     nodes = _model_nodes(job, inventory)
     resource = nodes[0].gpu_resource if nodes else model.resource_name
     node_selector, node_label_in = _node_labels(cluster, job, nodes, inventory.claims)
@@ -271,7 +294,7 @@ _NOT_FOR_THE_BATCH = (
     "pending_reason_code",
     "queue_position",
     "volcano_job_name",
-    "dispatch_retry_at",
+    "dispatch_next_at",
     "usage_accounted_until",
     "idempotency_key",
     "request_fingerprint",
@@ -308,7 +331,7 @@ def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = Non
         )
     delay = backoff_seconds(attempt, retry_after)
     Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
-        dispatch_retry_at=timezone.now() + dt.timedelta(seconds=delay)
+        dispatch_next_at=timezone.now() + dt.timedelta(seconds=delay)
     )
     job_event_record(
         job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s"
@@ -420,7 +443,7 @@ def job_dispatch(*, job_id: int) -> Outcome:
         return Outcome(done=True, message="not admitted")
     # The attempt counter lives on the row, so it survives worker restarts and redeliveries.
     if not Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
-        dispatch_attempts=F("dispatch_attempts") + 1
+        dispatch_attempts=F("dispatch_attempts") + 1, dispatch_next_at=timezone.now()
     ):
         return Outcome(done=True, message="not admitted")
     attempt = job.dispatch_attempts + 1
@@ -442,20 +465,39 @@ def job_dispatch(*, job_id: int) -> Outcome:
             return _adopt_or_conflict(job, attempt, namespace, name, uid)
         if exc.transient:
             return _retry(job, attempt, exc.message, exc.retry_after)
-        if any(p in exc.message for p in QUEUE_PROBLEMS) and attempt == 1:
-            _queue_repair(job.cluster)
-            return Outcome(done=False, message=exc.message, retry_in=0.5)
+        if any(p in exc.message for p in QUEUE_PROBLEMS) and not _queue_repaired(job):
+            _queue_repair(job, exc.message)
+            return Outcome(done=False, message=exc.message, retry_in=1.0)
         return _fail(job, "SubmitRejected", f"The cluster refused the job: {exc.message}")
     return _submitted(job, namespace, created, uid, adopted=False)
 
 
-def _queue_repair(cluster: Cluster) -> None:
+QUEUE_REPAIR = "QueueRepair"
+
+
+def _queue_repaired(job: Job) -> bool:
+    """Whether this admission already had its team's queue synced once (then a refusal for a
+    missing or closed queue is final: retrying cannot fix what a sync did not)."""
+    events = JobEvent.objects.filter(job_id=job.pk, reason=QUEUE_REPAIR)
+    if job.admitted_at is not None:
+        events = events.filter(created_at__gte=job.admitted_at)
+    return events.exists()
+
+
+def _queue_repair(job: Job, problem: str) -> None:
+    """Sync the cluster's queues once, because the team's queue was missing or closed."""
     from clusters.queues import queues_sync
 
+    assert job.cluster is not None
+    job_event_record(
+        job,
+        QUEUE_REPAIR,
+        f"{problem}; syncing the team queues of {job.cluster} and trying again.",
+    )
     try:
-        queues_sync(cluster=cluster)
+        queues_sync(cluster=job.cluster)
     except Exception:  # the retry that follows reports the real problem
-        log.warning("queue sync for %s failed during dispatch", cluster.name, exc_info=True)
+        log.warning("queue sync for %s failed during dispatch", job.cluster.name, exc_info=True)
 
 
 def _adopt_or_conflict(job: Job, attempt: int, namespace: str, name: str, uid: str) -> Outcome:
@@ -556,23 +598,24 @@ class _Attempt:
     client: Any
 
 
-def _create(item: _Attempt) -> dict[str, Any] | KubeError:
+def _create(item: _Attempt) -> dict[str, Any] | Exception:
+    """The created object, or what went wrong: one job's surprise must not sink the batch."""
     try:
         return dict(item.client.create_job(item.namespace, item.manifest))
-    except KubeError as exc:
+    except Exception as exc:  # KubeError, or anything unforeseen: decided per job below
         return exc
 
 
-def _submit(item: _Attempt) -> Future[dict[str, Any] | KubeError]:
+def _submit(item: _Attempt) -> Future[dict[str, Any] | Exception]:
     try:
         return _create_pool(item.job.cluster).submit(_create, item)  # type: ignore[arg-type]
     except RuntimeError:  # another batch just replaced the pool (its limit changed): run here
-        done: Future[dict[str, Any] | KubeError] = Future()
+        done: Future[dict[str, Any] | Exception] = Future()
         done.set_result(_create(item))
         return done
 
 
-def _creates_run(work: list[_Attempt]) -> list[dict[str, Any] | KubeError]:
+def _creates_run(work: list[_Attempt]) -> list[dict[str, Any] | Exception]:
     """Run the creates concurrently, each on its cluster's pool; results in ``work``'s order."""
     futures = [_submit(item) for item in work]
     return [future.result() for future in futures]
@@ -594,9 +637,14 @@ def _refused_in_batch(
         if outcome.retry_in is not None:
             later[job.pk] = outcome.retry_in
         return
-    if any(p in exc.message for p in QUEUE_PROBLEMS) and job.cluster_id not in repaired:
-        repaired.add(job.cluster_id)  # type: ignore[arg-type]
-        _queue_repair(job.cluster)  # type: ignore[arg-type]
+    if any(p in exc.message for p in QUEUE_PROBLEMS):
+        if job.cluster_id not in repaired:
+            repaired.add(job.cluster_id)  # type: ignore[arg-type]
+            _queue_repair(job, exc.message)
+        else:
+            job_event_record(job, QUEUE_REPAIR, f"{exc.message}; the team queues were synced.")
+        later[job.pk] = 1.0  # a queue the sync just opened may take a moment to be served
+        return
     later[job.pk] = 0.0
 
 
@@ -617,7 +665,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
     if not jobs:
         return {}
     Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
-        dispatch_attempts=F("dispatch_attempts") + 1
+        dispatch_attempts=F("dispatch_attempts") + 1, dispatch_next_at=timezone.now()
     )
     later: dict[int, float] = {}
     work: list[_Attempt] = []
@@ -638,6 +686,9 @@ def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
     for item, result in zip(work, _creates_run(work), strict=True):
         if isinstance(result, KubeError):
             _refused_in_batch(item, result, repaired, later)
+        elif isinstance(result, Exception):
+            log.warning("create of job %s failed unexpectedly", item.job.pk, exc_info=result)
+            later[item.job.pk] = 1.0  # the one-job path tries again, and reports what it sees
         else:
             done.append((item.job, item.namespace, result, submission_uid(item.job)))
     if done:

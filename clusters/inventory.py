@@ -45,7 +45,6 @@ WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MIG_PREFIX = "nvidia.com/mig-"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 AMD_PRODUCT = "amd.com/gpu.product-name"
-MIG_STRATEGY = "nvidia.com/mig.strategy"
 GPU_TAINT = "nvidia.com/gpu"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
@@ -137,9 +136,13 @@ def _count(value: Any) -> int:
 
 
 def _mig_single(labels: Mapping[str, str], product: str) -> bool:
-    """MIG strategy "single": every GPU is cut into one profile and each slice is advertised
-    as ``nvidia.com/gpu``; GFD says so and appends the profile to the product label."""
-    return labels.get(MIG_STRATEGY) == "single" or "-MIG-" in product
+    """MIG strategy "single" with MIG on: every GPU is cut into one profile and each slice is
+    advertised as ``nvidia.com/gpu``; GFD then appends the profile to the product label.
+
+    GFD writes ``nvidia.com/mig.strategy`` on every node of a cluster configured for it,
+    GPUs with MIG off included, so that label alone says nothing about this node's GPUs.
+    """
+    return "-MIG-" in product
 
 
 def _is_gpu_resource(name: str) -> bool:

@@ -588,6 +588,9 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
         view = views.get(job_uuid)
         if job.state == S.ADMITTED:
             if _dispatch_presumed_lost(job, stale):
+                # Stamped, so the next reconcile (30 s on) does not send a second message while
+                # this one waits in a long queue.
+                Job.objects.filter(pk=job.pk, state=S.ADMITTED).update(dispatch_next_at=now)
                 tasks.dispatch_job_enqueue([job.pk])
                 result.redispatched.append(job.pk)
             continue
@@ -609,11 +612,11 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
 
 
 def _dispatch_presumed_lost(job: Job, stale: dt.datetime) -> bool:
-    """Admitted long ago and no retry due recently: its dispatch message was lost. A job
-    waiting out a backoff is not, and a second dispatch beside its retry would only double
-    the load on a cluster that asked for less."""
-    last_due = max(job.state_changed_at, job.dispatch_retry_at or job.state_changed_at)
-    return last_due < stale
+    """Admitted long ago, and no dispatch attempted or due recently: its message was lost. A
+    job waiting out a backoff, or whose attempt is slow, is not, and a second dispatch beside
+    it would only double the load on a cluster that asked for less."""
+    last = max(job.state_changed_at, job.dispatch_next_at or job.state_changed_at)
+    return last < stale
 
 
 def _delete_orphans(

@@ -144,8 +144,10 @@ class Job(models.Model):
     )
     volcano_job_name = models.CharField(max_length=63, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
-    dispatch_retry_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the scheduled retry of a failed create is due"
+    dispatch_next_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the dispatch was last attempted, or when its scheduled retry is due",
     )
     usage_accounted_until = models.DateTimeField(
         null=True, blank=True, help_text="GPU-hours up to here are in the usage ledger"

@@ -341,13 +341,14 @@ def _clusters(
         key = (n["cluster__name"], n["name"], n["gpu_model__key"])
         used = n["gpus_used_by_others"] + planned.get(key, 0)
         usable = n["ready"] and n["schedulable"]
+        free = max(0, n["gpu_allocatable"] - used)
         nodes_by_cluster[n["cluster_id"]].append(
             engine.Node(
                 name=n["name"],
                 model=n["gpu_model__key"],
                 total_gpus=n["gpu_allocatable"],
-                free_gpus=max(0, n["gpu_allocatable"] - used) if usable else 0,
-                out_of_service=not usable,
+                free_gpus=free if usable else 0,
+                out_of_service_gpus=0 if usable else free,
             )
         )
     clusters = []

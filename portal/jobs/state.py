@@ -52,6 +52,7 @@ _UPDATABLE = frozenset(
         "node_plan",
         "placement",
         "dispatch_attempts",
+        "dispatch_next_at",
     }
 )
 
@@ -86,7 +87,8 @@ def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
     if to in TERMINAL_STATES:
         return {"finished_at": now}
     if to == S.ADMITTED:
-        return {"admitted_at": now}
+        # A new admission is a new dispatch: attempts spent on an earlier run do not count.
+        return {"admitted_at": now, "dispatch_attempts": 0, "dispatch_next_at": None}
     if to == S.RUNNING:
         return {"started_at": now}
     if to == S.QUEUED:

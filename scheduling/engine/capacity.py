@@ -47,9 +47,7 @@ class Pool:
         self.max_total = max(self.total, default=0)
         self.total_gpus = sum(self.total)
         self.free_total = sum(self.free)
-        self.out_of_service = sum(
-            t for n, t in zip(ordered, self.total, strict=True) if n.out_of_service
-        )
+        self.out_of_service = sum(max(0, n.out_of_service_gpus) for n in ordered)
         self.buckets: list[dict[int, None]] = [{} for _ in range(self.max_total + 1)]
         # Reversed so that "take the last one" yields the lowest node name first.
         for i in reversed(range(len(ordered))):

@@ -133,9 +133,10 @@ class Node:
     """GPUs free for new work: ``total_gpus`` minus every ``RunningAllocation`` placed here
     (admitted-but-unbound ones included, by their node plan) and minus foreign pods. The engine
     does not subtract running allocations again."""
-    out_of_service: bool = False
-    """Cordoned or not Ready: the caller gives it no free GPUs; the engine only counts its
-    GPUs to tell a waiting user that capacity exists but is out of service."""
+    out_of_service_gpus: int = 0
+    """GPUs that would be free were the node in service (it is cordoned or not Ready, so the
+    caller gives it ``free_gpus`` 0): counted only to tell a waiting user that the room
+    exists but is out of service."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

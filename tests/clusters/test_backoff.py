@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from clusters.dispatch import MAX_BACKOFF_SECONDS, backoff_seconds
+from clusters.dispatch import MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, backoff_seconds
 
 
 @pytest.fixture(autouse=True)
@@ -35,3 +35,10 @@ def test_retry_after_is_a_floor_even_on_the_first_attempt():
 
 def test_a_short_retry_after_does_not_shorten_the_backoff():
     assert all(backoff_seconds(4, retry_after=1) >= 4 for _ in range(100))
+
+
+def test_an_absurd_retry_after_is_capped():
+    """A proxy answering "come back tomorrow" must not park a job for a day, nor outlast the
+    broker's visibility timeout (a countdown task redelivered is a second retry chain)."""
+    delay = backoff_seconds(1, retry_after=86_400)
+    assert MAX_RETRY_AFTER_SECONDS <= delay <= MAX_RETRY_AFTER_SECONDS + 0.5 < 3600

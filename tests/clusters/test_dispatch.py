@@ -204,6 +204,26 @@ def test_a_missing_queue_fails_the_job_saying_so(sim, cluster, admit):
     )
 
 
+def test_a_batch_whose_team_queue_went_missing_syncs_it_once_and_goes_through(
+    sim, cluster, admit, vision
+):
+    from scheduling.models import GpuModel, Quota
+
+    # bulk_create sends no signal: no queue sync is requested before the dispatch needs one.
+    model = GpuModel.objects.get(key="a100-80gb")
+    Quota.objects.bulk_create([Quota(team=vision, gpu_model=model, nominal=8)])
+    sim.delete_queue("gp-vision")
+    jobs = [admit(cluster, name=f"queue-{i}") for i in range(3)]
+    dispatch(*jobs)
+    for job in jobs:
+        wait_state(job, JobState.SUBMITTED)
+    assert sim.get("queues", "gp-vision") is not None
+    repairs = [e for j in jobs for e in _events(j, "QueueRepair")]
+    assert len(repairs) == 3 and 'queue.scheduling.volcano.sh "gp-vision" not found' in (
+        repairs[0].message
+    )
+
+
 def test_a_forbidden_create_fails_at_once(sim, cluster, admit):
     sim.faults.add(verb="create", resource="jobs", status=403, count=1)
     job = admit(cluster)

@@ -106,6 +106,27 @@ def test_mig_single_nodes_count_slices_never_whole_gpus(register, gpu_label):
         }
 
 
+def test_a_gpu_with_mig_off_in_a_single_strategy_cluster_stays_a_whole_gpu(register):
+    """GFD labels every node of a cluster set to the single strategy, MIG on or not: the
+    label alone must not turn whole GPUs into slices (or, unknown, into no capacity)."""
+    from kubesim import KubeSim
+
+    pool = {
+        "name": "a100",
+        "count": 1,
+        "gpuModel": "a100-80gb",
+        "gpus": 8,
+        "product": "NVIDIA-A100-SXM4-80GB",
+        "labels": {"nvidia.com/mig.strategy": "single"},
+    }
+    config = {"name": "mig-off", "namespaces": ["gpupool"], "nodePools": [pool]}  # fmt: skip
+    with KubeSim(config, clock_speed=0) as sim:
+        cluster = register(sim)
+        assert inventory_sync(cluster=cluster).ok
+    row = _rows(cluster)[("a100-0", "nvidia.com/gpu")]
+    assert (row.gpu_model.key, row.gpu_allocatable) == ("a100-80gb", 8)
+
+
 def test_an_unknown_product_is_kept_and_shown_not_dropped(sim, register):
     cluster = register(sim)
     inventory_sync(cluster=cluster)

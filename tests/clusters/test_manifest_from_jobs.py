@@ -308,3 +308,50 @@ def test_a_gang_across_both_spellings_of_a_product_can_still_be_placed(catalog):
                 "values": ["A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"],
             }
         ]
+
+
+def test_nodes_no_label_tells_apart_are_named_by_hostname(catalog):
+    """Whole A100s without GFD labels and MIG-single A100s share ``gpu-type=a100-80gb``, the
+    only label the whole ones carry: neither job may use it, so each names its own nodes."""
+    cluster = Cluster.objects.create(name="shared-label", api_url="https://k8s.test")
+    whole_model = GpuModel.objects.get(key="a100-80gb")
+    slice_model = GpuModel.objects.get(key="a100-80gb-mig-1g.10gb")
+    whole = _add_nodes(
+        cluster, whole_model, [{"kubernetes.io/hostname": "whole-0", "gpu-type": "a100-80gb"}]
+    )
+    sliced = [
+        Node.objects.create(
+            cluster=cluster, name="sliced-0", gpu_model=slice_model,
+            gpu_product="NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", gpu_resource="nvidia.com/gpu",
+            gpu_capacity=28, gpu_allocatable=28, last_seen_at=timezone.now(),
+            labels={"kubernetes.io/hostname": "sliced-0", "gpu-type": "a100-80gb",
+                    NVIDIA_PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"},
+        )
+    ]  # fmt: skip
+
+    _, whole_job = job_manifest(_admitted(cluster, "a100-80gb", ["whole-0"]))
+    pod = whole_job["spec"]["tasks"][0]["template"]["spec"]
+    assert _selects(pod, whole[0]) and not _selects(pod, sliced[0]), pod
+    assert "nodeSelector" not in pod
+    assert_valid_job(whole_job)
+
+    _, slice_job = job_manifest(_admitted(cluster, "a100-80gb-mig-1g.10gb", ["sliced-0"]))
+    pod = slice_job["spec"]["tasks"][0]["template"]["spec"]
+    assert _selects(pod, sliced[0]) and not _selects(pod, whole[0]), pod
+    assert pod["nodeSelector"] == {NVIDIA_PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}
+
+
+def test_a_node_added_after_the_cache_was_filled_is_found(catalog):
+    """The cycle may plan on a node an inventory sync added seconds ago; the dispatch reads
+    the inventory again rather than fall back to a label no node carries."""
+    cluster = Cluster.objects.create(name="growing", api_url="https://k8s.test")
+    model = GpuModel.objects.get(key="a100-80gb")
+    product = {NVIDIA_PRODUCT: "NVIDIA-A100-SXM4-80GB"}
+    _add_nodes(cluster, model, [{"kubernetes.io/hostname": "old-0", **product}])
+    job_manifest(_admitted(cluster, "a100-80gb", ["old-0"]))  # fills this process's cache
+    (new,) = _add_nodes(cluster, model, [{"kubernetes.io/hostname": "new-0", **product}])
+    Node.objects.filter(name="old-0").delete()  # the cache would still say it is the only one
+
+    _, manifest = job_manifest(_admitted(cluster, "a100-80gb", ["new-0"]))
+    pod = manifest["spec"]["tasks"][0]["template"]["spec"]
+    assert _selects(pod, new), pod

@@ -237,11 +237,11 @@ def test_the_reconcile_leaves_a_job_waiting_out_a_backoff_alone(sim, cluster, ad
     long_ago = job.state_changed_at - dt.timedelta(minutes=5)
     # Admitted long ago, but a create failed and its retry is due in a few seconds.
     Job.objects.filter(pk=job.pk).update(
-        state_changed_at=long_ago, dispatch_retry_at=timezone.now() + dt.timedelta(seconds=5)
+        state_changed_at=long_ago, dispatch_next_at=timezone.now() + dt.timedelta(seconds=5)
     )
     assert cluster_reconcile(cluster=cluster).redispatched == []
     # Once the retry is long overdue, its message is presumed lost like any other.
-    Job.objects.filter(pk=job.pk).update(dispatch_retry_at=long_ago)
+    Job.objects.filter(pk=job.pk).update(dispatch_next_at=long_ago)
     assert cluster_reconcile(cluster=cluster).redispatched == [job.pk]
     wait_state(job, JobState.SUBMITTED)
 

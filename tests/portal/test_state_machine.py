@@ -113,6 +113,25 @@ def test_requeue_after_preemption_clears_the_reservation_but_keeps_submit_time(c
     assert job.submitted_at == submitted
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("bulk", [False, True], ids=["one job", "the cycle's bulk admission"])
+def test_a_new_admission_starts_a_new_dispatch(bulk):
+    """Attempts spent dispatching an earlier run (before a preemption) must not count against
+    the next one, or its first 429 would fail it."""
+    from django.utils import timezone
+
+    from portal.jobs.state import Change, jobs_transition_bulk
+
+    job = JobFactory(state=S.QUEUED, dispatch_attempts=7, dispatch_next_at=timezone.now())
+    if bulk:
+        change = Change(job_id=job.pk, updates={"queue_position": None}, message="")
+        jobs_transition_bulk(changes=[change], expected=S.QUEUED, to=S.ADMITTED, reason="Admitted")
+    else:
+        job_transition(job_id=job.pk, expected=S.QUEUED, to=S.ADMITTED, reason="Admitted")
+    job.refresh_from_db()
+    assert (job.state, job.dispatch_attempts, job.dispatch_next_at) == (S.ADMITTED, 0, None)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_racing_workers_move_a_job_once():
     """Both workers try QUEUED → ADMITTED at the same moment: exactly one wins, one event."""

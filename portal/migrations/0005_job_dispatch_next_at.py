@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name='job',
-            name='dispatch_retry_at',
-            field=models.DateTimeField(blank=True, help_text='When the scheduled retry of a failed create is due', null=True),
+            name='dispatch_next_at',
+            field=models.DateTimeField(blank=True, help_text='When the dispatch was last attempted, or when its scheduled retry is due', null=True),
         ),
     ]
