@@ -112,11 +112,12 @@ class Authenticator:
 
         ``cert_user`` is the CN of a client certificate the TLS handshake verified: that user
         is authenticated, with the rules granted to it (none, so every request is a 403, for
-        a user nobody granted anything), exactly as RBAC treats an unbound user.
+        a user nobody granted anything), exactly as RBAC treats an unbound user. As in the
+        API server's chain of authenticators, the certificate is tried before the token.
         """
+        if cert_user is not None:
+            return self._users.get(cert_user) or Principal(cert_user, ())
         if not header:
-            if cert_user is not None:
-                return self._users.get(cert_user) or Principal(cert_user, ())
             return None
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
