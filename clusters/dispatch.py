@@ -42,6 +42,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.inventory import AMD_PRODUCT, GFD_PRODUCT, GPU_TAINT
 from clusters.kube import KubeError
 from clusters.models import Cluster, Node, VolcanoJobRecord
 from clusters.services import (
@@ -119,7 +120,7 @@ def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
 # The manifest
 # ---------------------------------------------------------------------------------------------
 _NODES_TTL = 30.0
-_PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name")
+_PRODUCT_LABELS = (GFD_PRODUCT, AMD_PRODUCT)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
@@ -191,13 +192,15 @@ def _node_labels(
     Without inventory, the cluster's label with the catalog key.
     """
     assert job.gpu_model is not None
+    if not nodes:
+        return {cluster.gpu_label: job.gpu_model.key}, {}
     keys = (cluster.gpu_label, *_PRODUCT_LABELS)
+    resources = {n.gpu_resource for n in nodes}
     usable: dict[str, set[str]] = {}
     for key in keys:
         values = {(n.labels or {}).get(key) for n in nodes}
-        if not nodes or None in values:
+        if None in values:
             continue
-        resources = {n.gpu_resource for n in nodes}
         if all(
             claims.get((r, key, str(v)), set()) <= {job.gpu_model_id}
             for r in resources
@@ -210,9 +213,8 @@ def _node_labels(
     for key in keys:
         if key in usable:
             return {}, {key: sorted(usable[key])}
-    if nodes:  # no label tells them apart from another model's nodes: name them
-        return {}, {HOSTNAME_LABEL: sorted({_hostname(n) for n in nodes})}
-    return {cluster.gpu_label: job.gpu_model.key}, {}
+    # No label tells them apart from another model's nodes: name them.
+    return {}, {HOSTNAME_LABEL: sorted({_hostname(n) for n in nodes})}
 
 
 def _hostname(node: Node) -> str:
@@ -230,7 +232,7 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
     namespace = cluster_job_namespace(cluster, job.team.slug)
     # No effect named: the GPU taint is tolerated whatever its effect, exactly what the
     # inventory assumes when it counts a node tainted nvidia.com/gpu as schedulable.
-    tolerations = (volcano.Toleration(key="nvidia.com/gpu"),) if cluster.tolerate_gpu_taint else ()
+    tolerations = (volcano.Toleration(key=GPU_TAINT),) if cluster.tolerate_gpu_taint else ()
     spec = volcano.VolcanoJobSpec(
         job_id=str(job.public_id),
         display_name=job.name,

@@ -82,7 +82,7 @@ class Catalog:
         second; on a MIG "single" node, a slice model only."""
         value = labels.get(gpu_label)
         product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT)
-        single = _mig_single(labels, product or "")
+        single = _mig_single(product or "")
         if value:
             entry = self.by_key.get(value.lower()) or self.by_product.get(value.lower())
             # The cluster's label is set per node pool and names the card; partitioning the
@@ -135,7 +135,7 @@ def _count(value: Any) -> int:
         return 0
 
 
-def _mig_single(labels: Mapping[str, str], product: str) -> bool:
+def _mig_single(product: str) -> bool:
     """MIG strategy "single" with MIG on: every GPU is cut into one profile and each slice is
     advertised as ``nvidia.com/gpu``; GFD then appends the profile to the product label.
 

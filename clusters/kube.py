@@ -58,6 +58,10 @@ __all__ = [
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.volcano.sh", "v1beta1", "queues"
 PODGROUP_PLURAL = "podgroups"
+# The resources as RBAC rules and access probes name them ("<plural>.<group>").
+RBAC_JOBS = f"{JOB_PLURAL}.{JOB_GROUP}"
+RBAC_PODGROUPS = f"{PODGROUP_PLURAL}.{QUEUE_GROUP}"
+RBAC_QUEUES = f"{QUEUE_PLURAL}.{QUEUE_GROUP}"
 PROBE_NAME = "gp-connection-test"  # a name no object has: probes read or dry-run it only
 FIELD_MANAGER = "gpupool-portal"  # owns the team queues (server-side apply)
 
@@ -390,11 +394,7 @@ class KubeClient:
             "metadata": {"name": name},
             "spec": {"weight": 1},
         }
-        j, pg, q = (
-            f"{JOB_PLURAL}.{JOB_GROUP}",
-            f"{PODGROUP_PLURAL}.{QUEUE_GROUP}",
-            f"{QUEUE_PLURAL}.{QUEUE_GROUP}",
-        )
+        j, pg, q = RBAC_JOBS, RBAC_PODGROUPS, RBAC_QUEUES
         call, opens = self._call, self._watch_opens
         return {
             (j, "create"): lambda: self.dry_run_create_job(ns, job),

@@ -27,10 +27,9 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.kube import (
     FIELD_MANAGER,
-    JOB_GROUP,
-    PODGROUP_PLURAL,
-    QUEUE_GROUP,
-    QUEUE_PLURAL,
+    RBAC_JOBS,
+    RBAC_PODGROUPS,
+    RBAC_QUEUES,
     Connection,
     KubeClient,
     KubeError,
@@ -391,32 +390,26 @@ class Need:
     namespaced: bool  # probed in the job namespace; else cluster-wide, as the portal asks
 
 
-_JOBS, _PODGROUPS, _QUEUES = (
-    f"jobs.{JOB_GROUP}",
-    f"{PODGROUP_PLURAL}.{QUEUE_GROUP}",
-    f"{QUEUE_PLURAL}.{QUEUE_GROUP}",
-)
-
 # Everything the portal asks of a cluster (deploy/rbac.yaml grants exactly this; nodes "list"
 # is step 2 of the test). Lists and watches are cluster-wide because the inventory, the status
 # reconcile and the watchers read every job namespace at once.
 _NEEDED = (
-    Need("Volcano Jobs", _JOBS, "create", "dispatching jobs", True),
-    Need("Volcano Jobs", _JOBS, "get", "adopting a job after a retried create", True),
-    Need("Volcano Jobs", _JOBS, "list", "the job status reconcile", False),
-    Need("Volcano Jobs", _JOBS, "watch", "following job status as it changes", False),
-    Need("Volcano Jobs", _JOBS, "delete", "cancelling and preempting jobs", True),
+    Need("Volcano Jobs", RBAC_JOBS, "create", "dispatching jobs", True),
+    Need("Volcano Jobs", RBAC_JOBS, "get", "adopting a job after a retried create", True),
+    Need("Volcano Jobs", RBAC_JOBS, "list", "the job status reconcile", False),
+    Need("Volcano Jobs", RBAC_JOBS, "watch", "following job status as it changes", False),
+    Need("Volcano Jobs", RBAC_JOBS, "delete", "cancelling and preempting jobs", True),
     Need("pods", "pods", "get", "replica state", True),
     Need("pods", "pods", "list", "replica state and the GPU inventory", False),
     Need("pods", "pods", "watch", "pod reasons within seconds", False),
     Need("pod logs", "pods/log", "get", "showing logs", True),
     Need("events", "events", "list", "pod-level reasons", True),
-    Need("PodGroups", _PODGROUPS, "get", "why a gang is not scheduled", True),
-    Need("PodGroups", _PODGROUPS, "list", "pending reasons in bulk", False),
-    Need("Volcano Queues", _QUEUES, "get", "queue drift", False),
-    Need("Volcano Queues", _QUEUES, "list", "queue sync", False),
-    Need("Volcano Queues", _QUEUES, "create", "creating a team's queue", False),
-    Need("Volcano Queues", _QUEUES, "patch", "keeping team queues (server-side apply)", False),
+    Need("PodGroups", RBAC_PODGROUPS, "get", "why a gang is not scheduled", True),
+    Need("PodGroups", RBAC_PODGROUPS, "list", "pending reasons in bulk", False),
+    Need("Volcano Queues", RBAC_QUEUES, "get", "queue drift", False),
+    Need("Volcano Queues", RBAC_QUEUES, "list", "queue sync", False),
+    Need("Volcano Queues", RBAC_QUEUES, "create", "creating a team's queue", False),
+    Need("Volcano Queues", RBAC_QUEUES, "patch", "keeping team queues (server-side apply)", False),
     Need("nodes", "nodes", "get", "the GPU inventory", False),
     Need("nodes", "nodes", "watch", "the GPU inventory", False),
 )

@@ -57,18 +57,24 @@ def _assert_says_what_broke_without_the_token(outbox: list[Any], token: str) -> 
     assert "Local Vars" in html and HIDDEN in html  # frames are there, their variables hidden
 
 
+# The admin's add form, less the connection: each test adds a token or an upload.
+ADMIN_OPTIONS = {
+    "name": "adm",
+    "state": "enabled",
+    "namespace": "gpupool",
+    "scheduler_name": "volcano",
+    "gpu_label": "gpu-type",
+    "command_namespace": "gpupool-system",
+}
+
+
 def test_the_admin_error_report_hides_the_posted_token(sim, catalog, client, root, error_mails):
     client.force_login(root)
     client.raise_request_exception = False
     answer = client.post(
         "/admin/clusters/cluster/add/",
         {
-            "name": "adm",
-            "state": "enabled",
-            "namespace": "gpupool",
-            "scheduler_name": "volcano",
-            "gpu_label": "gpu-type",
-            "command_namespace": "gpupool-system",
+            **ADMIN_OPTIONS,
             "new_api_url": sim.url,
             "token": sim.token,
             "new_ca_pem": sim.ca_pem.decode(),
@@ -90,12 +96,7 @@ def test_the_admin_error_report_hides_an_uploaded_kubeconfig(
     answer = client.post(
         "/admin/clusters/cluster/add/",
         {
-            "name": "adm",
-            "state": "enabled",
-            "namespace": "gpupool",
-            "scheduler_name": "volcano",
-            "gpu_label": "gpu-type",
-            "command_namespace": "gpupool-system",
+            **ADMIN_OPTIONS,
             "kubeconfig": upload,
         },
     )
