@@ -22,6 +22,7 @@ from scheduling.engine.decision import (
     Preemption,
     TeamShare,
 )
+from scheduling.engine.quota import quota_reach
 from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
 from scheduling.engine.snapshot import (
     ANY_GPU,
@@ -77,6 +78,7 @@ __all__ = [
     "TeamShare",
     "Usage",
     "decide",
+    "quota_reach",
     "requirement_failures",
     "resolve_candidates",
     "running_allocation",

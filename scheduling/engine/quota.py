@@ -14,6 +14,8 @@ limits this is exactly "the cohort's total use stays within its total quota".
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from scheduling.engine.snapshot import CohortQuota, Quota
 
 OVER_LIMIT = -1
@@ -165,3 +167,53 @@ class QuotaBook:
         """Record the use at the start of the cycle (after running allocations are charged)."""
         for r in self._rows.values():
             r.used_at_start = r.used
+
+
+def quota_reach(
+    *,
+    teams: Mapping[str, str],
+    quotas: Iterable[Quota],
+    cohort_quotas: Iterable[CohortQuota] = (),
+) -> dict[tuple[str, str], int]:
+    """The most GPUs of each model the engine could ever give each team: (team, model) → GPUs,
+    only where that is more than 0.
+
+    ``teams`` maps every team to its cohort (a team of ``quotas`` missing there is in
+    ``"default"``, as in :class:`QuotaBook`). It is the bound :meth:`QuotaBook.fits` works
+    within when nobody else uses anything: the team's nominal, plus what it may borrow, which is
+    the smaller of its borrowing limit and what its cohort could lend it at most (the cohort's
+    own quota and every other member's nominal, up to that member's lending limit). A team
+    without a quota row has nominal 0 and no borrowing limit, so it reaches exactly what its
+    cohort can lend. The Volcano queue sync uses this so that every team the engine may admit
+    has a queue, capped where the engine caps it.
+    """
+    cohort_of = dict(teams)
+    rows: dict[tuple[str, str], Quota] = {}
+    for q in quotas:  # a duplicated row: the later one wins, as in QuotaBook
+        rows[(q.team, q.model)] = q
+        cohort_of.setdefault(q.team, "default")
+    lendable: dict[tuple[str, str], int] = {}  # (cohort, model) → what all members could lend
+    for (team, model), q in rows.items():
+        most = max(0, q.nominal)
+        if q.lending_limit is not None:
+            most = min(most, max(0, q.lending_limit))
+        key = (cohort_of[team], model)
+        lendable[key] = lendable.get(key, 0) + most
+    for cq in cohort_quotas:
+        key = (cq.cohort, cq.model)
+        lendable[key] = lendable.get(key, 0) + max(0, cq.nominal)
+    models = sorted({m for _, m in rows} | {m for _, m in lendable})
+    reach: dict[tuple[str, str], int] = {}
+    for team, cohort in sorted(cohort_of.items()):
+        for model in models:
+            q = rows.get((team, model))
+            nominal = max(0, q.nominal) if q else 0
+            own_lent = 0
+            if q is not None:
+                own_lent = nominal if q.lending_limit is None else min(nominal, q.lending_limit)
+            could_borrow = max(0, lendable.get((cohort, model), 0) - max(0, own_lent))
+            if q is not None and q.borrowing_limit is not None:
+                could_borrow = min(could_borrow, max(0, q.borrowing_limit))
+            if nominal + could_borrow > 0:
+                reach[(team, model)] = nominal + could_borrow
+    return reach

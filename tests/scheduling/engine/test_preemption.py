@@ -226,3 +226,20 @@ def test_messages_say_who_reclaims_what() -> None:
     msg = reasons_by_job(decision)["a1"].message
     assert msg.startswith("needs 8 \u00d7 A100-80GB; preempting 1 job on borrowed quota in east")
     assert "team uses 8 of 8 nominal" in msg
+
+
+def test_jobs_on_cohort_owned_capacity_are_borrowed_and_reclaimable() -> None:
+    """Bob has no quota row: his two jobs run on alice's idle nominal and on the cohort's own
+    quota, both borrowed. Alice, within nominal, reclaims one (the newest), not both."""
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster().with_nodes("a100-80gb", 1, gpus=8))
+        .with_quota("alice", "a100-80gb", 4)
+        .with_cohort_quota("default", "a100-80gb", 4)
+        .with_running(bob_runs("b-old", 4, ago=120), bob_runs("b-new", 4, ago=10))
+        .with_pending(a_job("a1", gpus=4).on_models("a100-80gb"))
+        .build()
+    )
+    decision = decide(snap)
+    assert preempted(decision) == {"b-new"}
+    assert reasons_by_job(decision)["a1"].code is ReasonCode.PREEMPTING
