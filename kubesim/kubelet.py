@@ -3,8 +3,9 @@
 A bound pod sits in ContainerCreating for ``podStartupSeconds``, then runs for its duration
 (``kubesim.gpupool.dev/duration-seconds``, a ``sleep N`` in the command, or the default) and
 exits with 0 or the configured failure. ``restartPolicy`` decides whether the container is
-restarted in place (CrashLoopBackOff) or the pod ends Succeeded/Failed. Deletion is graceful:
-Terminating for ``podTerminationSeconds``, then gone.
+restarted in place (CrashLoopBackOff) or the pod ends Succeeded/Failed. A pod with
+``activeDeadlineSeconds`` is failed (reason ``DeadlineExceeded``) that long after its startTime.
+Deletion is graceful: Terminating for ``podTerminationSeconds``, then gone.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from kubesim.runtime import (
     PodRuntime,
     add_resources,
 )
+
+# The kubelet's own words (pkg/kubelet/active_deadline.go).
+DEADLINE_REASON = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 
 class Kubelet:
@@ -111,8 +116,25 @@ class Kubelet:
         )
         pod.gen += 1
         self.after(self.settings.pod_startup_seconds, self._start_container, pod, pod.gen)
+        deadline = obj["spec"].get("activeDeadlineSeconds")
+        if isinstance(deadline, int) and not isinstance(deadline, bool) and deadline > 0:
+            # Counted from status.startTime (set just above), whatever the containers do.
+            self.after(float(deadline), self._deadline_check, pod, status["startTime"])
         if pod.job is not None:
             self.dirty_jobs[pod.job.key] = None
+
+    def _deadline_check(self, pod: PodRuntime, start_time: str) -> None:
+        """``activeDeadlineSeconds`` passed since the pod's startTime: as the kubelet's
+        ``pastActiveDeadline``, the pod is killed and ends Failed, reason DeadlineExceeded
+        (Volcano then sees PodFailed). A pod that finished, is being deleted or was replaced
+        (a new pod of the same name has another startTime) is left alone."""
+        if pod.terminal or pod.deleting or self.pods.get(pod.key) is not pod:
+            return
+        obj = self.store.get(self.types.pods, *pod.key)
+        if obj is None or (obj.get("status") or {}).get("startTime") != start_time:
+            return
+        self._fail_pod(pod, DEADLINE_REASON, DEADLINE_MESSAGE)
+        self.record_event(obj, "Normal", DEADLINE_REASON, DEADLINE_MESSAGE, component="kubelet")
 
     def _container_status(
         self,
