@@ -40,7 +40,14 @@ from dashboards.metrics import observe_cycle
 from portal.jobs.state import Change, job_transition, jobs_transition_bulk
 from portal.models import Job, JobState, Team
 from scheduling import engine
-from scheduling.models import DEFAULT_COHORT_SLUG, GpuModel, Quota, TeamPolicy, UsageRecord
+from scheduling.models import (
+    DEFAULT_COHORT_SLUG,
+    CohortQuota,
+    GpuModel,
+    Quota,
+    TeamPolicy,
+    UsageRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +237,16 @@ def _quotas() -> tuple[engine.Quota, ...]:
         for team, model, nominal, borrow, lend in Quota.objects.filter(
             gpu_model__active=True
         ).values_list("team__slug", "gpu_model__key", "nominal", "borrowing_limit", "lending_limit")
+    )
+
+
+def _cohort_quotas() -> tuple[engine.CohortQuota, ...]:
+    """GPUs owned by cohorts (the ``default`` cohort's are the pool's), lendable to members."""
+    return tuple(
+        engine.CohortQuota(cohort=cohort, model=model, nominal=nominal)
+        for cohort, model, nominal in CohortQuota.objects.filter(
+            gpu_model__active=True, nominal__gt=0
+        ).values_list("cohort__slug", "gpu_model__key", "nominal")
     )
 
 
@@ -487,6 +504,7 @@ def snapshot_load(*, now: dt.datetime, config: engine.EngineConfig) -> Loaded:
         models=models,
         teams=_teams(),
         quotas=_quotas(),
+        cohort_quotas=_cohort_quotas(),
         clusters=clusters,
         running=holding.running,
         usage=tuple(

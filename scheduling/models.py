@@ -119,10 +119,44 @@ class Quota(models.Model):
         return f"{self.team}: {self.nominal} × {self.gpu_model}"
 
 
-class QuotaChange(models.Model):
-    """Audit trail of quota and policy edits: who changed what, when, old → new."""
+class CohortQuota(models.Model):
+    """GPUs of one model owned by a cohort rather than by any team (Kueue's cohort quota,
+    Run:ai's over-quota): every member may borrow them, nobody is guaranteed them, so a job
+    running on them is always on borrowed quota and a team within its nominal may reclaim it.
 
-    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    Capacity owned by the whole pool is a row on the ``default`` cohort, the cohort of every team
+    that names none (``docs/decisions.md``).
+    """
+
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="cohort_quotas")
+    nominal = models.PositiveIntegerField(default=0, help_text="GPUs every member may borrow")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cohort", "gpu_model"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cohort", "gpu_model"], name="one_quota_per_cohort_model"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"cohort {self.cohort}: {self.nominal} × {self.gpu_model}"
+
+
+class QuotaChange(models.Model):
+    """Audit trail of quota and policy edits: who changed what, when, old → new.
+
+    A team's quota or policy names the team; a cohort's own quota names the cohort instead.
+    """
+
+    team = models.ForeignKey(
+        "portal.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    cohort = models.ForeignKey(
+        Cohort, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     gpu_model = models.ForeignKey(
         GpuModel, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -137,10 +171,18 @@ class QuotaChange(models.Model):
     class Meta:
         ordering = ["-changed_at", "-id"]
 
+    @property
+    def owner(self) -> str:
+        """Whose quota changed: the team's slug, or ``cohort <slug>``."""
+        if self.team_id is not None:
+            return str(self.team.slug)  # type: ignore[union-attr]
+        if self.cohort_id is not None:
+            return f"cohort {self.cohort.slug}"  # type: ignore[union-attr]
+        return ""
+
     def __str__(self) -> str:
-        return (
-            f"{self.team} {self.gpu_model or ''} {self.field}: {self.old_value} → {self.new_value}"
-        )
+        model = self.gpu_model or ""
+        return f"{self.owner} {model} {self.field}: {self.old_value} → {self.new_value}"
 
 
 class UsageRecord(models.Model):

@@ -15,7 +15,15 @@ from django.utils import timezone
 from portal.errors import ApplicationError
 from portal.models import Job, JobState, Team
 from scheduling.cycle import HOLDING_STATES
-from scheduling.models import GpuModel, Quota, QuotaChange, TeamPolicy
+from scheduling.models import (
+    DEFAULT_COHORT_SLUG,
+    Cohort,
+    CohortQuota,
+    GpuModel,
+    Quota,
+    QuotaChange,
+    TeamPolicy,
+)
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -78,6 +86,48 @@ def quota_set(
         ]
     )
     return quota
+
+
+def pool_cohort() -> Cohort:
+    """The ``default`` cohort: every team that names no cohort is in it, so its own quota is
+    capacity owned by the pool (created the first time it is needed)."""
+    cohort, _ = Cohort.objects.get_or_create(
+        slug=DEFAULT_COHORT_SLUG, defaults={"name": "Default (the pool)"}
+    )
+    return cohort
+
+
+@transaction.atomic
+def cohort_quota_set(
+    *, cohort: Cohort, model: GpuModel, nominal: Any, by: AnyUser, now: dt.datetime | None = None
+) -> CohortQuota:
+    """Create or change the GPUs of ``model`` a cohort owns; audited like team quotas.
+
+    Nominal 0 keeps the row (and its history) but lends nothing.
+    """
+    value = _validate_limit("nominal", nominal, nullable=False)
+    quota = CohortQuota.objects.select_for_update().filter(cohort=cohort, gpu_model=model).first()
+    old = quota.nominal if quota else None
+    if quota is None:
+        quota = CohortQuota(cohort=cohort, gpu_model=model)
+    quota.nominal = value  # type: ignore[assignment]
+    quota.save()
+    if old != value:
+        QuotaChange.objects.create(
+            cohort=cohort,
+            gpu_model=model,
+            field="cohort_nominal",
+            old_value="" if old is None else str(old),
+            new_value=str(value),
+            changed_by_id=by.pk,
+            changed_at=now or timezone.now(),
+        )
+    return quota
+
+
+def cohort_quotas() -> list[CohortQuota]:
+    """Every cohort's own quota (pool-level figures: every signed-in user may read them)."""
+    return list(CohortQuota.objects.select_related("cohort", "gpu_model"))
 
 
 @transaction.atomic
