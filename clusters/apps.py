@@ -12,8 +12,9 @@ class ClustersConfig(AppConfig):
     def ready(self) -> None:
         from clusters import tasks
         from portal.jobs import services
+        from portal.models import Team
         from scheduling import cycle
-        from scheduling.models import Quota, TeamPolicy
+        from scheduling.models import CohortQuota, Quota, TeamPolicy
 
         # The portal's cancel (CANCELLING, on commit) and the scheduler's admissions and
         # preemptions (on commit) hand over to the cluster side here. Guarded against a
@@ -25,11 +26,11 @@ class ClustersConfig(AppConfig):
         if tasks.evict_job_enqueue_many not in cycle.on_preempted:
             cycle.on_preempted.append(tasks.evict_job_enqueue_many)
 
-        # A quota or weight edit reaches the Volcano Queues within seconds, not at the next
-        # periodic sync.
+        # A quota, cohort quota, weight or cohort edit, or a new team (which may borrow in its
+        # cohort), reaches the Volcano Queues within seconds, not at the next periodic sync.
         def on_policy_change(**_: object) -> None:
             transaction.on_commit(tasks.queue_sync_request)
 
-        for model in (Quota, TeamPolicy):
+        for model in (Quota, TeamPolicy, CohortQuota, Team):
             post_save.connect(on_policy_change, sender=model, dispatch_uid=f"queues-{model}")
             post_delete.connect(on_policy_change, sender=model, dispatch_uid=f"queues-d-{model}")

@@ -1,11 +1,13 @@
-"""One Volcano Queue per team with quota on a cluster, kept in line with the portal's quotas.
+"""One Volcano Queue per team the scheduler may admit on a cluster, kept in line with quotas.
 
 The portal does admission itself, so the queues are a second line: Volcano's proportion plugin
 shares what is left by weight, and ``capability`` stops a team's jobs from ever exceeding its
 quota plus borrowing limit on this cluster, even if the portal were wrong. A sync:
 
 1. computes the desired queues from plain values (:func:`queues_desired`: team slug → weight
-   and capability), so the rule is testable without the quota models;
+   and capability), with the engine's own rule of what a team could be given
+   (:func:`scheduling.engine.quota_reach`: nominal, or borrowing from its cohort, a team
+   without a quota row included), so every team the engine may admit here has its queue;
 2. lists the portal's queues (label ``app.kubernetes.io/managed-by=gpupool``) and applies
    (server-side apply, one fixed field manager, forced) each desired queue whose spec
    differs: a first sync creates them, a later one corrects drift (someone edited a weight
@@ -38,6 +40,9 @@ from clusters import volcano
 from clusters.kube import KubeClient, KubeError
 from clusters.models import Cluster, Node
 from clusters.services import FIELD_MANAGER, ClusterUnavailable, cluster_client
+from portal.models import Team
+from scheduling import engine
+from scheduling.models import DEFAULT_COHORT_SLUG, CohortQuota, Quota, TeamPolicy
 
 log = logging.getLogger(__name__)
 
@@ -79,31 +84,57 @@ def volcano_weight(weight: float) -> int:
     return max(1, min(65535, round(weight * WEIGHT_SCALE)))
 
 
+QuotaLine = tuple[str, str, int, int | None] | tuple[str, str, int, int | None, int | None]
+
+
 def queues_desired(
     *,
     weights: Mapping[str, float],
-    quotas: Iterable[tuple[str, str, int, int | None]],
+    quotas: Iterable[QuotaLine],
     cluster_gpus: Mapping[str, tuple[str, int]],
+    cohorts: Mapping[str, str] | None = None,
+    cohort_quotas: Iterable[tuple[str, str, int]] = (),
 ) -> list[TeamQueue]:
     """The queues a cluster should have, from plain values.
 
     ``weights``: team slug → fair-share weight (teams without one get 1.0).
-    ``quotas``: (team slug, model key, nominal, borrowing limit or None = unlimited).
+    ``quotas``: (team slug, model key, nominal, borrowing limit or None = unlimited[, lending
+    limit or None = all]).
     ``cluster_gpus``: model key → (resource name, allocatable GPUs on this cluster).
+    ``cohorts``: every team → its cohort slug, teams without a quota row included (they may
+    borrow); None = only the teams of ``quotas``, all in one cohort.
+    ``cohort_quotas``: (cohort slug, model key, GPUs the cohort owns).
 
-    A team has a queue when some model it holds quota for (nominal + borrowing > 0) is on the
-    cluster. Capability per resource is the sum over those models of
-    min(nominal + borrowing limit, what the cluster has); an unlimited borrowing limit means
-    all the cluster has. Models sharing one resource (``nvidia.com/gpu`` for A100 and T4)
-    add up, since Volcano only sees resource names.
+    A team has a queue exactly when the engine could admit it on this cluster: when, for some
+    model the cluster has, :func:`scheduling.engine.quota_reach` (its nominal plus what its
+    cohort could lend it, within its borrowing limit) is above 0. Capability per resource is the
+    sum over those models of min(reach, what the cluster has). Models sharing one resource
+    (``nvidia.com/gpu`` for A100 and T4) add up, since Volcano only sees resource names.
     """
+    lines = [
+        engine.Quota(
+            team=line[0],
+            model=line[1],
+            nominal=line[2],
+            borrowing_limit=line[3],
+            lending_limit=line[4] if len(line) > 4 else None,  # type: ignore[misc]
+        )
+        for line in quotas
+    ]
+    reach = engine.quota_reach(
+        teams=cohorts if cohorts is not None else {},
+        quotas=lines,
+        cohort_quotas=[
+            engine.CohortQuota(cohort=c, model=m, nominal=n) for c, m, n in cohort_quotas
+        ],
+    )
     capability: dict[str, dict[str, int]] = {}
-    for slug, model, nominal, borrowing in quotas:
+    for (slug, model), gpus in sorted(reach.items()):
         if model not in cluster_gpus:
             continue
         resource, available = cluster_gpus[model]
-        wanted = available if borrowing is None else min(available, nominal + borrowing)
-        if nominal + (borrowing if borrowing is not None else available) <= 0 or wanted <= 0:
+        wanted = min(available, gpus)
+        if wanted <= 0:
             continue
         team = capability.setdefault(slug, {})
         team[resource] = team.get(resource, 0) + wanted
@@ -114,12 +145,11 @@ def queues_desired(
 
 
 def queues_desired_for_cluster(cluster: Cluster) -> list[TeamQueue]:
-    """:func:`queues_desired` fed from TeamPolicy, Quota and the cluster's inventory."""
-    from scheduling.models import Quota, TeamPolicy
-
+    """:func:`queues_desired` fed from teams, TeamPolicy, Quota, CohortQuota and the
+    cluster's inventory: the same quota rows, in the same cohorts, the cycle gives the engine."""
     gpus: dict[str, tuple[str, int]] = {}
     rows = (
-        Node.objects.filter(cluster=cluster, gpu_model__isnull=False)
+        Node.objects.filter(cluster=cluster, gpu_model__isnull=False, gpu_model__active=True)
         .values("gpu_model__key", "gpu_resource")
         .annotate(total=Sum("gpu_allocatable"))
     )
@@ -127,9 +157,19 @@ def queues_desired_for_cluster(cluster: Cluster) -> list[TeamQueue]:
         key = row["gpu_model__key"]
         resource, total = gpus.get(key, (row["gpu_resource"], 0))
         gpus[key] = (resource, total + int(row["total"] or 0))
-    weights = dict(TeamPolicy.objects.values_list("team__slug", "weight"))
-    quotas = Quota.objects.values_list("team__slug", "gpu_model__key", "nominal", "borrowing_limit")
-    return queues_desired(weights=weights, quotas=quotas, cluster_gpus=gpus)
+    policies = TeamPolicy.objects.values_list("team__slug", "weight", "cohort__slug")
+    weights = {slug: weight for slug, weight, _ in policies}
+    cohorts = dict.fromkeys(Team.objects.values_list("slug", flat=True), DEFAULT_COHORT_SLUG)
+    cohorts.update({slug: cohort for slug, _, cohort in policies if cohort})
+    quotas = Quota.objects.filter(gpu_model__active=True).values_list(
+        "team__slug", "gpu_model__key", "nominal", "borrowing_limit", "lending_limit"
+    )
+    owned = CohortQuota.objects.filter(gpu_model__active=True).values_list(
+        "cohort__slug", "gpu_model__key", "nominal"
+    )
+    return queues_desired(
+        weights=weights, quotas=quotas, cluster_gpus=gpus, cohorts=cohorts, cohort_quotas=owned
+    )
 
 
 @dataclass

@@ -24,38 +24,96 @@ GPUS = {
 }
 
 
+LENDER = ("lender", "a100-80gb", 16, 0)  # idle nominal the cohort may lend
+
+
 @pytest.mark.parametrize(
     ("quotas", "expected"),
     [
-        ([("vision", "a100-80gb", 8, 4)], {"vision": {"nvidia.com/gpu": 12}}),
-        ([("vision", "a100-80gb", 8, None)], {"vision": {"nvidia.com/gpu": 20}}),
-        ([("vision", "a100-80gb", 16, 16)], {"vision": {"nvidia.com/gpu": 20}}),
+        ([("vision", "a100-80gb", 8, 4), LENDER], {"vision": {"nvidia.com/gpu": 12}}),
+        ([("vision", "a100-80gb", 8, None), LENDER], {"vision": {"nvidia.com/gpu": 20}}),
+        ([("vision", "a100-80gb", 8, None)], {"vision": {"nvidia.com/gpu": 8}}),
+        ([("vision", "a100-80gb", 16, 16), LENDER], {"vision": {"nvidia.com/gpu": 20}}),
         (
             [("vision", "a100-80gb", 4, 0), ("vision", "t4", 1, 0)],
             {"vision": {"nvidia.com/gpu": 5}},
         ),
         (
-            [("vision", "a100-80gb-mig-1g.10gb", 7, 0), ("nlp", "t4", 0, 1)],
-            {"nlp": {"nvidia.com/gpu": 1}, "vision": {"nvidia.com/mig-1g.10gb": 7}},
+            # Each may borrow the other's idle quota of a model it has no row for.
+            [("vision", "a100-80gb-mig-1g.10gb", 7, 0), ("nlp", "t4", 1, 0)],
+            {
+                "nlp": {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 7},
+                "vision": {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 7},
+            },
         ),
         ([("vision", "h100-sxm", 8, 8)], {}),
-        ([("vision", "a100-80gb", 0, 0)], {}),
+        ([("vision", "a100-80gb", 0, 0), LENDER], {}),
+        ([("vision", "a100-80gb", 0, None)], {}),
     ],
     ids=[
         "nominal plus borrowing",
-        "unlimited borrowing is what the cluster has",
+        "unlimited borrowing is what the cohort can lend, capped by the cluster",
+        "nothing to borrow: nominal alone",
         "capped by the cluster",
         "models sharing a resource add up",
         "a MIG slice is its own resource",
         "a model the cluster lacks gives no queue",
-        "zero quota gives no queue",
+        "zero quota and zero borrowing gives no queue",
+        "zero quota and nobody to borrow from gives no queue",
     ],
 )
 def test_desired_queues_from_plain_values(quotas, expected):
-    desired = queues_desired(weights={"vision": 2.0}, quotas=quotas, cluster_gpus=GPUS)
-    assert {q.team_slug: dict(q.capability) for q in desired} == expected
+    cohorts = {line[0]: "research" for line in quotas}
+    desired = queues_desired(
+        weights={"vision": 2.0}, quotas=quotas, cluster_gpus=GPUS, cohorts=cohorts
+    )
+    got = {q.team_slug: dict(q.capability) for q in desired}
+    got.pop("lender", None)
+    assert got == expected
     for q in desired:
         assert q.weight == (200 if q.team_slug == "vision" else 100)
+
+
+@pytest.mark.parametrize(
+    ("cohorts", "quotas", "owned", "expected"),
+    [
+        (
+            {"vision": "research", "robotics": "research"},
+            [("vision", "a100-80gb", 8, 0)],
+            [],
+            {"vision": {"nvidia.com/gpu": 8}, "robotics": {"nvidia.com/gpu": 8}},
+        ),
+        (
+            {"vision": "research", "robotics": "other"},
+            [("vision", "a100-80gb", 8, 0)],
+            [],
+            {"vision": {"nvidia.com/gpu": 8}},
+        ),
+        (
+            {"vision": "research", "robotics": "research"},
+            [("vision", "a100-80gb", 8, 0, 3)],
+            [],
+            {"vision": {"nvidia.com/gpu": 8}, "robotics": {"nvidia.com/gpu": 3}},
+        ),
+        (
+            {"vision": "research", "robotics": "research", "loner": "other"},
+            [],
+            [("research", "a100-80gb", 6), ("research", "t4", 5)],
+            {"vision": {"nvidia.com/gpu": 8}, "robotics": {"nvidia.com/gpu": 8}},
+        ),
+    ],
+    ids=[
+        "a team without a quota row borrows its cohort's idle nominal",
+        "a team of another cohort has nothing to borrow and no queue",
+        "a lending limit caps what the borrower may be given",
+        "a cohort's own quota gives every member a queue, capped by the cluster",
+    ],
+)
+def test_every_team_the_engine_may_admit_has_a_queue(cohorts, quotas, owned, expected):
+    desired = queues_desired(
+        weights={}, quotas=quotas, cluster_gpus=GPUS, cohorts=cohorts, cohort_quotas=owned
+    )
+    assert {q.team_slug: dict(q.capability) for q in desired} == expected
 
 
 def test_weights_keep_their_ratios_within_volcanos_range():
@@ -266,31 +324,47 @@ def test_queues_not_made_by_the_portal_are_left_alone(sim, register):
 
 
 def test_desired_queues_come_from_quotas_and_weights(sim, register, vision, language):
-    from scheduling.models import GpuModel, Quota, TeamPolicy
+    from scheduling.models import Cohort, CohortQuota, GpuModel, Quota, TeamPolicy
+    from tests.factories import TeamFactory
 
     cluster = register(sim)
     inventory_sync(cluster=cluster)
+    a100, v100 = GpuModel.objects.get(key="a100-80gb"), GpuModel.objects.get(key="v100-32gb")
     TeamPolicy.objects.create(team=vision, weight=3.0)
-    Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=8,
-                         borrowing_limit=4)  # fmt: skip
-    Quota.objects.create(team=language, gpu_model=GpuModel.objects.get(key="v100-32gb"), nominal=2)
+    Quota.objects.create(team=vision, gpu_model=a100, nominal=8, borrowing_limit=4)
+    Quota.objects.create(team=language, gpu_model=v100, nominal=2)
+    # Robotics has no quota row and its own cohort, which owns 4 V100s: it may borrow them.
+    robotics = TeamFactory(name="Robotics", slug="robotics")
+    lab = Cohort.objects.create(name="Lab", slug="lab")
+    TeamPolicy.objects.create(team=robotics, cohort=lab)
+    CohortQuota.objects.create(cohort=lab, gpu_model=v100, nominal=4)
     desired = {q.team_slug: q for q in queues_desired_for_cluster(cluster)}
     assert desired["vision"].weight == 300
-    assert dict(desired["vision"].capability) == {"nvidia.com/gpu": 12}
-    assert dict(desired["language"].capability) == {"nvidia.com/gpu": 8}  # unlimited borrowing
+    # Vision: 8 A100 nominal (nobody lends it A100) + the 2 V100 language may lend it.
+    assert dict(desired["vision"].capability) == {"nvidia.com/gpu": 10}
+    # Language: its 2 V100 + vision's 8 idle A100 (unlimited borrowing).
+    assert dict(desired["language"].capability) == {"nvidia.com/gpu": 10}
+    assert dict(desired["robotics"].capability) == {"nvidia.com/gpu": 4}
     result = queues_sync(cluster=cluster)
-    assert sorted(result.applied) == ["gp-language", "gp-vision"]
+    assert sorted(result.applied) == ["gp-language", "gp-robotics", "gp-vision"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_quota_change_reaches_the_teams_volcano_queue(sim, cluster, celery_worker, api_as, root):
+def test_a_quota_change_reaches_the_teams_volcano_queue(
+    sim, cluster, celery_worker, api_as, root, language
+):
     """Staff change a quota through the API; within seconds, not at the periodic sync, the
-    team's queue on the cluster caps the team at nominal plus borrowing limit."""
+    team's queue on the cluster caps the team at nominal plus borrowing limit (language's idle
+    nominal is there to borrow)."""
     import time
 
     from django.core.cache import cache
 
     from clusters.tasks import QUEUE_SYNC_PENDING_KEY
+    from scheduling.models import GpuModel, Quota
+
+    a100 = GpuModel.objects.get(key="a100-80gb")
+    Quota.objects.bulk_create([Quota(team=language, gpu_model=a100, nominal=8)])  # no signal
 
     cache.delete(QUEUE_SYNC_PENDING_KEY)  # a request left over from another test coalesces
     assert _caps(_queue(sim, "gp-vision")) == {"nvidia.com/gpu": "64"}  # the fixture's queue
