@@ -25,6 +25,8 @@ class ClustersConfig(AppConfig):
             cycle.on_admitted.append(tasks.dispatch_job_enqueue)
         if tasks.evict_job_enqueue_many not in cycle.on_preempted:
             cycle.on_preempted.append(tasks.evict_job_enqueue_many)
+        if tasks.bindings_refresh_request not in cycle.on_over_count:
+            cycle.on_over_count.append(tasks.bindings_refresh_request)
 
         # A quota, cohort quota, weight or cohort edit, or a new team (which may borrow in its
         # cohort), reaches the Volcano Queues within seconds, not at the next periodic sync.

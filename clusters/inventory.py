@@ -32,6 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.bindings import node_plans_apply, pod_bindings
 from clusters.kube import KubeError
 from clusters.models import Cluster, Node
 from clusters.services import ClusterUnavailable, cluster_client
@@ -353,6 +354,9 @@ def inventory_sync(*, cluster: Cluster) -> InventoryResult:
         tolerate_gpu_taint=cluster.tolerate_gpu_taint,
     )
     removed = _store(cluster, rows)
+    # The same list says where every portal replica runs: plans that drifted are corrected
+    # here too, all in one pass, whether or not the watcher and the reconcile caught them.
+    node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk)
     unknown = sum(1 for r in rows if r.model_pk is None)
     gpu_nodes = len({r.name for r in rows})
     message = f"{gpu_nodes} GPU nodes ({len(rows)} GPU resources, {unknown} unknown products)"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Max, Q, QuerySet
 
+from clusters.capacity import NodeLoad, planned_gpus_by_node, pool_free
 from clusters.models import Cluster, ClusterState, Node
 from portal.access import AnyUser
 from portal.models import Job, JobState
@@ -66,51 +67,59 @@ class ModelCapacity:
     unusable: int = 0
     """GPUs left on nodes that are not Ready or cordoned: not free, whatever they hold."""
     free: int = 0
-    """The sum over Ready, schedulable nodes of what each has left, never below zero per node:
-    a node whose pods hold more than it can allocate (a GPU failed under them) has nothing
-    free, and takes nothing away from the others. The cycle's snapshot counts the same way."""
+    """The sum over Ready, schedulable nodes of what each has left, by the capacity rule the
+    cycle uses: a node counted beyond what it allocates has its excess taken off the others."""
     largest_free_block: int = 0
     node_rows: list[Node] = field(default_factory=list)
-
-
-def _planned_by_node(cluster: Cluster) -> dict[tuple[str, str], int]:
-    """GPUs the portal's own jobs hold per (node, model key), from their node plans."""
-    planned: dict[tuple[str, str], int] = defaultdict(int)
-    jobs = Job.objects.filter(cluster=cluster, state__in=HOLDING_STATES).values_list(
-        "node_plan", "gpus_per_replica", "gpu_model__key"
-    )
-    for plan, gpus, model in jobs:
-        for node in plan or []:
-            planned[(node, model or "")] += gpus
-    return planned
+    over_counts: list[str] = field(default_factory=list)
+    """Nodes whose books count more GPUs than they allocate, in words (normally none)."""
 
 
 def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
     """Capacity per GPU model on ``cluster``: total, allocatable, in use, largest free block.
 
-    "In use" counts foreign pods (``used_by_others``) and the portal's own jobs by their node
-    plans; a node that is not Ready or not schedulable contributes nothing free. The largest
-    free block is the most GPUs free on a single node, what one gang replica can get.
+    Free GPUs come from the one capacity rule (:mod:`clusters.capacity`), exactly as the
+    scheduler counts them: foreign pods and the portal's own jobs by their node plans; a node
+    that is not Ready or not schedulable contributes nothing free. The largest free block is
+    the most GPUs free on a single node, what one gang replica can get.
     """
-    planned = _planned_by_node(cluster)
+    planned = planned_gpus_by_node(
+        (cluster.pk, plan, gpus, model)
+        for plan, gpus, model in Job.objects.filter(
+            cluster=cluster, state__in=HOLDING_STATES
+        ).values_list("node_plan", "gpus_per_replica", "gpu_model_id")
+    )
     by_model: dict[str, ModelCapacity] = {}
     rows = Node.objects.filter(cluster=cluster).select_related("gpu_model").order_by("name")
     for node in rows:
         key = node.gpu_model.key if node.gpu_model else f"unknown: {node.gpu_product or '?'}"
         entry = by_model.setdefault(key, ModelCapacity(model=key, known=node.gpu_model is not None))
-        entry.nodes += 1
-        entry.total += node.gpu_capacity
-        entry.allocatable += node.gpu_allocatable
-        entry.used_by_others += node.gpus_used_by_others
-        held = planned.get((node.name, node.gpu_model.key if node.gpu_model else ""), 0)
-        entry.planned += held
-        free = max(0, node.gpu_allocatable - node.gpus_used_by_others - held)
-        if not (node.ready and node.schedulable):
-            entry.unusable += free
-            free = 0
-        entry.free += free
-        entry.largest_free_block = max(entry.largest_free_block, free)
         entry.node_rows.append(node)
+    for entry in by_model.values():
+        loads = [
+            NodeLoad(
+                name=node.name,
+                allocatable=node.gpu_allocatable,
+                used_by_others=node.gpus_used_by_others,
+                planned=planned.get((cluster.pk, node.name, node.gpu_model_id), 0)
+                if node.gpu_model_id
+                else 0,
+                ready=node.ready,
+                schedulable=node.schedulable,
+            )
+            for node in entry.node_rows
+        ]
+        frees, overs = pool_free(loads)
+        entry.over_counts = [o.message for o in overs]
+        for node, load, free in zip(entry.node_rows, loads, frees, strict=True):
+            entry.nodes += 1
+            entry.total += node.gpu_capacity
+            entry.allocatable += load.allocatable
+            entry.used_by_others += load.used_by_others
+            entry.planned += load.planned
+            entry.unusable += free.out_of_service
+            entry.free += free.free
+            entry.largest_free_block = max(entry.largest_free_block, free.free)
     return sorted(by_model.values(), key=lambda m: (not m.known, m.model))
 
 

@@ -38,11 +38,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.dispatch import job_event_record, preemption_message, submission_uid
+from clusters.bindings import (
+    FOLLOWED_STATES,
+    job_uuid_of,
+    node_plans_apply,
+    pod_bindings,
+    replica_of,
+)
+from clusters.dispatch import job_event_record, submission_uid
 from clusters.kube import KubeError
 from clusters.models import Cluster, VolcanoJobRecord
 from clusters.services import ClusterUnavailable, cluster_client
-from portal.jobs.state import job_transition
+from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import TERMINAL_STATES, Job, JobState
 
 log = logging.getLogger(__name__)
@@ -59,7 +66,6 @@ __all__ = [
 ]
 
 S = JobState
-FOLLOWED_STATES = (S.ADMITTED, S.SUBMITTED, S.RUNNING, S.CANCELLING, S.PREEMPTING)
 RUNNING_PHASES = frozenset({"Running", "Completing"})
 TERMINAL_PHASES = {"Completed": S.SUCCEEDED, "Failed": S.FAILED, "Terminated": S.FAILED}
 NOTED_PHASES = frozenset({"Restarting", "Aborting", "Aborted", "Terminating"})
@@ -78,6 +84,9 @@ LOST_REASONS = frozenset(
     {"NodeLost", "Evicted", "Preempting", "Terminated", "UnexpectedAdmissionError"}
 )
 MAX_REPORTED = 300
+# The kubelet's reason for a pod killed at its activeDeadlineSeconds (the job's max runtime).
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+MAX_RUNTIME_REASON = "MaxRuntimeExceeded"
 STALE_AFTER = dt.timedelta(seconds=60)  # a task message for a job this old is presumed lost
 
 
@@ -95,15 +104,6 @@ def _clamp(moment: dt.datetime | None, now: dt.datetime) -> dt.datetime:
     """A cluster's timestamp, but never in the portal's future (clocks drift; kubesim runs
     fast)."""
     return min(moment, now) if moment else now
-
-
-def _job_uuid(labels: dict[str, Any]) -> uuid.UUID | None:
-    if labels.get(volcano.LABEL_MANAGED_BY) != volcano.MANAGED_BY:
-        return None
-    try:
-        return uuid.UUID(str(labels.get(volcano.LABEL_JOB_ID)))
-    except ValueError:
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class JobView:
 def job_view(obj: dict[str, Any]) -> JobView | None:
     """The portal's view of a Volcano Job, or None for an object the portal does not own."""
     meta = obj.get("metadata") or {}
-    job_uuid = _job_uuid(meta.get("labels") or {})
+    job_uuid = job_uuid_of(meta.get("labels") or {})
     if job_uuid is None:
         return None
     status = obj.get("status") or {}
@@ -258,24 +258,27 @@ def _pod_facts(
         detail = f": {status['message']}" if status.get("message") else ""
         label = "NodeLost" if reason == "NodeLost" else reason
         facts.append(Fact(f"{uid}:lost:{reason}", label, f"{who} {reason}{where}{detail}"))
+    if reason == DEADLINE_EXCEEDED:
+        detail = str(status.get("message") or "active longer than its deadline")
+        facts.append(
+            Fact(
+                f"{uid}:deadline",
+                DEADLINE_EXCEEDED,
+                f"{who} was stopped at the job's max runtime: {detail}",
+            )
+        )
     return facts, started
 
 
 def pod_view(obj: dict[str, Any]) -> PodView | None:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    job_uuid = _job_uuid(labels)
+    job_uuid = job_uuid_of(labels)
     if job_uuid is None:
         return None
     name = str(meta.get("name") or "")
     uid = str(meta.get("uid") or name)
-    replica = None
-    task, index = (
-        labels.get(volcano.VOLCANO_LABEL_TASK_SPEC),
-        labels.get(volcano.VOLCANO_LABEL_TASK_INDEX),
-    )
-    if task is not None and str(index).isdigit():
-        replica = volcano.replica_of_pod(str(task), int(str(index)))
+    replica = replica_of(labels)
     node = str((obj.get("spec") or {}).get("nodeName") or "")
     who = f"Replica {replica} ({name})" if replica is not None else f"Pod {name}"
     facts, started = _pod_facts(obj, who, uid, node)
@@ -301,12 +304,26 @@ def _record_of(job: Job) -> VolcanoJobRecord | None:
         return None
 
 
-def pods_apply(*, job: Job, pods: Iterable[PodView]) -> int:
+def pods_apply(*, job: Job, pods: Iterable[PodView], plans: bool = True) -> int:
     """Record new pod-level facts as JobEvents and real bindings as the node plan; returns the
-    number of events written."""
+    number of events written.
+
+    Bindings count from the moment the Volcano Job exists, even while the job is still
+    ADMITTED (the dispatcher has created it but not yet written SUBMITTED) and before its
+    record is written: a binding dropped then would leave the plan wrong until the pod's next
+    event, and the capacity rule counting GPUs where they are not. ``plans=False`` leaves the
+    plan to a caller that corrects many jobs in one pass (the reconcile).
+    """
     pods = list(pods)
-    if job.state not in (S.SUBMITTED, S.RUNNING, S.CANCELLING, S.PREEMPTING) or not pods:
+    if job.state not in FOLLOWED_STATES or not pods:
         return 0
+    if plans:
+        bound = {p.replica: p.node for p in pods if p.replica is not None and p.node}
+        changed = node_plans_apply({job.public_id: bound}) if bound else {}
+        if job.pk in changed:
+            job.node_plan = changed[job.pk]
+    if job.state == S.ADMITTED:
+        return 0  # facts wait for the record the dispatcher writes with SUBMITTED
     written = 0
     with transaction.atomic():
         record = VolcanoJobRecord.objects.select_for_update().filter(job_id=job.pk).first()
@@ -328,21 +345,12 @@ def pods_apply(*, job: Job, pods: Iterable[PodView]) -> int:
                 previous = pod_map.get(str(pod.replica)) or {}
                 entry["problem"] = pod.problem or previous.get("problem", "")
                 pod_map[str(pod.replica)] = entry
-        changed = written or pod_map != (record.pods or {})
-        if changed:
+        changed_record = written or pod_map != (record.pods or {})
+        if changed_record:
             record.reported = reported[-MAX_REPORTED:]
             record.pods = pod_map
             record.seen_at = timezone.now()
             record.save(update_fields=["reported", "pods", "seen_at"])
-        plan = list(job.node_plan or [])
-        plan += [""] * (job.replicas - len(plan))
-        for pod in pods:
-            if pod.replica is not None and pod.node and 0 <= pod.replica < job.replicas:
-                plan[pod.replica] = pod.node
-        if plan != list(job.node_plan or []):
-            # Not a state change: where the replicas really run, for capacity accounting.
-            Job.objects.filter(pk=job.pk, state__in=FOLLOWED_STATES).update(node_plan=plan)
-            job.node_plan = plan
     return written
 
 
@@ -368,6 +376,15 @@ def _problems_now(job: Job) -> str:
     pods = [p for p in (pod_view(o) for o in objects) if p is not None]
     pods_apply(job=job, pods=pods)
     return _problems(VolcanoJobRecord.objects.filter(job_id=job.pk).first())
+
+
+def _deadline_exceeded(job: Job) -> bool:
+    """Whether a pod of the job was stopped at its activeDeadlineSeconds (read afresh: the pod
+    watcher or ``_problems_now`` may have just recorded it)."""
+    reported = (
+        VolcanoJobRecord.objects.filter(job_id=job.pk).values_list("reported", flat=True).first()
+    )
+    return any(str(key).endswith(":deadline") for key in reported or ())
 
 
 def _note_once(job: Job, record: VolcanoJobRecord, key: str, reason: str, message: str) -> None:
@@ -439,28 +456,17 @@ def job_status_apply(
     if view is not None and view.submission_uid != submission_uid(job):
         return "other-lineage"  # an object from another admission of this job: not ours
     gone = deleted or (view is None)
+    # A stop keeps the job's GPUs counted until its Volcano Job is gone; then a user's cancel
+    # ends CANCELLED, the portal's own stop (max runtime, pods that cannot start) FAILED with
+    # its reason, and a preemption or requeue QUEUED.
     if state == S.CANCELLING:
         if gone:
-            job_transition(
-                job_id=job.pk,
-                expected=S.CANCELLING,
-                to=S.CANCELLED,
-                reason="Cancelled",
-                message="The Volcano Job was deleted.",
-                now=now,
-            )
+            cancelling_end(job_id=job.pk, message="The Volcano Job was deleted.", now=now)
             return "cancelled"
         return "cancelling"
     if state == S.PREEMPTING:
         if gone:
-            job_transition(
-                job_id=job.pk,
-                expected=S.PREEMPTING,
-                to=S.QUEUED,
-                reason="Preempted",
-                message=preemption_message(job),
-                now=now,
-            )
+            preempting_end(job_id=job.pk, now=now)
             return "requeued"
         return "preempting"
     # SUBMITTED or RUNNING from here on.
@@ -486,6 +492,7 @@ def job_status_apply(
         return "vanished"
     assert view is not None
     phase = view.phase
+    was_running = job.state == S.RUNNING
     if (phase in RUNNING_PHASES or phase in TERMINAL_PHASES) and job.state == S.SUBMITTED:
         _start(job, view, now)
     if phase == "Completed":
@@ -505,11 +512,17 @@ def job_status_apply(
         message = f"Volcano Job {view.name} {phase.lower()}"
         message += f": {volcano_says}" if volcano_says else ""
         message += f". {pods_say}." if pods_say else "."
+        deadline = _deadline_exceeded(job)
+        if deadline:
+            message = (
+                f"The job ran past its max runtime of {job.max_runtime_seconds // 60} min: the "
+                f"kubelet stopped its pods (DeadlineExceeded). {message}"
+            )
         job_transition(
             job_id=job.pk,
             expected=(S.SUBMITTED, S.RUNNING),
             to=S.FAILED,
-            reason=f"Volcano{phase}",
+            reason=MAX_RUNTIME_REASON if deadline else f"Volcano{phase}",
             message=message,
             updates={"finished_at": _clamp(view.finished_at, now)},
             now=now,
@@ -522,9 +535,31 @@ def job_status_apply(
             record,
             f"phase:{phase}:{view.retry_count}",
             f"Volcano{phase}",
-            f"Volcano Job {view.name} is {phase}{detail}; retry {view.retry_count}.",
+            f"Volcano Job {view.name} is {phase}{detail}; retry {view.retry_count} of "
+            f"{job.max_retry}.",
         )
         return "noted"
+    if phase == "Pending" and job.state == S.RUNNING and record is not None:
+        # Its gang was restarted (an eviction, a lost node) and waits to be placed again: the
+        # job keeps its GPUs and stays RUNNING for the books, but is shown as restarting.
+        _note_once(
+            job,
+            record,
+            f"pending:{view.retry_count}",
+            "PodsPending",
+            f"Volcano Job {view.name} is Pending again after restart {view.retry_count} of "
+            f"{job.max_retry}: its pods wait to be placed on nodes.",
+        )
+        return "restarting"
+    if phase in RUNNING_PHASES and was_running and view.retry_count and record is not None:
+        _note_once(
+            job,
+            record,
+            f"resumed:{view.retry_count}",
+            "Resumed",
+            f"Volcano Job {view.name} is {phase} again after restart {view.retry_count} of "
+            f"{job.max_retry}.",
+        )
     if phase not in KNOWN_PHASES:
         log.warning(
             "job %s: Volcano Job %s has unknown phase %r; treating it as not finished",
@@ -548,6 +583,7 @@ class ReconcileResult:
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     redispatched: list[int] = field(default_factory=list)
     orphans_deleted: list[str] = field(default_factory=list)
+    plans_corrected: int = 0
 
 
 def followed_jobs(cluster: Cluster) -> dict[uuid.UUID, Job]:
@@ -583,6 +619,14 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
         if pod is not None:
             pods[pod.job_uuid].append(pod)
     result.jobs, result.objects = len(jobs), len(views)
+    # Every followed job's plan follows its pods' bindings, in one pass, before anything else.
+    corrected = node_plans_apply(
+        {u: b for u, b in pod_bindings(pod_objects).items() if u in jobs}, cluster_id=cluster.pk
+    )
+    result.plans_corrected = len(corrected)
+    for job in jobs.values():
+        if job.pk in corrected:
+            job.node_plan = corrected[job.pk]
     stale = now - STALE_AFTER
     for job_uuid, job in jobs.items():
         view = views.get(job_uuid)
@@ -595,7 +639,7 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
                 result.redispatched.append(job.pk)
             continue
         if view is not None:
-            pods_apply(job=job, pods=pods.get(job_uuid, ()))
+            pods_apply(job=job, pods=pods.get(job_uuid, ()), plans=False)
         outcome = job_status_apply(job=job, view=view, deleted=view is None, now=now)
         result.outcomes[outcome] += 1
         if view is not None and job.state_changed_at < stale:

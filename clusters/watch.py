@@ -38,7 +38,7 @@ from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
 from clusters.services import ClusterUnavailable, cluster_client
 from clusters.status import job_status_apply, job_view, pod_view, pods_apply
-from portal.models import Job
+from portal.models import Job, JobState
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,10 @@ class ResourceWatcher:
         if job is None:
             return
         pods_apply(job=job, pods=[pod])
-        self._pods_seen[pod.uid] = signature
+        if job.state != JobState.ADMITTED:
+            # Before SUBMITTED only the binding is taken (no record to hold facts yet): the
+            # pod's next event, even an identical one, must still be applied in full.
+            self._pods_seen[pod.uid] = signature
         if len(self._pods_seen) > 100_000:
             self._pods_seen.clear()
 

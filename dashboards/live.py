@@ -17,12 +17,14 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import groupby
 from typing import Any
 
 from django.db import connection
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
+from clusters.capacity import NodeLoad, planned_gpus_by_node, pool_free
 from portal.models import Job, JobState, Team
 from scheduling import engine
 from scheduling.cycle import HOLDING_STATES, decayed_usage, engine_catalog, engine_config
@@ -57,7 +59,8 @@ class TeamInfo:
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """One (node, GPU model) row of the inventory with the portal's own jobs laid over it."""
+    """One (node, GPU model) row of the inventory with the portal's own jobs laid over it, and
+    what the one capacity rule (``clusters.capacity``) makes of it within its pool."""
 
     cluster_id: int
     name: str
@@ -66,9 +69,13 @@ class NodeState:
     allocatable: int
     used_by_others: int
     allocated: int
-    """GPUs the portal's holding jobs planned on this node (their ``node_plan``)."""
+    """GPUs the portal's holding jobs of this model planned on this node (their ``node_plan``)."""
     ready: bool
     schedulable: bool
+    free: int
+    """GPUs a new replica could get here now."""
+    idle: int
+    """GPUs nobody holds, whether or not the node can take work."""
 
     @property
     def usable(self) -> bool:
@@ -76,17 +83,7 @@ class NodeState:
 
     @property
     def used(self) -> int:
-        return min(self.allocatable, self.used_by_others + self.allocated)
-
-    @property
-    def idle(self) -> int:
-        """GPUs nobody holds, whether or not the node can take work."""
-        return max(0, self.allocatable - self.used_by_others - self.allocated)
-
-    @property
-    def free(self) -> int:
-        """GPUs a new replica could get here now."""
-        return self.idle if self.usable else 0
+        return self.allocatable - self.idle
 
     @property
     def fragmented(self) -> int:
@@ -309,11 +306,12 @@ class LiveState:
         )
 
     @cached_property
-    def planned(self) -> dict[tuple[int, str], int]:
-        """(cluster id, node name) → GPUs the holding jobs' node plans put there.
+    def planned(self) -> dict[tuple[int, str, int], int]:
+        """(cluster id, node name, model id) → GPUs the holding jobs' node plans put there.
 
-        PostgreSQL unnests the plans and sums per node in SQL; elsewhere (the demo's SQLite)
-        the plans are read and summed here.
+        Keyed by model too: a MIG node is one row per resource, and a job on its whole GPUs
+        takes nothing off its slices. PostgreSQL unnests the plans and sums per node in SQL;
+        elsewhere (the demo's SQLite) ``planned_gpus_by_node`` sums them here.
         """
         # States inlined as literals (constants, not input) so the planner can prove the
         # partial index on active jobs applies; the materialized CTE keeps it from planning a
@@ -322,20 +320,21 @@ class LiveState:
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute(
-                    "WITH h AS MATERIALIZED (SELECT cluster_id, node_plan, gpus_per_replica "  # noqa: S608
+                    "WITH h AS MATERIALIZED (SELECT cluster_id, gpu_model_id, node_plan, "  # noqa: S608
+                    "gpus_per_replica "
                     f"FROM portal_job WHERE state IN ({states}) AND cluster_id IS NOT NULL) "
-                    "SELECT h.cluster_id, n.node, SUM(h.gpus_per_replica) FROM h, "
-                    "jsonb_array_elements_text(CASE WHEN jsonb_typeof(h.node_plan) = 'array' "
-                    "THEN h.node_plan ELSE '[]' END) AS n(node) GROUP BY 1, 2"
+                    "SELECT h.cluster_id, n.node, h.gpu_model_id, SUM(h.gpus_per_replica) "
+                    "FROM h, jsonb_array_elements_text(CASE WHEN jsonb_typeof(h.node_plan) = "
+                    "'array' THEN h.node_plan ELSE '[]' END) AS n(node) WHERE n.node <> '' "
+                    "GROUP BY 1, 2, 3"
                 )
-                return {(c, node): int(g) for c, node, g in cur.fetchall()}
-        planned: dict[tuple[int, str], int] = defaultdict(int)
-        for cluster_id, plan, gpus in Job.objects.filter(
-            state__in=HOLDING_STATES, cluster__isnull=False
-        ).values_list("cluster_id", "node_plan", "gpus_per_replica"):
-            for node in plan or []:
-                planned[(cluster_id, node)] += gpus
-        return dict(planned)
+                return {(c, node, m): int(g) for c, node, m, g in cur.fetchall()}
+        return planned_gpus_by_node(  # type: ignore[return-value]
+            (cluster_id, plan, gpus, model_id)
+            for cluster_id, plan, gpus, model_id in Job.objects.filter(
+                state__in=HOLDING_STATES, cluster__isnull=False
+            ).values_list("cluster_id", "node_plan", "gpus_per_replica", "gpu_model_id")
+        )
 
     @cached_property
     def queued(self) -> dict[tuple[int, int], tuple[int, int]]:
@@ -387,19 +386,8 @@ class LiveState:
         from clusters.models import Node
 
         planned = self.planned
-        return [
-            NodeState(
-                cluster_id=n["cluster_id"],
-                name=n["name"],
-                gpu_model_id=n["gpu_model_id"],
-                capacity=n["gpu_capacity"],
-                allocatable=n["gpu_allocatable"],
-                used_by_others=n["gpus_used_by_others"],
-                allocated=planned.get((n["cluster_id"], n["name"]), 0),
-                ready=n["ready"],
-                schedulable=n["schedulable"],
-            )
-            for n in Node.objects.filter(gpu_model__isnull=False)
+        rows = list(
+            Node.objects.filter(gpu_model__isnull=False)
             .order_by("cluster_id", "gpu_model_id", "name")
             .values(
                 "cluster_id",
@@ -411,7 +399,39 @@ class LiveState:
                 "ready",
                 "schedulable",
             )
-        ]
+        )
+        states: list[NodeState] = []
+        for _, group in groupby(rows, key=lambda n: (n["cluster_id"], n["gpu_model_id"])):
+            pool = list(group)
+            loads = [
+                NodeLoad(
+                    name=n["name"],
+                    allocatable=n["gpu_allocatable"],
+                    used_by_others=n["gpus_used_by_others"],
+                    planned=planned.get((n["cluster_id"], n["name"], n["gpu_model_id"]), 0),
+                    ready=n["ready"],
+                    schedulable=n["schedulable"],
+                )
+                for n in pool
+            ]
+            frees, _ = pool_free(loads)
+            states.extend(
+                NodeState(
+                    cluster_id=n["cluster_id"],
+                    name=n["name"],
+                    gpu_model_id=n["gpu_model_id"],
+                    capacity=n["gpu_capacity"],
+                    allocatable=n["gpu_allocatable"],
+                    used_by_others=n["gpus_used_by_others"],
+                    allocated=load.planned,
+                    ready=n["ready"],
+                    schedulable=n["schedulable"],
+                    free=free.free,
+                    idle=free.idle,
+                )
+                for n, load, free in zip(pool, loads, frees, strict=True)
+            )
+        return states
 
     @cached_property
     def unknown_nodes(self) -> dict[int, int]:

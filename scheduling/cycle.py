@@ -36,6 +36,8 @@ from django.db.models import BigIntegerField, Count, F, Func, Sum, TextField, Wi
 from django.db.models.functions import Cast, RowNumber, TruncDay
 from django.utils import timezone
 
+from clusters.capacity import NodeLoad, OverCount, planned_gpus_by_node, pool_free
+from clusters.models import Cluster, Node
 from dashboards.metrics import observe_cycle
 from portal.jobs.state import Change, job_transition, jobs_transition_bulk
 from portal.models import Job, JobState, Team
@@ -67,6 +69,9 @@ PREEMPTIBLE_STATES = (JobState.ADMITTED, JobState.SUBMITTED, JobState.RUNNING)
 # dispatch and eviction tasks here; without them admissions wait in ADMITTED).
 on_admitted: list[Callable[[list[int]], None]] = []
 on_preempted: list[Callable[[list[int]], None]] = []
+# Called with the ids of clusters whose books over-count a node, so that their pods' real
+# bindings are read again (the clusters app registers its bindings refresh here).
+on_over_count: list[Callable[[list[int]], None]] = []
 
 
 @dataclass
@@ -310,14 +315,13 @@ def _holding() -> Holding:
         )
     )
     running = []
-    planned: dict[tuple[str, str, str], int] = defaultdict(int)
+    plans = []
     job_pk = {}
     for pk, public_id, team, cluster, model, replicas, gpus, priority, *rest in rows:
         started_us, changed_us, plan_text, state = rest
         job_id = uuid_text(public_id)
         plan = json_tuple(plan_text)
-        for node in plan:
-            planned[(cluster, node, model)] += gpus
+        plans.append((cluster, plan, gpus, model))
         running.append(
             engine.running_allocation(
                 job_id,
@@ -328,21 +332,27 @@ def _holding() -> Holding:
                 gpus,
                 priority,
                 from_epoch_us(started_us or changed_us),
-                plan if state in PREEMPTIBLE_STATES else (),
+                # A job being preempted keeps its nodes: the engine counts its GPUs as on
+                # their way back there, so a reclaim waiting for a slow delete takes no second
+                # victim (a cancelling job's GPUs are not the engine's to promise).
+                plan if state in PREEMPTIBLE_STATES or state == JobState.PREEMPTING else (),
                 state == JobState.PREEMPTING,
             )
         )
         job_pk[job_id] = pk
-    return Holding(tuple(running), planned, job_pk)
+    return Holding(tuple(running), planned_gpus_by_node(plans), job_pk)
 
 
 def _clusters(
     planned: dict[tuple[str, str, str], int],
 ) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
-    """Clusters with free GPUs per node: allocatable − foreign pods − the portal's own jobs."""
-    from clusters.models import Cluster, Node
+    """Clusters with free GPUs per node, by the one capacity rule (``clusters.capacity``).
 
-    nodes_by_cluster: dict[int, list[engine.Node]] = defaultdict(list)
+    An over-count (a node whose plans exceed what it allocates: the replicas run elsewhere in
+    the pool and the portal has not heard yet) is logged, charged to the pool's other nodes,
+    and handed to ``on_over_count`` so that the cluster's bindings are read again.
+    """
+    pools: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
     for n in Node.objects.filter(
         gpu_model__isnull=False, gpu_allocatable__gt=0, gpu_model__active=True
     ).values(
@@ -355,18 +365,34 @@ def _clusters(
         "ready",
         "schedulable",
     ):
-        key = (n["cluster__name"], n["name"], n["gpu_model__key"])
-        used = n["gpus_used_by_others"] + planned.get(key, 0)
-        usable = n["ready"] and n["schedulable"]
-        free = max(0, n["gpu_allocatable"] - used)
-        nodes_by_cluster[n["cluster_id"]].append(
-            engine.Node(
+        pools[(n["cluster_id"], n["cluster__name"], n["gpu_model__key"])].append(n)
+    nodes_by_cluster: dict[int, list[engine.Node]] = defaultdict(list)
+    over_counted: set[int] = set()
+    for (cluster_id, cluster_name, model), rows in pools.items():
+        loads = [
+            NodeLoad(
                 name=n["name"],
-                model=n["gpu_model__key"],
-                total_gpus=n["gpu_allocatable"],
-                free_gpus=free if usable else 0,
-                out_of_service_gpus=0 if usable else free,
+                allocatable=n["gpu_allocatable"],
+                used_by_others=n["gpus_used_by_others"],
+                planned=planned.get((cluster_name, n["name"], model), 0),
+                ready=n["ready"],
+                schedulable=n["schedulable"],
             )
+            for n in rows
+        ]
+        frees, overs = pool_free(loads)
+        for over in overs:
+            _warn_over_count(cluster_name, model, over)
+            over_counted.add(cluster_id)
+        nodes_by_cluster[cluster_id].extend(
+            engine.Node(
+                name=load.name,
+                model=model,
+                total_gpus=load.allocatable,
+                free_gpus=free.free,
+                out_of_service_gpus=free.out_of_service,
+            )
+            for load, free in zip(loads, frees, strict=True)
         )
     clusters = []
     pks = {}
@@ -379,7 +405,23 @@ def _clusters(
                 nodes=tuple(nodes_by_cluster.get(pk, ())),
             )
         )
+    if over_counted:
+        _enqueue(on_over_count, sorted(over_counted))
     return tuple(clusters), pks
+
+
+_over_counts_told: dict[tuple[str, str, str], int] = {}
+
+
+def _warn_over_count(cluster: str, model: str, over: OverCount) -> None:
+    """Log an over-count once per node and size: a cycle runs several times a second, and a
+    node whose GPU failed under a running job stays over-counted until the job ends."""
+    key = (cluster, model, over.node)
+    if _over_counts_told.get(key) != over.over:
+        if len(_over_counts_told) > 10_000:
+            _over_counts_told.clear()
+        _over_counts_told[key] = over.over
+        log.warning("over-count on %s (%s): %s", cluster, model, over.message)
 
 
 def decayed_usage(*, now: dt.datetime, half_life: dt.timedelta) -> dict[tuple[str, str], float]:

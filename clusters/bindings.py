@@ -1,0 +1,137 @@
+"""Where the replicas really run: pod bindings written over the scheduler's node plans.
+
+The scheduler plans a node for each replica when it admits a job; Volcano binds the pods
+where it finds room, which need not be the plan. The capacity rule counts a job's GPUs on the
+nodes its ``node_plan`` names, so the plan must follow the bindings as soon as the cluster
+reports them, whatever path reports them: a pod event on the watcher (even while the job is
+still ADMITTED, between the create and the dispatcher's transition), the periodic reconcile,
+or the inventory's list of every pod. Each path hands its bindings to :func:`node_plans_apply`,
+which corrects every job it is given in one pass.
+
+A binding is a fact: a pod's ``nodeName`` never changes. A replica whose pod is not bound (yet,
+or again after a restart) keeps what its plan said, so a later, partial report can never undo
+an earlier one, and the plan is read and written under the job's row lock, so two reporters
+at once cannot either.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.db import transaction
+
+from clusters import volcano
+from clusters.kube import KubeError
+from clusters.models import Cluster
+from clusters.services import ClusterUnavailable, cluster_client
+from portal.models import Job, JobState
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FOLLOWED_STATES",
+    "cluster_bindings_refresh",
+    "job_uuid_of",
+    "node_plans_apply",
+    "pod_bindings",
+    "replica_of",
+]
+
+S = JobState
+FOLLOWED_STATES = (S.ADMITTED, S.SUBMITTED, S.RUNNING, S.CANCELLING, S.PREEMPTING)
+
+
+def job_uuid_of(labels: Mapping[str, Any]) -> uuid.UUID | None:
+    """The portal job a cluster object belongs to, from its labels; None if not the portal's."""
+    if labels.get(volcano.LABEL_MANAGED_BY) != volcano.MANAGED_BY:
+        return None
+    try:
+        return uuid.UUID(str(labels.get(volcano.LABEL_JOB_ID)))
+    except ValueError:
+        return None
+
+
+def replica_of(labels: Mapping[str, Any]) -> int | None:
+    """The portal replica a pod runs, from Volcano's task labels; None if it cannot tell."""
+    task, index = (
+        labels.get(volcano.VOLCANO_LABEL_TASK_SPEC),
+        labels.get(volcano.VOLCANO_LABEL_TASK_INDEX),
+    )
+    if task is None or not str(index).isdigit():
+        return None
+    return volcano.replica_of_pod(str(task), int(str(index)))
+
+
+def pod_bindings(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, str]]:
+    """Portal job → replica → node, for every bound portal pod in ``pods`` (API objects)."""
+    bindings: dict[uuid.UUID, dict[int, str]] = defaultdict(dict)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        job_uuid = job_uuid_of(labels)
+        replica = replica_of(labels)
+        if job_uuid is not None and replica is not None:
+            bindings[job_uuid][replica] = str(node)
+    return dict(bindings)
+
+
+def _plan_with(plan: list[str], replicas: int, bound: Mapping[int, str]) -> list[str]:
+    new = [*plan[:replicas], *[""] * (replicas - len(plan))]
+    for replica, node in bound.items():
+        if 0 <= replica < replicas and node:
+            new[replica] = node
+    return new
+
+
+def node_plans_apply(
+    bindings: Mapping[uuid.UUID, Mapping[int, str]], *, cluster_id: int | None = None
+) -> dict[int, list[str]]:
+    """Write real bindings over the node plans of the jobs still holding GPUs, in one pass.
+
+    Returns the plans that changed (job pk → new plan). Rows are locked in primary-key order,
+    so concurrent reporters (watcher, reconcile, inventory) serialise without deadlock; jobs
+    that no longer hold GPUs are left alone. With ``cluster_id``, only that cluster's jobs.
+    """
+    if not bindings:
+        return {}
+    changed: dict[int, list[str]] = {}
+    with transaction.atomic():
+        rows = Job.objects.select_for_update().filter(
+            public_id__in=list(bindings), state__in=FOLLOWED_STATES
+        )
+        if cluster_id is not None:
+            rows = rows.filter(cluster_id=cluster_id)
+        for pk, public_id, plan, replicas in rows.order_by("pk").values_list(
+            "pk", "public_id", "node_plan", "replicas"
+        ):
+            old = list(plan or [])
+            new = _plan_with(old, replicas, bindings[public_id])
+            if new != old:
+                changed[pk] = new
+        if changed:
+            Job.objects.bulk_update(
+                [Job(pk=pk, node_plan=plan) for pk, plan in changed.items()],
+                ["node_plan"],
+                batch_size=500,
+            )
+    if changed:
+        log.info("node plans of %d job(s) corrected from their pods' bindings", len(changed))
+    return changed
+
+
+def cluster_bindings_refresh(*, cluster: Cluster) -> int:
+    """Read every portal pod's binding on ``cluster`` and correct the plans that drifted;
+    returns how many changed (-1 when the cluster could not be read). What the scheduler asks
+    for when its books over-count a node."""
+    try:
+        pods = cluster_client(cluster).list_pods(label_selector=volcano.managed_selector())
+    except (ClusterUnavailable, KubeError) as exc:
+        log.warning("could not read the bindings on %s: %s", cluster.name, exc)
+        return -1
+    return len(node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk))
