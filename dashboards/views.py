@@ -24,6 +24,7 @@ from dashboards.live import LiveState, ModelInfo
 from dashboards.metrics import metrics_exposition
 from portal.access import teams_visible_to
 from portal.models import Team
+from scheduling.services import cohort_quotas
 
 
 def _model_param(request: HttpRequest, live: LiveState) -> ModelInfo | None:
@@ -92,6 +93,7 @@ def fair_share_page(request: HttpRequest) -> HttpResponse:
         "range_key": range_key,
         "half_life_hours": settings.GPUPOOL_USAGE_HALF_LIFE_HOURS,
         "horizon_days": round(8 * settings.GPUPOOL_USAGE_HALF_LIFE_HOURS / 24),
+        "cohort_quotas": cohort_quotas(),
     }
     if request.htmx and request.GET.get("fragment") == "chart":
         return render(request, "dashboards/_share_chart.html", context)

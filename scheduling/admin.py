@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from scheduling.models import Cohort, GpuModel, Quota, QuotaChange, TeamPolicy
-from scheduling.services import quota_set, team_policy_set
+from scheduling.models import Cohort, CohortQuota, GpuModel, Quota, QuotaChange, TeamPolicy
+from scheduling.services import cohort_quota_set, quota_set, team_policy_set
 
 
 @admin.register(GpuModel)
@@ -60,6 +60,21 @@ class QuotaAdmin(admin.ModelAdmin):
         obj.pk = quota.pk
 
 
+@admin.register(CohortQuota)
+class CohortQuotaAdmin(admin.ModelAdmin):
+    """GPUs a cohort owns (the ``default`` cohort's are the pool's); saves are audited."""
+
+    list_display = ["cohort", "gpu_model", "nominal", "updated_at"]
+    list_filter = ["cohort", "gpu_model"]
+    list_select_related = ["cohort", "gpu_model"]
+
+    def save_model(self, request: HttpRequest, obj: CohortQuota, form: Any, change: bool) -> None:
+        quota = cohort_quota_set(
+            cohort=obj.cohort, model=obj.gpu_model, nominal=obj.nominal, by=request.user
+        )
+        obj.pk = quota.pk
+
+
 @admin.register(TeamPolicy)
 class TeamPolicyAdmin(admin.ModelAdmin):
     list_display = ["team", "weight", "cohort", "held", "max_queued_jobs"]
@@ -80,12 +95,13 @@ class QuotaChangeAdmin(admin.ModelAdmin):
         "changed_at",
         "changed_by",
         "team",
+        "cohort",
         "gpu_model",
         "field",
         "old_value",
         "new_value",
     ]
-    list_filter = ["team", "field"]
+    list_filter = ["team", "cohort", "field"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -17,8 +17,16 @@ from portal.access import jobs_visible_to, teams_visible_to
 from portal.jobs.spec import SpecError
 from portal.models import Team
 from scheduling.matching import requirement_preview
-from scheduling.models import GpuModel, Quota
-from scheduling.services import queue_pending, quota_set
+from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, CohortQuota, GpuModel, Quota
+from scheduling.services import (
+    cohort_quota_set,
+    cohort_quotas,
+    gpus_in_use,
+    pool_cohort,
+    queue_pending,
+    quota_lowering_warning,
+    quota_set,
+)
 
 
 class QueueEntrySerializer(serializers.Serializer):
@@ -63,6 +71,16 @@ class QuotaSerializer(serializers.ModelSerializer):
         validators: list[Any] = []  # (team, gpu_model) is an upsert key here, not a conflict
 
 
+class QuotaSavedSerializer(QuotaSerializer):
+    gpus_in_use = serializers.IntegerField(help_text="GPUs the team's jobs hold on this model now")
+    warning = serializers.CharField(
+        help_text="Non-empty when the nominal is below the GPUs in use: what happens to them"
+    )
+
+    class Meta(QuotaSerializer.Meta):
+        fields = [*QuotaSerializer.Meta.fields, "gpus_in_use", "warning"]
+
+
 class QuotaListView(APIView):
     """GET: quotas of your teams (platform admins: all). POST (staff): create or change one."""
 
@@ -76,7 +94,7 @@ class QuotaListView(APIView):
         )
         return Response(QuotaSerializer(quotas, many=True).data)
 
-    @extend_schema(request=QuotaSerializer, responses={200: QuotaSerializer})
+    @extend_schema(request=QuotaSerializer, responses={200: QuotaSavedSerializer})
     def post(self, request: Request) -> Response:
         data = QuotaSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -89,7 +107,15 @@ class QuotaListView(APIView):
             lending_limit=v.get("lending_limit"),
             by=request.user,
         )
-        return Response(QuotaSerializer(quota).data, status=status.HTTP_200_OK)
+        in_use = gpus_in_use(team=v["team"], model=v["gpu_model"])
+        body = {
+            **QuotaSerializer(quota).data,
+            "gpus_in_use": in_use,
+            "warning": quota_lowering_warning(
+                team=v["team"], model=v["gpu_model"], nominal=quota.nominal, in_use=in_use
+            ),
+        }
+        return Response(body, status=status.HTTP_200_OK)
 
 
 class QuotaDetailView(APIView):
@@ -101,6 +127,62 @@ class QuotaDetailView(APIView):
             gpu_model__key=model,
         )
         return Response(QuotaSerializer(quota).data)
+
+
+class CohortSlugField(serializers.SlugRelatedField):
+    """A cohort by slug; ``default`` (the pool: every team that names no cohort) exists once
+    asked for."""
+
+    def to_internal_value(self, data: Any) -> Cohort:
+        if data == DEFAULT_COHORT_SLUG:
+            return pool_cohort()
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+
+class CohortQuotaSerializer(serializers.ModelSerializer):
+    cohort = CohortSlugField(slug_field="slug", queryset=Cohort.objects.all())
+    gpu_model = serializers.SlugRelatedField(slug_field="key", queryset=GpuModel.objects.all())
+    nominal = serializers.IntegerField(min_value=0, help_text="GPUs every member may borrow")
+
+    class Meta:
+        model = CohortQuota
+        fields = ["cohort", "gpu_model", "nominal", "updated_at"]
+        read_only_fields = ["updated_at"]
+        validators: list[Any] = []  # (cohort, gpu_model) is an upsert key here, not a conflict
+
+
+class CohortQuotaListView(APIView):
+    """GPUs owned by cohorts, borrowable by every member and always reclaimable. GET: every
+    signed-in user (pool-level figures). POST (platform admins): create or change one; the
+    cohort ``default`` is the pool's own capacity."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsAdminUser()] if self.request.method == "POST" else [IsAuthenticated()]
+
+    @extend_schema(responses=CohortQuotaSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(CohortQuotaSerializer(cohort_quotas(), many=True).data)
+
+    @extend_schema(request=CohortQuotaSerializer, responses={200: CohortQuotaSerializer})
+    def post(self, request: Request) -> Response:
+        data = CohortQuotaSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        quota = cohort_quota_set(
+            cohort=v["cohort"], model=v["gpu_model"], nominal=v["nominal"], by=request.user
+        )
+        return Response(CohortQuotaSerializer(quota).data, status=status.HTTP_200_OK)
+
+
+class CohortQuotaDetailView(APIView):
+    @extend_schema(responses=CohortQuotaSerializer)
+    def get(self, request: Request, cohort: str, model: str) -> Response:
+        quota = get_object_or_404(
+            CohortQuota.objects.select_related("cohort", "gpu_model"),
+            cohort__slug=cohort,
+            gpu_model__key=model,
+        )
+        return Response(CohortQuotaSerializer(quota).data)
 
 
 class MatchSerializer(serializers.Serializer):

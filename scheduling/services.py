@@ -165,6 +165,30 @@ def team_policy_set(
     return policy
 
 
+def gpus_in_use(*, team: Team, model: GpuModel) -> int:
+    """GPUs of ``model`` the team's jobs hold now (admitted, submitted, running, stopping)."""
+    total = Job.objects.filter(team=team, gpu_model=model, state__in=HOLDING_STATES).aggregate(
+        gpus=Sum(F("replicas") * F("gpus_per_replica"))
+    )["gpus"]
+    return int(total or 0)
+
+
+def quota_lowering_warning(*, team: Team, model: GpuModel, nominal: int, in_use: int) -> str:
+    """What lowering a team's nominal below the GPUs it uses means, in words ("" when it is
+    not below). Nothing stops at once: the surplus becomes borrowed quota (the newest jobs
+    first), which another team within its nominal may then reclaim by preemption."""
+    if nominal >= in_use:
+        return ""
+    surplus = in_use - nominal
+    return (
+        f"{team.slug} uses {in_use} {model.key} GPU{'s' if in_use != 1 else ''} now, "
+        f"{surplus} more than the new nominal of {nominal}. Nothing stops at once: its newest "
+        f"jobs holding those {surplus} GPU{'s' if surplus != 1 else ''} then run on borrowed "
+        "quota, and a team within its own nominal may preempt them (they are requeued, not "
+        "failed)."
+    )
+
+
 @dataclass(frozen=True)
 class GridCell:
     nominal: int

@@ -17,8 +17,16 @@ from portal.models import Job, Team
 from scheduling import engine
 from scheduling.cycle import engine_catalog
 from scheduling.matching import requirement_preview
-from scheduling.models import GpuModel, QuotaChange
-from scheduling.services import queue_pending, quota_grid, quota_set
+from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, GpuModel, QuotaChange
+from scheduling.services import (
+    cohort_quota_set,
+    cohort_quotas,
+    pool_cohort,
+    queue_pending,
+    quota_grid,
+    quota_lowering_warning,
+    quota_set,
+)
 
 
 def _first_choices(jobs: list[Job]) -> dict[int, str]:
@@ -79,9 +87,12 @@ def quota_page(request: HttpRequest) -> HttpResponse:
         teams = list(teams_visible_to(request.user).distinct())
     grid = quota_grid(teams=teams)
     rows = [(t, [(m, grid.cells[(t.pk, m.pk)]) for m in grid.models]) for t in grid.teams]
-    history = QuotaChange.objects.filter(team__in=teams).select_related(
-        "team", "gpu_model", "changed_by"
-    )[:50]
+    changes = QuotaChange.objects.select_related("team", "cohort", "gpu_model", "changed_by")
+    if not request.user.is_staff:
+        changes = changes.filter(team__in=teams)
+    cohorts = list(Cohort.objects.all())
+    if not any(c.slug == DEFAULT_COHORT_SLUG for c in cohorts):
+        cohorts.insert(0, Cohort(name="Default (the pool)", slug=DEFAULT_COHORT_SLUG))
     return render(
         request,
         "scheduling/quotas.html",
@@ -90,9 +101,33 @@ def quota_page(request: HttpRequest) -> HttpResponse:
             "rows": rows,
             "overcommitted": grid.overcommitted(),
             "editable": request.user.is_staff,
-            "history": history,
+            "history": changes[:50],
+            "cohort_quotas": cohort_quotas(),
+            "cohorts": cohorts,
+            "default_cohort": DEFAULT_COHORT_SLUG,
         },
     )
+
+
+@login_required
+@require_POST
+def cohort_quota_save(request: HttpRequest) -> HttpResponse:
+    """Platform admins set the GPUs of a model a cohort owns (``default``: the pool's)."""
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only platform admins change quotas.")
+    slug = request.POST.get("cohort", "")
+    cohort = pool_cohort() if slug == DEFAULT_COHORT_SLUG else get_object_or_404(Cohort, slug=slug)
+    model = get_object_or_404(GpuModel, key=request.POST.get("gpu_model", ""))
+    try:
+        cohort_quota_set(
+            cohort=cohort, model=model, nominal=request.POST.get("nominal", ""), by=request.user
+        )
+    except ApplicationError as exc:
+        error = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.fields.items()) or exc.message
+        messages.error(request, f"cohort {cohort.slug} / {model.key}: {error}")
+    else:
+        messages.success(request, f"Cohort {cohort.name} owns {model.key} quota as saved.")
+    return redirect("quotas")
 
 
 @login_required
@@ -103,6 +138,9 @@ def quota_cell_save(request: HttpRequest, team: str, model: str) -> HttpResponse
     team_obj = get_object_or_404(Team, slug=team)
     model_obj = get_object_or_404(GpuModel, key=model)
     error = None
+    warning = _lowering_unconfirmed(request, team_obj, model_obj)
+    if warning:
+        return _quota_cell_warn(request, team_obj, model_obj, warning)
     try:
         quota_set(
             team=team_obj,
@@ -135,6 +173,39 @@ def quota_cell_save(request: HttpRequest, team: str, model: str) -> HttpResponse
     else:
         messages.success(request, f"Quota of {team_obj.name} on {model_obj.key} saved.")
     return redirect("quotas")
+
+
+def _lowering_unconfirmed(request: HttpRequest, team: Team, model: GpuModel) -> str:
+    """The warning to show before saving a nominal below the GPUs in use, unless the admin
+    has seen it and confirmed ("" when there is nothing to confirm)."""
+    if request.POST.get("confirm") == "1":
+        return ""
+    try:
+        nominal = int(request.POST.get("nominal", ""))
+    except ValueError:
+        return ""  # quota_set names the field
+    cell = quota_grid(teams=[team]).cells.get((team.pk, model.pk))
+    if cell is None or nominal >= cell.nominal:
+        return ""  # raising (or keeping) a nominal never needs a warning
+    return quota_lowering_warning(team=team, model=model, nominal=nominal, in_use=cell.in_use)
+
+
+def _quota_cell_warn(
+    request: HttpRequest, team: Team, model: GpuModel, warning: str
+) -> HttpResponse:
+    """Nothing saved: the cell again, the admin's values kept, the warning and a confirm."""
+    cell = quota_grid(teams=[team]).cells[(team.pk, model.pk)]
+    context = {
+        "team": team,
+        "model": model,
+        "cell": cell,
+        "editable": True,
+        "warning": warning,
+        "proposed_nominal": request.POST.get("nominal", ""),
+        "proposed_borrowing": request.POST.get("borrowing_limit", ""),
+    }
+    template = "scheduling/_quota_cell.html" if request.htmx else "scheduling/quota_confirm.html"
+    return render(request, template, context)
 
 
 @login_required

@@ -22,5 +22,15 @@ urlpatterns = [
         scheduling_api.QuotaDetailView.as_view(),
         name="api-quota",
     ),
+    path(
+        "cohort-quotas/",
+        scheduling_api.CohortQuotaListView.as_view(),
+        name="api-cohort-quotas",
+    ),
+    path(
+        "cohort-quotas/<slug:cohort>/<str:model>/",
+        scheduling_api.CohortQuotaDetailView.as_view(),
+        name="api-cohort-quota",
+    ),
     path("", include("dashboards.api_urls")),
 ]
