@@ -484,8 +484,10 @@ def job_status_apply(
             expected=(S.SUBMITTED, S.RUNNING),
             to=S.FAILED,
             reason="VolcanoJobDeleted",
-            message=f"The Volcano Job {name} disappeared from {job.cluster} without the portal "
-            f"asking for it{last}.",
+            message=f"The cluster {job.cluster} lost the Volcano Job {name}{last}: it is gone "
+            "and the portal did not delete it (someone deleted it, or the cluster lost its "
+            "state, e.g. an API server that restarted empty). The job is not requeued, since "
+            "it may have done part of its work; submit it again to rerun it.",
             now=now,
         )
         VolcanoJobRecord.objects.filter(job_id=job.pk).update(deleted_at=now)

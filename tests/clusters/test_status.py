@@ -157,7 +157,8 @@ def test_a_volcano_job_deleted_behind_the_portals_back_fails_the_job(sim, cluste
     )
     api.close()
     wait_state(job, JobState.FAILED)
-    assert "without the portal asking" in _event(job, "VolcanoJobDeleted").message
+    message = _event(job, "VolcanoJobDeleted").message
+    assert "lost the Volcano Job" in message and "the portal did not delete it" in message
 
 
 def test_a_watch_that_expires_relists_without_missing_a_transition(sim, cluster, admit, watchers):
