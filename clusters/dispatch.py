@@ -50,7 +50,7 @@ from clusters.services import (
     cluster_client,
     cluster_job_namespace,
 )
-from portal.jobs.state import job_transition
+from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import Job, JobEvent, JobState
 
 log = logging.getLogger(__name__)
@@ -253,6 +253,7 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
         cpu_millicores=job.cpu_millicores,
         memory_mib=job.memory_mib,
         max_runtime_seconds=job.max_runtime_seconds,
+        max_retry=job.max_retry,
         port=job.port,
         scheduler_name=cluster.scheduler_name,
         submission_uid=submission_uid(job),
@@ -776,11 +777,8 @@ def job_cancel_on_cluster(*, job_id: int, attempt: int = 1) -> Outcome:
     pending = _remove(job, attempt=attempt)
     if pending is not None:
         return pending
-    job_transition(
+    cancelling_end(  # CANCELLED, or FAILED with the reason the portal stopped the job for
         job_id=job.pk,
-        expected=JobState.CANCELLING,
-        to=JobState.CANCELLED,
-        reason="Cancelled",
         message="The Volcano Job was deleted." if job.cluster else "Nothing was running.",
     )
     return Outcome(done=True, message="cancelled")
@@ -805,11 +803,5 @@ def job_evict(*, job_id: int, attempt: int = 1) -> Outcome:
     pending = _remove(job, attempt=attempt)
     if pending is not None:
         return pending
-    job_transition(
-        job_id=job.pk,
-        expected=JobState.PREEMPTING,
-        to=JobState.QUEUED,
-        reason="Preempted",
-        message=preemption_message(job),
-    )
+    preempting_end(job_id=job.pk)  # QUEUED: Preempted, or Requeued by the portal's own stop
     return Outcome(done=True, message="requeued")

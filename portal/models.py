@@ -60,6 +60,8 @@ class JobState(models.TextChoices):
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# Volcano phases of a job that ran and now waits for its pods again (``Job.shown_state``).
+RESTARTING_PHASES = frozenset({"Pending", "Restarting"})
 ACTIVE_STATES = frozenset(set(JobState) - TERMINAL_STATES)
 
 
@@ -118,6 +120,11 @@ class Job(models.Model):
 
     priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
     max_runtime_seconds = models.PositiveIntegerField()
+    max_retry = models.PositiveSmallIntegerField(
+        default=3,
+        help_text="Restarts of the whole gang after an eviction (Volcano maxRetry); bounded by "
+        "GPUPOOL_MAX_RETRY",
+    )
     port = models.PositiveIntegerField(null=True, blank=True, help_text="Inference only")
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
@@ -190,6 +197,17 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def shown_state(self) -> str:
+        """The state as pages show it. A RUNNING job whose Volcano Job went back to Pending (its
+        gang restarted after an eviction or a lost node) is RESTARTING: it keeps its GPUs and
+        its state for the books, but its pods are not running."""
+        if self.state == JobState.RUNNING:
+            record = getattr(self, "volcano", None)  # the cluster's record, when there is one
+            if record is not None and record.phase in RESTARTING_PHASES:
+                return "RESTARTING"
+        return str(self.state)
 
 
 class JobEvent(models.Model):

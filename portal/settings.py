@@ -265,6 +265,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Upper bound on GPUs one replica may ask for until clusters report their largest node.
 GPUPOOL_MAX_GPUS_PER_REPLICA = env_int("GPUPOOL_MAX_GPUS_PER_REPLICA", 8, minimum=1)
 GPUPOOL_MAX_REPLICAS = env_int("GPUPOOL_MAX_REPLICAS", 512, minimum=1)
+# Upper bound on a job's retry budget (Volcano maxRetry: gang restarts after evictions).
+GPUPOOL_MAX_RETRY = env_int("GPUPOOL_MAX_RETRY", 10)
 GPUPOOL_API_TOKEN_DAYS = env_int("GPUPOOL_API_TOKEN_DAYS", 90, minimum=1)
 # Per-user submit rate (DRF rate syntax), counted in the default cache.
 GPUPOOL_SUBMIT_RATE = env.str("SUBMIT_THROTTLE_RATE", default="600/min")
@@ -325,6 +327,15 @@ GPUPOOL_DISPATCH_BACKOFF_MS = env_int("GPUPOOL_DISPATCH_BACKOFF_MS", 1000, minim
 GPUPOOL_INVENTORY_INTERVAL = env_int("GPUPOOL_INVENTORY_INTERVAL", 60, minimum=1)
 GPUPOOL_RECONCILE_INTERVAL = env_int("GPUPOOL_RECONCILE_INTERVAL", 30, minimum=1)
 GPUPOOL_QUEUE_SYNC_INTERVAL = env_int("GPUPOOL_QUEUE_SYNC_INTERVAL", 300, minimum=1)
+# No job holds GPUs past its bound (clusters/deadlines.py): a RUNNING job is stopped this long
+# after its max runtime; pods that cannot pull their image or build their container fail the
+# job after START_FAILURE; a gang with no replica on a node is requeued after UNSCHEDULABLE,
+# at most UNSCHEDULABLE_REQUEUES times, then fails.
+GPUPOOL_DEADLINES_INTERVAL = env_int("GPUPOOL_DEADLINES_INTERVAL", 15, minimum=1)
+GPUPOOL_MAX_RUNTIME_GRACE_SECONDS = env_int("GPUPOOL_MAX_RUNTIME_GRACE_SECONDS", 120)
+GPUPOOL_START_FAILURE_SECONDS = env_int("GPUPOOL_START_FAILURE_SECONDS", 300, minimum=1)
+GPUPOOL_UNSCHEDULABLE_SECONDS = env_int("GPUPOOL_UNSCHEDULABLE_SECONDS", 600, minimum=1)
+GPUPOOL_UNSCHEDULABLE_REQUEUES = env_int("GPUPOOL_UNSCHEDULABLE_REQUEUES", 2)
 # Give the clusters app's tasks a queue of their own (dedicated dispatch workers in
 # production; one queue per test session, so a test's worker never sees another's tasks).
 GPUPOOL_CLUSTERS_QUEUE = env.str("GPUPOOL_CLUSTERS_QUEUE", default="")
@@ -346,6 +357,11 @@ CELERY_BEAT_SCHEDULE.update(
         "clusters-sync-queues": {
             "task": "clusters.sync_all_queues",
             "schedule": GPUPOOL_QUEUE_SYNC_INTERVAL,
+        },
+        "clusters-deadlines": {
+            "task": "clusters.enforce_deadlines",
+            "schedule": GPUPOOL_DEADLINES_INTERVAL,
+            "options": {"expires": float(GPUPOOL_DEADLINES_INTERVAL)},
         },
     }
 )

@@ -45,6 +45,12 @@ class JobInputSerializer(serializers.Serializer):
     allow_fallback = serializers.BooleanField(default=True)
     priority = serializers.ChoiceField(choices=list(PRIORITY_BY_NAME), default="normal")
     max_runtime_minutes = serializers.IntegerField(min_value=1, default=1440)
+    max_retry = serializers.IntegerField(
+        min_value=0,
+        default=3,
+        help_text="Restarts of the whole job after its pods were evicted (Volcano maxRetry); "
+        "at most GPUPOOL_MAX_RETRY",
+    )
     port = serializers.IntegerField(
         min_value=1024, max_value=65535, required=False, allow_null=True, help_text="Inference only"
     )
@@ -93,6 +99,7 @@ class JobSerializer(serializers.ModelSerializer):
             "allow_fallback",
             "priority",
             "max_runtime_minutes",
+            "max_retry",
             "port",
             "state",
             "submitted_at",

@@ -69,6 +69,7 @@ def submit_limits() -> SpecLimits:
     return SpecLimits(
         max_gpus_per_replica=min(bound, largest) if largest else bound,
         max_replicas=settings.GPUPOOL_MAX_REPLICAS,
+        max_retry=settings.GPUPOOL_MAX_RETRY,
     )
 
 

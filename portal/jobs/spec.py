@@ -41,6 +41,7 @@ MAX_NAME_LENGTH = 100
 DEFAULT_CPU_PER_GPU = 4
 DEFAULT_MEMORY_GIB_PER_GPU = 16
 DEFAULT_MAX_RUNTIME_MINUTES = 24 * 60
+DEFAULT_MAX_RETRY = 3  # Volcano's own default for maxRetry
 
 PRIORITY_BY_NAME = {p.label: p.value for p in Priority}
 # Choices' ``.values`` builds a new list on every access; a batch asks 2,000 times.
@@ -69,6 +70,7 @@ FIELDS = frozenset(
         "allow_fallback",
         "priority",
         "max_runtime_minutes",
+        "max_retry",
         "port",
     }
 )
@@ -91,6 +93,7 @@ class SpecLimits:
     max_gpus_per_replica: int = 8
     max_replicas: int = 512
     max_runtime_minutes: int = 7 * 24 * 60
+    max_retry: int = 10
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class JobSpec:
     allow_fallback: bool = True
     priority: int = Priority.NORMAL
     max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_MINUTES * 60
+    max_retry: int = DEFAULT_MAX_RETRY
     port: int | None = None
 
     def as_model_fields(self) -> dict[str, Any]:
@@ -141,6 +145,7 @@ class JobSpec:
             "allow_fallback": self.allow_fallback,
             "priority": self.priority,
             "max_runtime_seconds": self.max_runtime_seconds,
+            "max_retry": self.max_retry,
             "port": self.port,
         }
 
@@ -391,6 +396,9 @@ def parse_job_spec(
         default=DEFAULT_MAX_RUNTIME_MINUTES,
         maximum=limits.max_runtime_minutes,
     )
+    max_retry = _int(
+        data, "max_retry", errors, default=DEFAULT_MAX_RETRY, minimum=0, maximum=limits.max_retry
+    )
     port = _int(data, "port", errors, default=None, minimum=1024, maximum=65535)
     if port is not None and kind != JobKind.INFERENCE:
         errors.add("port", "Only inference jobs serve a port.")
@@ -414,6 +422,7 @@ def parse_job_spec(
         allow_fallback=allow_fallback,
         priority=PRIORITY_BY_NAME[priority],
         max_runtime_seconds=(runtime or DEFAULT_MAX_RUNTIME_MINUTES) * 60,
+        max_retry=DEFAULT_MAX_RETRY if max_retry is None else max_retry,
         port=port,
         **requirement,
     )

@@ -295,3 +295,68 @@ def _bulk_cas_locked(
             setattr(row, name, value)
     Job.objects.bulk_update(rows, sorted(update_fields), batch_size=500)
     return {row.pk for row in rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# Ending a stop: CANCELLING and PREEMPTING once the Volcano Job is gone
+# ---------------------------------------------------------------------------------------------
+# The reason of a user's cancel (``portal.jobs.services.job_cancel``). Any other reason for
+# entering CANCELLING is a stop the portal decided on (max runtime, pods that cannot start),
+# and the job then ends FAILED with that reason instead of CANCELLED.
+USER_CANCEL_REASON = "CancelRequested"
+# The scheduler's reason for entering PREEMPTING (reclaim); any other is a requeue the
+# portal decided on (pods unschedulable on the cluster), which ends QUEUED as "Requeued".
+PREEMPTED_REASON = "Preempted"
+
+
+def stop_event(job_id: int, state: JobState) -> JobEvent | None:
+    """The event that moved the job into ``state`` (CANCELLING or PREEMPTING) most recently:
+    its reason says why the job is being stopped, its message what the user is told."""
+    return (
+        JobEvent.objects.filter(job_id=job_id, to_state=state)
+        .exclude(from_state=state)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def cancelling_end(*, job_id: int, message: str, now: dt.datetime | None = None) -> bool:
+    """A CANCELLING job's Volcano Job is gone: CANCELLED after a user's cancel, FAILED with the
+    stop's own reason (``MaxRuntimeExceeded``, ``ImagePullBackOff`` …) after the portal's.
+
+    The job held its GPUs until now, so the books never count them free while pods may still
+    run. A compare-and-set like every transition: True only for the caller that ended it.
+    """
+    entry = stop_event(job_id, S.CANCELLING)
+    if entry is None or entry.reason == USER_CANCEL_REASON:
+        return job_transition(
+            job_id=job_id,
+            expected=S.CANCELLING,
+            to=S.CANCELLED,
+            reason="Cancelled",
+            message=message,
+            now=now,
+        )
+    return job_transition(
+        job_id=job_id,
+        expected=S.CANCELLING,
+        to=S.FAILED,
+        reason=entry.reason,
+        message=f"{entry.message} {message}".strip(),
+        now=now,
+    )
+
+
+def preempting_end(*, job_id: int, now: dt.datetime | None = None) -> bool:
+    """A PREEMPTING job's Volcano Job is gone: back to QUEUED (its place in line kept), with
+    the message written when the stop was decided."""
+    entry = stop_event(job_id, S.PREEMPTING)
+    reclaimed = entry is None or entry.reason == PREEMPTED_REASON
+    return job_transition(
+        job_id=job_id,
+        expected=S.PREEMPTING,
+        to=S.QUEUED,
+        reason=PREEMPTED_REASON if reclaimed else "Requeued",
+        message=entry.message if entry else "",
+        now=now,
+    )

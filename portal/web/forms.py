@@ -12,7 +12,7 @@ from typing import Any
 
 from django import forms
 
-from portal.jobs.spec import DEFAULT_MAX_RUNTIME_MINUTES, PRIORITY_BY_NAME
+from portal.jobs.spec import DEFAULT_MAX_RETRY, DEFAULT_MAX_RUNTIME_MINUTES, PRIORITY_BY_NAME
 from portal.models import JobKind, SelectionPolicy, Team
 
 
@@ -67,6 +67,12 @@ class JobSubmitForm(forms.Form):
     )
     priority = forms.ChoiceField(choices=[(p, p) for p in PRIORITY_BY_NAME], initial="normal")
     max_runtime_minutes = forms.IntegerField(min_value=1, initial=DEFAULT_MAX_RUNTIME_MINUTES)
+    max_retry = forms.IntegerField(
+        min_value=0,
+        initial=DEFAULT_MAX_RETRY,
+        label="Retries after eviction",
+        help_text="Times the whole job is restarted when its pods are evicted (node lost, drained)",
+    )
     port = forms.IntegerField(
         required=False, min_value=1024, max_value=65535, help_text="Inference only"
     )
@@ -117,6 +123,7 @@ class JobSubmitForm(forms.Form):
             "allow_fallback": bool(d.get("allow_fallback")),
             "priority": d.get("priority"),
             "max_runtime_minutes": d.get("max_runtime_minutes"),
+            "max_retry": d.get("max_retry"),
             "port": d.get("port"),
         }
         if by_models:

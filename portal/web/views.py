@@ -57,7 +57,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
     """My jobs, or a team's jobs; filtered by state; keyset-paginated (newest first)."""
     scope = "team" if request.GET.get("scope") == "team" else "mine"
     teams = list(teams_visible_to(request.user).distinct())
-    jobs = jobs_visible_to(request.user).select_related("team", "owner", "gpu_model", "cluster")
+    jobs = jobs_visible_to(request.user).select_related(
+        "team", "owner", "gpu_model", "cluster", "volcano"
+    )
     team_slug = request.GET.get("team", "")
     if scope == "mine":
         jobs = jobs.filter(owner_id=request.user.pk)
