@@ -68,6 +68,7 @@ class JobSubmitForm(forms.Form):
     priority = forms.ChoiceField(choices=[(p, p) for p in PRIORITY_BY_NAME], initial="normal")
     max_runtime_minutes = forms.IntegerField(min_value=1, initial=DEFAULT_MAX_RUNTIME_MINUTES)
     max_retry = forms.IntegerField(
+        required=False,
         min_value=0,
         initial=DEFAULT_MAX_RETRY,
         label="Retries after eviction",
