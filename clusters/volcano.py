@@ -54,8 +54,9 @@ Resources
 
 Runtime limit
     ``max_runtime_seconds`` becomes each pod's ``activeDeadlineSeconds``. It counts from pod
-    start, so a ``RestartJob`` gives the new pods a fresh deadline; the portal's own
-    reconciler must enforce the job's total wall-clock limit.
+    start, so a ``RestartJob`` gives the new pods a fresh deadline; the portal enforces the
+    job's total wall-clock limit itself (``clusters.deadlines``). ``max_retry`` is the job's
+    own retry budget.
 
 Pod security
     Every pod meets the Pod Security Standard "restricted" profile except ``runAsNonRoot``:
