@@ -36,6 +36,7 @@ from kubesim.errors import ApiError, bad_request
 from kubesim.faults import FaultInjector
 from kubesim.objects import clone
 from kubesim.resources import Types
+from kubesim.runtime import BUILTIN_NAMESPACES
 from kubesim.server import HttpServer
 from kubesim.sim import Simulation
 from kubesim.store import ResourceType, Store
@@ -311,6 +312,29 @@ class KubeSim:
         with self.store.lock:
             if self.store.get(self.types.namespaces, "", name) is None:
                 self.store.create(self.types.namespaces, self.sim.new_namespace(name, labels))
+
+    def lose_state(self) -> list[str]:
+        """Lose what an API server that restarted with an empty store would have lost, as far
+        as a client can tell: every namespace but the built-in ones is deleted (its Volcano
+        Jobs, PodGroups and pods with it, as a namespace deletion does) and every queue but
+        ``default`` and ``root`` is gone. Nodes stay: their kubelets register again.
+
+        Returns the namespaces deleted. They are gone once their pods have terminated
+        (``advance`` by the pods' termination time); the queues are gone at once.
+        """
+        with self.store.lock:
+            namespaces = sorted(
+                obj["metadata"]["name"]
+                for obj in self.store.select(self.types.namespaces, "")
+                if obj["metadata"]["name"] not in BUILTIN_NAMESPACES
+            )
+            for name in namespaces:
+                self.sim.delete_namespace(name)
+            for obj in self.store.select(self.types.queues, ""):
+                if obj["metadata"]["name"] not in ("default", "root"):
+                    self.store.delete(self.types.queues, "", obj["metadata"]["name"])
+            self.sim.settle()
+        return namespaces
 
     def compact(self) -> None:
         """Expire watch history (older resourceVersions and continue tokens answer 410)."""
