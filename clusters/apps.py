@@ -12,7 +12,6 @@ class ClustersConfig(AppConfig):
     def ready(self) -> None:
         from clusters import tasks
         from portal.jobs import services
-        from portal.models import Team
         from scheduling import cycle
         from scheduling.models import CohortQuota, Quota, TeamPolicy
 
@@ -28,11 +27,12 @@ class ClustersConfig(AppConfig):
         if tasks.bindings_refresh_request not in cycle.on_over_count:
             cycle.on_over_count.append(tasks.bindings_refresh_request)
 
-        # A quota, cohort quota, weight or cohort edit, or a new team (which may borrow in its
-        # cohort), reaches the Volcano Queues within seconds, not at the next periodic sync.
+        # A quota, cohort quota, weight or cohort edit reaches the Volcano Queues within
+        # seconds, not at the next periodic sync. (A new team's queue comes with the periodic
+        # sync, or with the repair its first dispatch makes if the queue is not there yet.)
         def on_policy_change(**_: object) -> None:
             transaction.on_commit(tasks.queue_sync_request)
 
-        for model in (Quota, TeamPolicy, CohortQuota, Team):
+        for model in (Quota, TeamPolicy, CohortQuota):
             post_save.connect(on_policy_change, sender=model, dispatch_uid=f"queues-{model}")
             post_delete.connect(on_policy_change, sender=model, dispatch_uid=f"queues-d-{model}")

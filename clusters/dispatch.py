@@ -12,9 +12,12 @@ Dispatch (``ADMITTED → SUBMITTED``)
     else's object (or one left from an earlier admission) and it is never overwritten.
     Overload and network trouble (5xx, 429, timeouts) are retried with exponential backoff
     and full jitter, honouring ``Retry-After``, up to ``GPUPOOL_DISPATCH_MAX_ATTEMPTS``;
-    what retrying cannot fix (400/422 validation, 403, a missing namespace or queue) fails
-    the job with the API server's own words. If the job left ADMITTED while the create was in
-    flight (cancelled, preempted), the object just created is deleted again.
+    what retrying cannot fix (400/422 validation, 403) fails the job with the API server's
+    own words. A missing team queue or job namespace (a queue sync that has not run yet, a
+    cluster whose API server restarted empty) is repaired once per admission: the team's
+    namespace is made again and the cluster's queues synced, then the create is tried again;
+    if it is still refused, the job fails saying why. If the job left ADMITTED while the
+    create was in flight (cancelled, preempted), the object just created is deleted again.
 
 Cancel (``CANCELLING → CANCELLED``) and eviction (``PREEMPTING → QUEUED``)
     Delete the Volcano Job with background propagation and move on once a read says it is
@@ -49,6 +52,7 @@ from clusters.services import (
     ClusterUnavailable,
     cluster_client,
     cluster_job_namespace,
+    job_namespace_ensure,
 )
 from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import Job, JobEvent, JobState
@@ -72,6 +76,14 @@ MAX_RETRY_AFTER_SECONDS = 300.0
 # Admission errors a retry cannot fix but a queue sync can: the team's queue is missing or
 # closed on the cluster (it is created by the queue sync, which may not have run yet).
 QUEUE_PROBLEMS = ("unable to find job queue", "can only submit job to queue with state")
+
+
+def repairable(exc: KubeError, namespace: str) -> bool:
+    """Whether a refused create lacks what the portal itself makes on a cluster: the team's
+    queue (missing or closed) or the job namespace (``namespaces "gp-x" not found``)."""
+    if any(p in exc.message for p in QUEUE_PROBLEMS):
+        return True
+    return exc.not_found and f'namespaces "{namespace}" not found' in exc.message
 
 
 @dataclass(frozen=True)
@@ -468,8 +480,8 @@ def job_dispatch(*, job_id: int) -> Outcome:
             return _adopt_or_conflict(job, attempt, namespace, name, uid)
         if exc.transient:
             return _retry(job, attempt, exc.message, exc.retry_after)
-        if any(p in exc.message for p in QUEUE_PROBLEMS) and not _queue_repaired(job):
-            _queue_repair(job, exc.message)
+        if repairable(exc, namespace) and not _queue_repaired(job):
+            _queue_repair(job, exc.message, namespace)
             return Outcome(done=False, message=exc.message, retry_in=1.0)
         return _fail(job, "SubmitRejected", f"The cluster refused the job: {exc.message}")
     return _submitted(job, namespace, created, uid, adopted=False)
@@ -479,28 +491,35 @@ QUEUE_REPAIR = "QueueRepair"
 
 
 def _queue_repaired(job: Job) -> bool:
-    """Whether this admission already had its team's queue synced once (then a refusal for a
-    missing or closed queue is final: retrying cannot fix what a sync did not)."""
+    """Whether this admission already had its team's namespace and queue repaired once (then a
+    refusal for a missing or closed queue is final: retrying cannot fix what a repair did not,
+    e.g. a team with no quota it could use on this cluster has no queue to sync)."""
     events = JobEvent.objects.filter(job_id=job.pk, reason=QUEUE_REPAIR)
     if job.admitted_at is not None:
         events = events.filter(created_at__gte=job.admitted_at)
     return events.exists()
 
 
-def _queue_repair(job: Job, problem: str) -> None:
-    """Sync the cluster's queues once, because the team's queue was missing or closed."""
+def _queue_repair(job: Job, problem: str, namespace: str) -> None:
+    """Make the job namespace again if the cluster lacks it, and sync the cluster's queues
+    (which also makes every team's namespace), because the create was refused for want of
+    either."""
     from clusters.queues import queues_sync
 
     assert job.cluster is not None
     job_event_record(
         job,
         QUEUE_REPAIR,
-        f"{problem}; syncing the team queues of {job.cluster} and trying again.",
+        f"{problem}; making namespace {namespace} and the team queues of {job.cluster} again "
+        "where missing, and trying again.",
     )
     try:
+        trouble = job_namespace_ensure(cluster_client(job.cluster), namespace)
+        if trouble:
+            log.warning("job %s: %s", job.pk, trouble)
         queues_sync(cluster=job.cluster)
     except Exception:  # the retry that follows reports the real problem
-        log.warning("queue sync for %s failed during dispatch", job.cluster.name, exc_info=True)
+        log.warning("repair of %s failed during dispatch", job.cluster.name, exc_info=True)
 
 
 def _adopt_or_conflict(job: Job, attempt: int, namespace: str, name: str, uid: str) -> Outcome:
@@ -625,13 +644,14 @@ def _creates_run(work: list[_Attempt]) -> list[dict[str, Any] | Exception]:
 
 
 def _refused_in_batch(
-    item: _Attempt, exc: KubeError, repaired: set[int], later: dict[int, float]
+    item: _Attempt, exc: KubeError, repaired: set[tuple[int, str]], later: dict[int, float]
 ) -> None:
     """Decide what a create the cluster refused in a batch needs, in ``later``.
 
     Overload and network trouble back off here, honouring Retry-After, exactly as the one-job
     path would (handing them straight to it would send the same create again at once). A
-    missing team queue gets one queue sync per cluster and batch. The rest (409s, validation)
+    missing team queue or namespace gets one repair per cluster, namespace and batch. The rest
+    (409s, validation)
     goes to the one-job path now, which reads the 409 or fails the job with the API's words.
     """
     job = item.job
@@ -640,12 +660,15 @@ def _refused_in_batch(
         if outcome.retry_in is not None:
             later[job.pk] = outcome.retry_in
         return
-    if any(p in exc.message for p in QUEUE_PROBLEMS):
-        if job.cluster_id not in repaired:
-            repaired.add(job.cluster_id)  # type: ignore[arg-type]
-            _queue_repair(job, exc.message)
+    if repairable(exc, item.namespace):
+        key = (job.cluster_id, item.namespace)
+        if key not in repaired:
+            repaired.add(key)  # type: ignore[arg-type]
+            _queue_repair(job, exc.message, item.namespace)
         else:
-            job_event_record(job, QUEUE_REPAIR, f"{exc.message}; the team queues were synced.")
+            job_event_record(
+                job, QUEUE_REPAIR, f"{exc.message}; the namespace and team queues were repaired."
+            )
         later[job.pk] = 1.0  # a queue the sync just opened may take a moment to be served
         return
     later[job.pk] = 0.0
@@ -685,7 +708,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
         work.append(_Attempt(job, namespace, manifest, client))
 
     done: list[tuple[Job, str, dict[str, Any], str]] = []
-    repaired: set[int] = set()
+    repaired: set[tuple[int, str]] = set()
     for item, result in zip(work, _creates_run(work), strict=True):
         if isinstance(result, KubeError):
             _refused_in_batch(item, result, repaired, later)

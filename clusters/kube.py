@@ -344,6 +344,14 @@ class KubeClient:
     def get_namespace(self, name: str) -> dict[str, Any]:
         return dict(self._call(f"reading namespace {name}", self.core.read_namespace, name))
 
+    def create_namespace(self, name: str, *, labels: dict[str, str]) -> dict[str, Any]:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": labels},
+        }
+        return dict(self._call(f"creating namespace {name}", self.core.create_namespace, body))
+
     def read_pod_log(
         self, namespace: str, pod: str, *, tail_lines: int | None = None, limit_bytes: int = 0
     ) -> str:

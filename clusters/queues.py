@@ -12,7 +12,9 @@ quota plus borrowing limit on this cluster, even if the portal were wrong. A syn
    (server-side apply, one fixed field manager, forced) each desired queue whose spec
    differs: a first sync creates them, a later one corrects drift (someone edited a weight
    with kubectl), an unchanged queue costs no write;
-3. closes queues of teams that lost their quota: capability drops to zero (so nothing new can
+3. makes the job namespaces of those teams where the cluster lacks them (a cluster whose API
+   server restarted empty lost its namespaces with its queues);
+4. closes queues of teams that lost their quota: capability drops to zero (so nothing new can
    run there even before Volcano's controller acts) and a ``CloseQueue`` Command is created;
    a team that regains quota gets its queue reopened with ``OpenQueue``.
 
@@ -39,7 +41,13 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.kube import KubeClient, KubeError
 from clusters.models import Cluster, Node
-from clusters.services import FIELD_MANAGER, ClusterUnavailable, cluster_client
+from clusters.services import (
+    FIELD_MANAGER,
+    ClusterUnavailable,
+    cluster_client,
+    cluster_job_namespaces,
+    job_namespace_ensure,
+)
 from portal.models import Team
 from scheduling import engine
 from scheduling.models import DEFAULT_COHORT_SLUG, CohortQuota, Quota, TeamPolicy
@@ -300,6 +308,10 @@ def queues_sync(*, cluster: Cluster, desired: list[TeamQueue] | None = None) -> 
             if problem:
                 result.problems.append(problem)
         result.closed.append(name)
+    for namespace in cluster_job_namespaces(cluster, [q.team_slug for q in desired]):
+        problem = job_namespace_ensure(client, namespace)
+        if problem:
+            result.problems.append(problem)
     Cluster.objects.filter(pk=cluster.pk).update(
         queues_synced_at=timezone.now(), queues_error="; ".join(result.problems)[:2000]
     )

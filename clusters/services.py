@@ -58,11 +58,13 @@ __all__ = [
     "cluster_client",
     "cluster_credentials_from_input",
     "cluster_job_namespace",
+    "cluster_job_namespaces",
     "cluster_register",
     "cluster_settings_check",
     "cluster_test",
     "cluster_url_check",
     "clusters_forget_clients",
+    "job_namespace_ensure",
 ]
 
 
@@ -268,6 +270,35 @@ def cluster_job_namespace(cluster: Cluster, team_slug: str) -> str:
 # ---------------------------------------------------------------------------------------------
 _clients: dict[int, tuple[tuple[Any, ...], KubeClient]] = {}
 _clients_lock = threading.Lock()
+
+
+def job_namespace_ensure(client: KubeClient, name: str) -> str | None:
+    """Create a job namespace the cluster lacks (labelled as the portal's): None when it is
+    there, or was just made; else what went wrong, in words.
+
+    A cluster that lost its state (an API server restarted empty) has lost its namespaces too;
+    the portal makes the ones its jobs go to again. Without the RBAC grant to create namespaces
+    (``deploy/rbac.yaml``) this reports the refusal and a cluster admin makes it.
+    """
+    try:
+        client.get_namespace(name)
+        return None
+    except KubeError as exc:
+        if not exc.not_found:
+            return f"cannot read namespace {name}: {exc.message}"
+    try:
+        client.create_namespace(name, labels={volcano.LABEL_MANAGED_BY: volcano.MANAGED_BY})
+    except KubeError as exc:
+        if exc.already_exists:
+            return None
+        return f"namespace {name} is missing and could not be created: {exc.message}"
+    log.info("created the missing job namespace %s", name)
+    return None
+
+
+def cluster_job_namespaces(cluster: Cluster, team_slugs: Iterable[str]) -> list[str]:
+    """The job namespaces that must exist: the cluster's, or one gp-<team> per team."""
+    return _namespaces_to_check(cluster, team_slugs)
 
 
 def _fingerprint(cluster: Cluster) -> tuple[Any, ...]:

@@ -39,6 +39,7 @@ NEEDED: dict[tuple[str, str, str, str], str] = {
     ("cluster", "", "nodes", "list"): "inventory",
     ("cluster", "", "nodes", "watch"): "inventory",
     ("cluster", "", "namespaces", "get"): "test connection: is the job namespace there",
+    ("cluster", "", "namespaces", "create"): "remake a job namespace the cluster lost",
     ("cluster", "scheduling.volcano.sh", "queues", "get"): "queue drift",
     ("cluster", "scheduling.volcano.sh", "queues", "list"): "queue sync",
     ("cluster", "scheduling.volcano.sh", "queues", "watch"): "queue state",
