@@ -206,14 +206,14 @@ def quota_reach(
     reach: dict[tuple[str, str], int] = {}
     for team, cohort in sorted(cohort_of.items()):
         for model in models:
-            q = rows.get((team, model))
-            nominal = max(0, q.nominal) if q else 0
+            row = rows.get((team, model))
+            nominal = max(0, row.nominal) if row else 0
             own_lent = 0
-            if q is not None:
-                own_lent = nominal if q.lending_limit is None else min(nominal, q.lending_limit)
+            if row is not None:
+                own_lent = nominal if row.lending_limit is None else min(nominal, row.lending_limit)
             could_borrow = max(0, lendable.get((cohort, model), 0) - max(0, own_lent))
-            if q is not None and q.borrowing_limit is not None:
-                could_borrow = min(could_borrow, max(0, q.borrowing_limit))
+            if row is not None and row.borrowing_limit is not None:
+                could_borrow = min(could_borrow, max(0, row.borrowing_limit))
             if nominal + could_borrow > 0:
                 reach[(team, model)] = nominal + could_borrow
     return reach
