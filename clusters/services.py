@@ -563,7 +563,7 @@ def _run_test(cluster: Cluster, team_slugs: list[str]) -> ConnectionReport:
             f"Volcano CRDs missing: {', '.join(missing)} not served (install Volcano)",
         )
     report.checks.append(Check("volcano", True, "Volcano Job and Queue APIs are served"))
-    # 4. Namespaces (the portal never creates them).
+    # 4. Namespaces (the queue sync makes missing ones where RBAC allows it).
     namespaces = _namespaces_to_check(cluster, team_slugs)
     failed = _check_namespaces(report, client, namespaces)
     if failed is not None:
@@ -641,7 +641,7 @@ def _check_namespaces(
             report,
             "namespace",
             f"Namespace missing: {', '.join(absent)} "
-            "(create it; the portal never creates namespaces)",
+            "(create it, or sync the queues: the portal makes missing job namespaces)",
         )
     return None
 

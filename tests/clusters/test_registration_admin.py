@@ -168,11 +168,15 @@ def test_the_test_connection_action_shows_each_report_as_a_message(sim, register
         ("success", "good: OK: Kubernetes v1.31.0-kubesim, 9 nodes (8 with GPUs)"),
         (
             "error",
-            "bad: Namespace missing: nowhere (create it; the portal never creates namespaces)",
+            "bad: Namespace missing: nowhere "
+            "(create it, or sync the queues: the portal makes missing job namespaces)",
         ),
     }
     assert "OK: Kubernetes v1.31.0-kubesim, 9 nodes (8 with GPUs)</li>" in page
-    assert "Namespace missing: nowhere (create it; the portal never creates namespaces)" in page
+    assert (
+        "Namespace missing: nowhere "
+        "(create it, or sync the queues: the portal makes missing job namespaces)" in page
+    )
     assert sim.token not in page
     good.refresh_from_db()
     assert good.last_test_ok and good.last_test_message.startswith("OK: Kubernetes")

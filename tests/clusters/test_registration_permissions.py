@@ -139,7 +139,8 @@ def test_one_namespace_per_team_reports_a_missing_team_namespace_by_name(
     report = cluster_test(cluster=cluster)
     assert not report.ok
     assert report.summary == (
-        "Namespace missing: gp-language (create it; the portal never creates namespaces)"
+        "Namespace missing: gp-language "
+        "(create it, or sync the queues: the portal makes missing job namespaces)"
     )
     sim.create_namespace("gp-language")
     report = cluster_test(cluster=cluster)
