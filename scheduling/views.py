@@ -184,6 +184,8 @@ def _lowering_unconfirmed(request: HttpRequest, team: Team, model: GpuModel) -> 
         nominal = int(request.POST.get("nominal", ""))
     except ValueError:
         return ""  # quota_set names the field
+    if nominal < 0:
+        return ""  # likewise
     cell = quota_grid(teams=[team]).cells.get((team.pk, model.pk))
     if cell is None or nominal >= cell.nominal:
         return ""  # raising (or keeping) a nominal never needs a warning
