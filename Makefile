@@ -12,7 +12,7 @@ TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_REDIS_URL
 	CACHE_URL=$(TEST_REDIS_URL)/1 GPUPOOL_VAR_DIR=$(CURDIR)/var/test
 PYTEST_ARGS ?= -n 2
 
-.PHONY: help venv demo test lint format bench lock clean
+.PHONY: help venv demo test soak lint format bench lock clean
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ demo: $(STAMP) ## Run the portal with demo data on embedded defaults (SQLite, no
 
 test: $(STAMP) lint ## Run linters and the whole test suite against PostgreSQL and Redis
 	$(TEST_ENV) $(BIN)/pytest $(PYTEST_ARGS) $(ARGS)
+
+soak: $(STAMP) ## The books-match-the-cluster stress, 50 rounds, printing each round's figures
+	GPUPOOL_SOAK_ROUNDS=$${GPUPOOL_SOAK_ROUNDS:-50} $(TEST_ENV) $(BIN)/pytest -p no:xdist -q -s \
+		tests/clusters/test_books_soak.py $(ARGS)
 
 lint: $(STAMP) ## ruff, import contracts, mypy on the pure cores, migrations up to date
 	$(BIN)/ruff check .
