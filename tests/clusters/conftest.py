@@ -118,6 +118,19 @@ SMALL: dict[str, Any] = {
 }
 
 
+def two_a100(**simulation: Any) -> dict[str, Any]:
+    """A pool of two 8-GPU A100 nodes and nothing else: every GPU is in one (cluster, model)."""
+    return {
+        "name": "two-a100",
+        "simulation": {**SMALL["simulation"], **simulation},
+        "namespaces": ["gpupool"],
+        "nodePools": [
+            {"name": "a100", "count": 2, "gpuModel": "a100-80gb", "gpus": 8, "cpu": 256,
+             "memory": "2Ti"}
+        ],
+    }  # fmt: skip
+
+
 @pytest.fixture
 def sim_config() -> dict[str, Any]:
     return SMALL

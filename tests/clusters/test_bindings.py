@@ -25,36 +25,15 @@ from portal.jobs.services import job_submit
 from portal.models import Job, JobState
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
-from tests.clusters.conftest import wait_for
+from tests.clusters.conftest import two_a100, wait_for
 from tests.conftest import job_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TWO_A100: dict[str, Any] = {
-    "name": "two-a100",
-    "simulation": {
-        "podStartupSeconds": 2,
-        "defaultDurationSeconds": 3600,
-        "podTerminationSeconds": 1,
-        "bookmarkIntervalSeconds": 0.2,
-    },
-    "namespaces": ["gpupool"],
-    "nodePools": [
-        {
-            "name": "a100",
-            "count": 2,
-            "gpuModel": "a100-80gb",
-            "gpus": 8,
-            "cpu": 128,
-            "memory": "1Ti",
-        }
-    ],
-}
-
 
 @pytest.fixture
 def sim_config() -> dict[str, Any]:
-    return TWO_A100
+    return two_a100(defaultDurationSeconds=3600)
 
 
 def _truth(sim) -> dict[str, list[str]]:

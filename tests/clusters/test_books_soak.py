@@ -42,6 +42,7 @@ from portal.jobs.services import job_submit
 from portal.models import Job, JobState
 from scheduling.cycle import HOLDING_STATES, run_cycle
 from scheduling.models import GpuModel, Quota
+from tests.clusters.conftest import two_a100
 from tests.conftest import job_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,31 +51,10 @@ ROUNDS = int(os.environ.get("GPUPOOL_SOAK_ROUNDS", "2"))
 STEPS = int(os.environ.get("GPUPOOL_SOAK_STEPS", "40"))
 TERMINATION = 1  # kubesim's podTerminationSeconds below
 
-POOL: dict[str, Any] = {
-    "name": "soak",
-    "simulation": {
-        "podStartupSeconds": 2,
-        "defaultDurationSeconds": 300,
-        "podTerminationSeconds": TERMINATION,
-        "bookmarkIntervalSeconds": 0.2,
-    },
-    "namespaces": ["gpupool"],
-    "nodePools": [
-        {
-            "name": "a100",
-            "count": 2,
-            "gpuModel": "a100-80gb",
-            "gpus": 8,
-            "cpu": 256,
-            "memory": "2Ti",
-        }
-    ],
-}
-
 
 @pytest.fixture
 def sim_config() -> dict[str, Any]:
-    return POOL
+    return two_a100(podTerminationSeconds=TERMINATION)
 
 
 @dataclass
@@ -184,21 +164,6 @@ class Round:
                 self.figures.notes.append(
                     f"step {self.step}: {pod['metadata']['name']} unbound; {self.books()}"
                 )
-                if os.environ.get("SOAK_DEBUG"):
-                    truth = {str(u): b for u, b in pod_bindings(self.sim.list("pods")).items()}
-                    for j in Job.objects.filter(state__in=HOLDING_STATES):
-                        print(
-                            "  ",
-                            j.pk,
-                            j.state,
-                            j.replicas,
-                            j.gpus_per_replica,
-                            j.node_plan,
-                            truth.get(str(j.public_id)),
-                            j.pk in admitted,
-                        )
-                    for pg in self.sim.list("podgroups"):
-                        print("  pg", pg["metadata"]["name"], pg.get("status"))
 
     def books(self) -> str:
         """Free GPUs per node in the cluster's truth and in the portal's books."""
