@@ -2,7 +2,7 @@
 
 Seeds N admitted jobs (default 5,000) in a database of its own, starts kubesim (HTTPS, its own
 CA) and two ``celery -A portal worker`` processes, hands every job to the clusters app the way
-the scheduling cycle does (its ``on_admitted`` hook, on commit), and waits until every job is
+the scheduling cycle does (``portal.hooks.admitted``, on commit), and waits until every job is
 SUBMITTED, i.e. its Volcano Job exists on kubesim. Prints the sustained rate and the latency
 from admission to the create being recorded (p50, p90, p99, max).
 
@@ -233,7 +233,7 @@ def seed_admitted(cluster: object, count: int, prefix: int = 0) -> list[int]:
 def admit_waves(cluster: object, count: int, arrival: float) -> tuple[list[int], float]:
     """Admit ``count`` jobs at ``arrival`` jobs/s in waves of 0.2 s (a cycle every 200 ms),
     handing each wave over as it is admitted; returns the ids and the start time."""
-    from scheduling import cycle
+    from portal import hooks
 
     per_wave = max(1, round(arrival * 0.2))
     ids: list[int] = []
@@ -242,7 +242,7 @@ def admit_waves(cluster: object, count: int, arrival: float) -> tuple[list[int],
         wave_at = started + len(ids) / arrival
         time.sleep(max(0.0, wave_at - time.time()))
         wave = seed_admitted(cluster, min(per_wave, count - len(ids)), prefix=len(ids))
-        for hook in cycle.on_admitted:
+        for hook in hooks.admitted.listeners:
             hook(wave)
         ids.extend(wave)
     return ids, started
@@ -253,13 +253,13 @@ def measure(
 ) -> tuple[float, float, list[float]]:
     from django.db import transaction
 
+    from portal import hooks
     from portal.models import Job, JobEvent, JobState
-    from scheduling import cycle
 
     if started is None:
         started = time.time()
         with transaction.atomic():  # the hook runs on commit, as after a real cycle
-            for hook in cycle.on_admitted:
+            for hook in hooks.admitted.listeners:
                 transaction.on_commit(lambda h=hook: h(ids))
     enqueued = time.time()
     deadline = started + timeout

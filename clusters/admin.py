@@ -19,9 +19,9 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 
-from clusters import services
+from clusters import services, tasks
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES, ClusterCredentials
-from clusters.models import Cluster, ClusterWatch, Node
+from clusters.models import Cluster, ClusterWatch, Node, SharingMode
 from clusters.urlcheck import UnsafeUrlError
 from portal.errors import ApplicationError
 
@@ -41,6 +41,7 @@ OPTION_FIELDS = (
     "tolerate_gpu_taint",
     "run_as_non_root",
     "mount_service_account_token",
+    "sharing_mode",
     "request_rate",
     "creates_in_flight",
 )
@@ -48,7 +49,6 @@ OPTION_FIELDS = (
 
 def _sync_soon(cluster_pk: int) -> None:
     """Read the inventory and sync the queues once the change is committed."""
-    from clusters import tasks
 
     def enqueue() -> None:
         tasks.sync_inventory.delay(cluster_pk)
@@ -79,12 +79,21 @@ class ClusterForm(forms.ModelForm):
         label="CA certificate (PEM)", required=False, widget=forms.Textarea(attrs={"rows": 4})
     )
 
+    sharing_mode = forms.ChoiceField(
+        label="GPU sharing mode",
+        choices=SharingMode.choices,
+        required=False,
+        help_text="How shared (fractional) GPU jobs ask for their share on this cluster",
+    )
+
     class Meta:
         model = Cluster
         fields = ["name", *OPTION_FIELDS]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        if not data.get("sharing_mode"):  # left out: keep what the cluster has (none if new)
+            data["sharing_mode"] = self.instance.sharing_mode or SharingMode.NONE
         self.credentials: ClusterCredentials | None = None
         if not self._settings_allowed(data):
             return data

@@ -12,16 +12,22 @@ from typing import Any
 from django.db import transaction
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import (
+    PolymorphicProxySerializer,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework import permissions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import selectors, services
-from clusters.models import Cluster
+from clusters import selectors, services, tasks
+from clusters.models import Cluster, ClusterState, SharingMode
 from portal.access import job_get_for_user
-from portal.errors import ApplicationError, NotFound
+from portal.api.query import FlagField, WholeNumberField, query_params
+from portal.errors import NotFound
 
 # ---------------------------------------------------------------------------------------------
 # Serializers
@@ -32,10 +38,13 @@ class ClusterSerializer(serializers.ModelSerializer):
     """What every user may know about a cluster."""
 
     gpus = serializers.SerializerMethodField(help_text="Allocatable GPUs per model")
+    reachable = serializers.BooleanField(
+        read_only=True, help_text="False while the portal's calls do not reach the API server"
+    )
 
     class Meta:
         model = Cluster
-        fields = ["name", "state", "gpus", "inventory_synced_at"]
+        fields = ["name", "state", "gpus", "inventory_synced_at", "reachable", "unreachable_since"]
 
     def get_gpus(self, cluster: Cluster) -> dict[str, int]:
         return dict(self.context.get("gpus", {}).get(cluster.pk, {}))
@@ -59,6 +68,7 @@ class ClusterAdminSerializer(ClusterSerializer):
             "prometheus_url",
             "request_rate",
             "creates_in_flight",
+            "sharing_mode",
             "kubernetes_version",
             "last_test_at",
             "last_test_ok",
@@ -68,7 +78,29 @@ class ClusterAdminSerializer(ClusterSerializer):
             "queues_error",
             "reconciled_at",
             "reconcile_error",
+            "unreachable_error",
         ]
+
+
+class ClosedClusterSchema(OpenApiSerializerExtension):
+    """The public view of a cluster allows no other field, so that an admin's answer (which
+    has more) matches only ``ClusterAdmin`` and a member's only ``Cluster`` in ``ClusterView``."""
+
+    target_class = ClusterSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        return {**schema, "additionalProperties": False}
+
+
+def _cluster_view(*, many: bool = False) -> PolymorphicProxySerializer:
+    """What ``GET`` answers: the admin view to platform admins, the public one to others."""
+    return PolymorphicProxySerializer(
+        component_name="ClusterView",
+        serializers=[ClusterSerializer, ClusterAdminSerializer],
+        resource_type_field_name=None,
+        many=many,
+    )
 
 
 class ClusterInputSerializer(serializers.Serializer):
@@ -84,9 +116,10 @@ class ClusterInputSerializer(serializers.Serializer):
     scheduler_name = serializers.CharField(required=False, max_length=63)
     gpu_label = serializers.CharField(required=False, max_length=253)
     prometheus_url = serializers.URLField(required=False, allow_blank=True)
-    state = serializers.ChoiceField(choices=["enabled", "draining", "disabled"], required=False)
+    state = serializers.ChoiceField(choices=ClusterState.choices, required=False)
     request_rate = serializers.IntegerField(required=False, min_value=1, allow_null=True)
     creates_in_flight = serializers.IntegerField(required=False, min_value=1, allow_null=True)
+    sharing_mode = serializers.ChoiceField(choices=SharingMode.choices, required=False)
 
 
 REPORT = inline_serializer(
@@ -108,6 +141,7 @@ OPTION_FIELDS = (
     "state",
     "request_rate",
     "creates_in_flight",
+    "sharing_mode",
 )
 
 
@@ -127,8 +161,6 @@ def _get(name: str) -> Cluster:
 
 
 def _sync_soon(cluster_pk: int) -> None:
-    from clusters import tasks
-
     def enqueue() -> None:
         tasks.sync_inventory.delay(cluster_pk)
         tasks.sync_queues.delay(cluster_pk)
@@ -163,7 +195,7 @@ class ClusterListView(APIView):
             return [permissions.IsAuthenticated(), IsStaff()]
         return [permissions.IsAuthenticated()]
 
-    @extend_schema(responses={200: ClusterAdminSerializer(many=True)})
+    @extend_schema(responses={200: _cluster_view(many=True)})
     def get(self, request: Request) -> Response:
         clusters = selectors.clusters_visible_to(request.user)
         serializer = _serializer_for(request.user)(
@@ -194,7 +226,7 @@ class ClusterListView(APIView):
 
 
 class ClusterDetailView(APIView):
-    @extend_schema(responses={200: ClusterAdminSerializer})
+    @extend_schema(responses={200: _cluster_view()})
     def get(self, request: Request, name: str) -> Response:
         cluster = _get(name)
         return Response(
@@ -218,57 +250,89 @@ class ClusterSyncView(APIView):
 
     permission_classes = [permissions.IsAuthenticated, IsStaff]
 
-    @extend_schema(request=None, responses={202: None})
+    @extend_schema(
+        request=None,
+        responses={202: inline_serializer("SyncRequested", {"message": serializers.CharField()})},
+    )
     def post(self, request: Request, name: str) -> Response:
         cluster = _get(name)
         _sync_soon(cluster.pk)
         return Response({"message": "Sync requested."}, status=status.HTTP_202_ACCEPTED)
 
 
+class LogsQuery(serializers.Serializer):
+    replica = WholeNumberField(min_value=0, default=0, help_text="0-based replica (default 0)")
+    tail = WholeNumberField(
+        default=services.LOG_TAIL_DEFAULT,
+        help_text=f"Last lines (default {services.LOG_TAIL_DEFAULT}, "
+        f"at most {services.LOG_TAIL_MAX:,}; larger values are capped); with since, the "
+        "lines after it instead",
+    )
+    attempt = serializers.ChoiceField(
+        choices=list(services.LOG_ATTEMPTS),
+        default="current",
+        help_text="current (default), or previous: the run before the container last restarted",
+    )
+    since = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="A line's timestamp (next_since of the last read): only the lines after it; "
+        "or a duration (10m, 2h): the lines of that last stretch",
+    )
+    timestamps = FlagField(default=False, help_text="Prefix each line with its RFC 3339 time")
+
+
 class JobLogsView(APIView):
-    """One replica's log (team members only; another team's job is a 404)."""
+    """One replica's log (team members only; another team's job is a 404).
+
+    To tail it, read again every few seconds with ``since`` set to the answer's
+    ``next_since``: each read returns only the lines after it, while ``running`` says more
+    may come (``docs/decisions.md``, "Logs are tailed by reading after a cursor").
+    """
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("replica", int, description="0-based replica (default 0)"),
-            OpenApiParameter("tail", int, description="Last lines (default 500, at most 10,000)"),
-        ],
+        parameters=[LogsQuery],
         responses={
             200: inline_serializer(
                 "JobLogs",
                 {
                     "replica": serializers.IntegerField(),
                     "pod": serializers.CharField(),
+                    "attempt": serializers.CharField(),
                     "available": serializers.BooleanField(),
                     "message": serializers.CharField(),
                     "text": serializers.CharField(),
+                    "next_since": serializers.CharField(
+                        help_text="The last line's timestamp: pass it as since to read on"
+                    ),
+                    "running": serializers.BooleanField(
+                        help_text="The job has not ended: more lines may come"
+                    ),
                 },
             )
         },
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(request.user, job_id)
-        replica = _int_param(request, "replica", 0)
-        tail = _int_param(request, "tail", services.LOG_TAIL_DEFAULT)
-        logs = services.job_logs(job=job, replica=replica, tail=tail)
+        query = query_params(LogsQuery, request)
+        since = query.get("since")
+        logs = services.job_logs(
+            job=job,
+            replica=query["replica"],
+            tail=query["tail"],
+            attempt=query["attempt"],
+            since=services.log_since_parse(since) if since else None,
+            timestamps=query["timestamps"],
+        )
         return Response(
             {
                 "replica": logs.replica,
                 "pod": logs.pod,
+                "attempt": logs.attempt,
                 "available": logs.available,
                 "message": logs.message,
                 "text": logs.text,
+                "next_since": logs.next_since,
+                "running": logs.running,
             }
         )
-
-
-def _int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApplicationError(
-            f"{name} must be a whole number.", fields={name: ["A whole number."]}
-        ) from None

@@ -28,7 +28,7 @@ from clusters import volcano
 from clusters.kube import KubeError
 from clusters.models import Cluster
 from clusters.services import ClusterUnavailable, cluster_client
-from portal.models import Job, JobState
+from portal.models import FOLLOWED_STATES, Job, JobState
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ __all__ = [
 ]
 
 S = JobState
-FOLLOWED_STATES = (S.ADMITTED, S.SUBMITTED, S.RUNNING, S.CANCELLING, S.PREEMPTING)
 
 
 def job_uuid_of(labels: Mapping[str, Any]) -> uuid.UUID | None:
@@ -61,7 +60,7 @@ def replica_of(labels: Mapping[str, Any]) -> int | None:
         labels.get(volcano.VOLCANO_LABEL_TASK_SPEC),
         labels.get(volcano.VOLCANO_LABEL_TASK_INDEX),
     )
-    if task is None or not str(index).isdigit():
+    if task is None or not (str(index).isascii() and str(index).isdigit()):
         return None
     return volcano.replica_of_pod(str(task), int(str(index)))
 

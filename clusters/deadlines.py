@@ -94,6 +94,19 @@ class DeadlineResult:
     def message(self) -> str:
         return f"{len(self.cancel)} stopped, {len(self.evict)} requeued"
 
+    def stop(self, job_id: int, expected: str, *, requeue: bool, reason: str, message: str) -> None:
+        """Move the job to CANCELLING (it ends FAILED) or PREEMPTING (it is requeued) and note
+        its Volcano Job for deletion, unless another writer moved it first."""
+        if job_transition(
+            job_id=job_id,
+            expected=expected,
+            to=S.PREEMPTING if requeue else S.CANCELLING,
+            reason=reason,
+            message=message,
+        ):
+            (self.evict if requeue else self.cancel).append(job_id)
+            self.reasons[job_id] = reason
+
 
 def _seconds(value: float) -> str:
     value = int(value)
@@ -132,15 +145,7 @@ def _max_runtime(now: dt.datetime, result: DeadlineResult) -> None:
             f"(plus {_seconds(grace.total_seconds())} grace); the portal stopped it and deletes "
             "its Volcano Job."
         )
-        if job_transition(
-            job_id=pk,
-            expected=S.RUNNING,
-            to=S.CANCELLING,
-            reason=MAX_RUNTIME_REASON,
-            message=message,
-        ):
-            result.cancel.append(pk)
-            result.reasons[pk] = MAX_RUNTIME_REASON
+        result.stop(pk, S.RUNNING, requeue=False, reason=MAX_RUNTIME_REASON, message=message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,15 +207,7 @@ def _fail_start(
         "stopped it and deletes its Volcano Job; fix the image or its configuration and submit "
         "again."
     )
-    if job_transition(
-        job_id=job.pk,
-        expected=job.state,
-        to=S.CANCELLING,
-        reason=str(latest["reason"]),
-        message=message,
-    ):
-        result.cancel.append(job.pk)
-        result.reasons[job.pk] = str(latest["reason"])
+    result.stop(job.pk, job.state, requeue=False, reason=str(latest["reason"]), message=message)
 
 
 def _unschedulable(
@@ -232,26 +229,10 @@ def _unschedulable(
             f"{waited_text}.{said} The job is requeued with its place in line "
             f"(requeue {requeues + 1} of at most {limit})."
         )
-        if job_transition(
-            job_id=job.pk,
-            expected=job.state,
-            to=S.PREEMPTING,
-            reason=UNSCHEDULABLE_REASON,
-            message=message,
-        ):
-            result.evict.append(job.pk)
-            result.reasons[job.pk] = UNSCHEDULABLE_REASON
+        result.stop(job.pk, job.state, requeue=True, reason=UNSCHEDULABLE_REASON, message=message)
         return
     message = (
         f"No replica was placed on a node within {waited_text}, after {requeues} requeue(s) for "
         f"the same reason.{said} The portal stopped it and deletes its Volcano Job."
     )
-    if job_transition(
-        job_id=job.pk,
-        expected=job.state,
-        to=S.CANCELLING,
-        reason=UNSCHEDULABLE_REASON,
-        message=message,
-    ):
-        result.cancel.append(job.pk)
-        result.reasons[job.pk] = UNSCHEDULABLE_REASON
+    result.stop(job.pk, job.state, requeue=False, reason=UNSCHEDULABLE_REASON, message=message)

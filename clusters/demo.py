@@ -20,6 +20,9 @@ from clusters.models import Cluster
 from clusters.queues import queues_sync
 from clusters.services import cluster_credentials_from_input, cluster_register
 from portal.errors import ApplicationError
+from portal.models import Team
+from scheduling.models import GpuModel, Quota
+from scheduling.services import quota_set
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +41,6 @@ DEMO_QUOTAS = (
 
 def demo_quotas_ensure() -> int:
     """Quotas for demo teams that have none (an admin's own edits are never overwritten)."""
-    from portal.models import Team
-    from scheduling.models import GpuModel, Quota
-    from scheduling.services import quota_set
-
     admin = get_user_model().objects.filter(is_staff=True).order_by("pk").first()
     created = 0
     for slug, key, nominal, borrowing in DEMO_QUOTAS:

@@ -1,4 +1,4 @@
-"""From an admitted job to a Volcano Job, and back off the cluster (cancel and preemption).
+"""From an admitted job to a Volcano Job on its cluster (``ADMITTED → SUBMITTED``).
 
 The job row is the outbox: each task here loads the row, checks its state, talks to the
 cluster, and records the outcome with a compare-and-set, so a duplicated, late or reordered
@@ -19,60 +19,66 @@ Dispatch (``ADMITTED → SUBMITTED``)
     if it is still refused, the job fails saying why. If the job left ADMITTED while the
     create was in flight (cancelled, preempted), the object just created is deleted again.
 
-Cancel (``CANCELLING → CANCELLED``) and eviction (``PREEMPTING → QUEUED``)
-    Delete the Volcano Job with background propagation and move on once a read says it is
-    gone; a job still being deleted (finalizers) is looked at again a little later, and the
-    watcher's DELETED event or the reconcile finish the job if this task does not.
+The manifest comes from ``clusters.manifests``, taking a job off its cluster (cancel,
+eviction) is ``clusters.teardown``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import random
 import threading
-import time
-import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.inventory import AMD_PRODUCT, GFD_PRODUCT, GPU_TAINT
 from clusters.kube import KubeError
-from clusters.models import Cluster, Node, VolcanoJobRecord
+from clusters.manifests import job_manifest, submission_uid
+from clusters.models import Cluster, VolcanoJobRecord
+from clusters.outcome import (
+    MAX_BACKOFF_SECONDS,
+    Outcome,
+    backoff_seconds,
+    job_event_record,
+    job_for_task,
+    jobs_for_tasks,
+)
+from clusters.queues import queues_sync
 from clusters.services import (
     ClusterUnavailable,
     cluster_client,
-    cluster_job_namespace,
+    cluster_reachable_mark,
+    cluster_unreachable_mark,
     job_namespace_ensure,
 )
-from portal.jobs.state import cancelling_end, job_transition, preempting_end
+from portal import db
+from portal.jobs.state import (
+    Change,
+    job_transition,
+    jobs_transition_bulk,
+)
 from portal.models import Job, JobEvent, JobState
+from portal.telemetry import observe_dispatch
+from portal.workers import worker_name
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "Outcome",
-    "job_cancel_on_cluster",
-    "job_dispatch",
-    "job_evict",
-    "job_manifest",
-    "submission_uid",
-]
+__all__ = ["job_dispatch", "job_dispatch_batch"]
 
-MAX_BACKOFF_SECONDS = 60.0
-# A server's Retry-After is honoured up to this: a misconfigured proxy answering "a day" must
-# not park a job for a day, nor outlast the broker's visibility timeout (1 h), after which
-# Redis would deliver the countdown task a second time.
-MAX_RETRY_AFTER_SECONDS = 300.0
+# A create that lost its transition finds the job in one of these states only when another
+# delivery created the Volcano Job and won: the object is that winner's, so it stays. In any
+# other state (cancelled, preempted, requeued) the object just created is deleted.
+CREATED_BY_A_WINNER = frozenset({JobState.SUBMITTED, JobState.RUNNING})
+
 # Admission errors a retry cannot fix but a queue sync can: the team's queue is missing or
 # closed on the cluster (it is created by the queue sync, which may not have run yet).
 QUEUE_PROBLEMS = ("unable to find job queue", "can only submit job to queue with state")
@@ -86,208 +92,9 @@ def repairable(exc: KubeError, namespace: str) -> bool:
     return exc.not_found and f'namespaces "{namespace}" not found' in exc.message
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a task should do next: nothing, or run again in ``retry_in`` seconds."""
-
-    done: bool
-    message: str = ""
-    retry_in: float | None = None
-
-
-def submission_uid(job: Job) -> str:
-    """The UID written on the Volcano Job: one per (job, admission).
-
-    A requeued job is admitted again with a new ``admitted_at``, so an object that survived
-    from its earlier run never looks like this run's.
-    """
-    admitted = job.admitted_at.isoformat() if job.admitted_at else "-"
-    return str(uuid.uuid5(job.public_id, f"gpupool-admission:{admitted}"))
-
-
-def job_event_record(job: Job, reason: str, message: str) -> None:
-    """A fact about a job that does not change its state (from_state == to_state)."""
-    JobEvent.objects.create(
-        job_id=job.pk,
-        created_at=timezone.now(),
-        from_state=job.state,
-        to_state=job.state,
-        reason=reason[:64],
-        message=message,
-    )
-
-
-def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:
-    """Exponential backoff with full jitter; a server's Retry-After is a floor, not a hint."""
-    base = settings.GPUPOOL_DISPATCH_BACKOFF_MS / 1000.0
-    ceiling = min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
-    delay = random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not a secret
-    if retry_after is not None:
-        floor = min(retry_after, MAX_RETRY_AFTER_SECONDS)
-        delay = max(delay, floor + random.uniform(0, base / 2))  # noqa: S311
-    return delay
-
-
-# ---------------------------------------------------------------------------------------------
-# The manifest
-# ---------------------------------------------------------------------------------------------
-_NODES_TTL = 30.0
-_PRODUCT_LABELS = (GFD_PRODUCT, AMD_PRODUCT)
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-
-
-@dataclass(frozen=True)
-class _ClusterNodes:
-    """A cluster's GPU node rows as a dispatch needs them, cached for a few seconds per
-    process: labels and resources change with the inventory, not per job."""
-
-    loaded_at: float
-    gpu_label: str
-    by_model: dict[int | None, dict[str, Node]]
-    # (GPU resource, label, value) → the models whose nodes carry that label and offer that
-    # resource: a selector is only safe when this model is the only one.
-    claims: dict[tuple[str, str, str], set[int | None]]
-
-
-_nodes_cache: dict[int | None, _ClusterNodes] = {}
-
-
-def _cluster_nodes(cluster: Cluster, *, needed: Iterable[str] = ()) -> _ClusterNodes:
-    """The cached rows, read again when older than a few seconds, when the cluster's label
-    changed, or when a ``needed`` node (one the job was planned on) is not among them: the
-    cycle may have planned on nodes an inventory sync added after this cache was filled."""
-    cached = _nodes_cache.get(cluster.pk)
-    if (
-        cached is not None
-        and time.monotonic() - cached.loaded_at <= _NODES_TTL
-        and cached.gpu_label == cluster.gpu_label
-        and all(any(name in nodes for nodes in cached.by_model.values()) for name in needed)
-    ):
-        return cached
-    keys = (cluster.gpu_label, *_PRODUCT_LABELS)
-    by_model: dict[int | None, dict[str, Node]] = {}
-    claims: dict[tuple[str, str, str], set[int | None]] = {}
-    rows = Node.objects.filter(cluster_id=cluster.pk).only(
-        "name", "gpu_resource", "labels", "gpu_model_id"
-    )
-    for node in rows:
-        by_model.setdefault(node.gpu_model_id, {})[node.name] = node
-        labels = node.labels or {}
-        for key in keys:
-            if key in labels:
-                claims.setdefault((node.gpu_resource, key, str(labels[key])), set()).add(
-                    node.gpu_model_id
-                )
-    cached = _ClusterNodes(time.monotonic(), cluster.gpu_label, by_model, claims)
-    _nodes_cache[cluster.pk] = cached
-    return cached
-
-
-def _model_nodes(job: Job, nodes: _ClusterNodes) -> list[Node]:
-    """The model's nodes on the job's cluster: the planned ones if the inventory has them."""
-    mine = nodes.by_model.get(job.gpu_model_id, {})
-    planned = [mine[name] for name in dict.fromkeys(job.node_plan or []) if name in mine]
-    return planned or list(mine.values())
-
-
-def _node_labels(
-    cluster: Cluster, job: Job, nodes: list[Node], claims: dict[tuple[str, str, str], set[Any]]
-) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """(nodeSelector, labels that may take several values) that select the model's nodes.
-
-    A label is used only when every one of the nodes carries it and no node of another model
-    offering the same GPU resource shares its value: a MIG-single node still labelled with its
-    card (``gpu-type=a100-80gb``) must not pull a slice job onto whole A100s. One common value
-    is a plain nodeSelector (the cluster's label first, then GPU Feature Discovery's product);
-    failing that, a product spelled two ways across a driver upgrade becomes an ``In``
-    affinity; when no label is safe, the nodes are named (``kubernetes.io/hostname In``).
-    Without inventory, the cluster's label with the catalog key.
-    """
-    assert job.gpu_model is not None
-    if not nodes:
-        return {cluster.gpu_label: job.gpu_model.key}, {}
-    keys = (cluster.gpu_label, *_PRODUCT_LABELS)
-    resources = {n.gpu_resource for n in nodes}
-    usable: dict[str, set[str]] = {}
-    for key in keys:
-        values = {(n.labels or {}).get(key) for n in nodes}
-        if None in values:
-            continue
-        if all(
-            claims.get((r, key, str(v)), set()) <= {job.gpu_model_id}
-            for r in resources
-            for v in values
-        ):
-            usable[key] = {str(v) for v in values}
-    for key in keys:
-        if len(usable.get(key, ())) == 1:
-            return {key: next(iter(usable[key]))}, {}
-    for key in keys:
-        if key in usable:
-            return {}, {key: sorted(usable[key])}
-    # No label tells them apart from another model's nodes: name them.
-    return {}, {HOSTNAME_LABEL: sorted({_hostname(n) for n in nodes})}
-
-
-def _hostname(node: Node) -> str:
-    return str((node.labels or {}).get(HOSTNAME_LABEL) or node.name)
-
-
-def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
-    """(namespace, Volcano Job manifest) for an admitted job."""
-    cluster, model = job.cluster, job.gpu_model
-    assert cluster is not None and model is not None
-    inventory = _cluster_nodes(cluster, needed=job.node_plan or ())
-    nodes = _model_nodes(job, inventory)
-    resource = nodes[0].gpu_resource if nodes else model.resource_name
-    node_selector, node_label_in = _node_labels(cluster, job, nodes, inventory.claims)
-    namespace = cluster_job_namespace(cluster, job.team.slug)
-    # No effect named: the GPU taint is tolerated whatever its effect, exactly what the
-    # inventory assumes when it counts a node tainted nvidia.com/gpu as schedulable.
-    tolerations = (volcano.Toleration(key=GPU_TAINT),) if cluster.tolerate_gpu_taint else ()
-    spec = volcano.VolcanoJobSpec(
-        job_id=str(job.public_id),
-        display_name=job.name,
-        team_slug=job.team.slug,
-        namespace=namespace,
-        queue=volcano.volcano_queue_name(job.team.slug),
-        kind=job.kind,  # type: ignore[arg-type]
-        image=job.image,
-        command=list(job.command or []),
-        args=list(job.args or []),
-        env=dict(job.env or {}),
-        replicas=job.replicas,
-        gpus_per_replica=job.gpus_per_replica,
-        gpu_resource=resource,
-        gpu_model=model.key,
-        node_selector=node_selector,
-        node_label_in=node_label_in,
-        cpu_millicores=job.cpu_millicores,
-        memory_mib=job.memory_mib,
-        max_runtime_seconds=job.max_runtime_seconds,
-        max_retry=job.max_retry,
-        port=job.port,
-        scheduler_name=cluster.scheduler_name,
-        submission_uid=submission_uid(job),
-        portal_url=f"{settings.SITE_URL.rstrip('/')}/jobs/{job.public_id}/",
-        tolerations=tolerations,
-        automount_service_account_token=cluster.mount_service_account_token,
-        run_as_non_root=cluster.run_as_non_root,
-    )
-    return namespace, volcano.build_volcano_job(spec)
-
-
 # ---------------------------------------------------------------------------------------------
 # Dispatch
 # ---------------------------------------------------------------------------------------------
-def _jobs() -> Any:
-    """Jobs with what a dispatch reads (the scheduler's explanation and reason are left out:
-    they are the largest columns and no manifest needs them)."""
-    return Job.objects.select_related("cluster", "gpu_model", "team").defer(
-        "placement", "pending_reason", "gpu_models", "team__description"
-    )
-
-
 # Columns a batch dispatch never reads. Leaving them out spares their converters (four
 # timestamps, two JSON documents) on every row, the largest part of loading a batch. The
 # batch touches only what job_manifest, submission_uid and the transition need; anything
@@ -308,16 +115,16 @@ _NOT_FOR_THE_BATCH = (
     "finished_at",
     "pending_reason_code",
     "queue_position",
+    "pending_notes",
+    "pending_model",
     "volcano_job_name",
     "dispatch_next_at",
     "usage_accounted_until",
     "idempotency_key",
     "request_fingerprint",
+    "cancel_reason",
+    "preemption_count",
 )
-
-
-def _load(job_id: int) -> Job | None:
-    return _jobs().filter(pk=job_id).first()
 
 
 def _fail(job: Job, reason: str, message: str) -> Outcome:
@@ -330,6 +137,41 @@ def _fail(job: Job, reason: str, message: str) -> Outcome:
     )
     log.info("job %s failed to dispatch: %s", job.pk, message)
     return Outcome(done=True, message=message)
+
+
+def attempt_lease() -> dt.timedelta:
+    """How long an attempt in progress may take before it counts as lost even though its
+    worker still beats: a create and a read-back, each up to the client's timeout, and a
+    margin. (A worker that stops beating loses its attempts at once: ``clusters.redrive``.)"""
+    return dt.timedelta(seconds=3 * settings.GPUPOOL_CLUSTER_TIMEOUT_SECONDS + 5)
+
+
+def attempt_claim() -> dict[str, Any]:
+    """What an attempt writes on its job as it starts: who makes it, until when, and one more
+    create that may reach the cluster (taken back by :func:`_nothing_sent` when it did not)."""
+    return {
+        "dispatch_next_at": timezone.now() + attempt_lease(),
+        "dispatch_owner": worker_name(),
+        "creates_unsure": F("creates_unsure") + 1,
+    }
+
+
+def _nothing_sent(jobs: Iterable[Job]) -> None:
+    """These jobs' attempts ended with proof that their create never reached the cluster (or
+    was refused without effect): they no longer count as creates that may have gone through.
+    Only a job whose every attempt ended so may leave an unreachable cluster
+    (``clusters.status.unreachable_requeue``); a worker killed mid-create never gets here.
+
+    Per admission (``admitted_at`` as the attempt loaded it): a late answer to an attempt of
+    an earlier admission must not take back a count of the current one. One statement per
+    admission time; the cycle admits a batch at one time."""
+    by_admission: dict[dt.datetime | None, list[int]] = {}
+    for job in jobs:
+        by_admission.setdefault(job.admitted_at, []).append(job.pk)
+    for admitted_at, ids in by_admission.items():
+        Job.objects.filter(pk__in=ids, state=JobState.ADMITTED, admitted_at=admitted_at).update(
+            creates_unsure=Greatest(F("creates_unsure") - 1, 0)
+        )
 
 
 def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = None) -> Outcome:
@@ -346,12 +188,64 @@ def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = Non
         )
     delay = backoff_seconds(attempt, retry_after)
     Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
-        dispatch_next_at=timezone.now() + dt.timedelta(seconds=delay)
+        dispatch_next_at=timezone.now() + dt.timedelta(seconds=delay), dispatch_owner=""
     )
     job_event_record(
         job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s"
     )
     return Outcome(done=False, message=problem, retry_in=delay)
+
+
+def cluster_wait_seconds(since: dt.datetime, now: dt.datetime) -> float:
+    """How long a job waits for a cluster that has not answered since ``since``: half the
+    outage so far (jittered), at least the first backoff, at most a minute. A blip is retried
+    within a second or two; a long outage costs a connection attempt per job per minute."""
+    base = settings.GPUPOOL_DISPATCH_BACKOFF_MS / 1000.0
+    ceiling = min(MAX_BACKOFF_SECONDS, max(base, (now - since).total_seconds() / 2))
+    return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not a secret
+
+
+def _wait_for_cluster(job: Job, problem: str) -> Outcome:
+    """The cluster cannot be reached (refused, unresolvable, TLS refused, no answer, its
+    credentials refused): no verdict on the job, which keeps its place and its attempts and is
+    tried again after a wait that grows with the outage. The cluster is marked unreachable
+    (its page and the API say so) until a call gets through."""
+    assert job.cluster is not None
+    since = cluster_unreachable_mark(job.cluster, problem)
+    now = timezone.now()
+    delay = cluster_wait_seconds(since, now)
+    Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+        dispatch_attempts=Greatest(F("dispatch_attempts") - 1, 0),
+        dispatch_next_at=now + dt.timedelta(seconds=delay),
+        dispatch_owner="",
+    )
+    job_event_record(
+        job,
+        "DispatchRetry",
+        f"{problem}; cluster {job.cluster.name} unreachable since {since:%Y-%m-%d %H:%M:%S} "
+        f"UTC; retrying in {delay:.1f} s (not counted against the job's attempts)",
+    )
+    return Outcome(done=False, message=problem, retry_in=delay)
+
+
+def _cluster_answered(job: Job) -> list[int]:
+    """A create got through: the cluster is reachable. If it had been marked otherwise, the
+    jobs waiting for it are due now rather than at the end of their wait; returns them, for
+    the task to enqueue (this module never imports the tasks that import it)."""
+    waiting: list[int] = []
+    if job.cluster is not None and cluster_reachable_mark(job.cluster):
+        waiting = list(
+            Job.objects.filter(
+                cluster_id=job.cluster_id,
+                state=JobState.ADMITTED,
+                dispatch_next_at__gt=timezone.now(),
+            ).values_list("pk", flat=True)
+        )
+        if waiting:
+            Job.objects.filter(pk__in=waiting, state=JobState.ADMITTED).update(
+                dispatch_next_at=timezone.now()
+            )
+    return waiting
 
 
 _RECORD_FIELDS = [
@@ -393,35 +287,7 @@ def _records_upsert(rows: list[tuple[Job, str, dict[str, Any], str]]) -> None:
                 "deleted_at": None,
             }
         )
-    if not values:
-        return
-    if connection.vendor == "postgresql":
-        _records_upsert_postgres(values)
-        return
-    VolcanoJobRecord.objects.bulk_create(
-        [VolcanoJobRecord(**v) for v in values],
-        update_conflicts=True,
-        unique_fields=["job"],
-        update_fields=_RECORD_FIELDS,
-    )
-
-
-def _records_upsert_postgres(values: list[dict[str, Any]]) -> None:
-    """``INSERT … SELECT FROM jsonb_to_recordset(%s) ON CONFLICT (job_id) DO UPDATE``: the same
-    upsert as ``bulk_create(update_conflicts=True)`` at a fraction of its CPU (one parameter,
-    no model instances, no per-field compilation), paid for every job a dispatch creates."""
-    meta = VolcanoJobRecord._meta
-    fields = [meta.get_field(name) for name in ["job", *_RECORD_FIELDS]]
-    typed = ", ".join(f'"{f.column}" {f.db_type(connection)}' for f in fields)
-    names = ", ".join(f'"{f.column}"' for f in fields)
-    updates = ", ".join(f'"{f.column}" = EXCLUDED."{f.column}"' for f in fields[1:])
-    with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {meta.db_table} ({names}) "  # noqa: S608 - names from the model
-            f"SELECT {names} FROM jsonb_to_recordset(%s::jsonb) AS v({typed}) "
-            f"ON CONFLICT (job_id) DO UPDATE SET {updates}",
-            [json.dumps(values, default=str)],
-        )
+    db.upsert_rows(VolcanoJobRecord, values, unique="job", update=_RECORD_FIELDS)
 
 
 def _record(job: Job, namespace: str, obj: dict[str, Any], uid: str) -> None:
@@ -429,11 +295,7 @@ def _record(job: Job, namespace: str, obj: dict[str, Any], uid: str) -> None:
 
 
 def _observe_submitted(jobs: list[Job]) -> None:
-    """Admission → created latency for the dashboards' histogram (optional, never fatal)."""
-    try:
-        from dashboards.metrics import observe_dispatch
-    except ImportError:  # pragma: no cover - the dashboards app is part of the project
-        return
+    """Admission → created latency for the dispatch histogram (never fatal)."""
     for job in jobs:
         try:
             observe_dispatch(cluster=str(job.cluster), admitted_at=job.admitted_at)
@@ -453,12 +315,12 @@ def _delete_quietly(job: Job, namespace: str, name: str, uid: str | None = None)
 
 def job_dispatch(*, job_id: int) -> Outcome:
     """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED."""
-    job = _load(job_id)
+    job = job_for_task(job_id)
     if job is None or job.state != JobState.ADMITTED:
         return Outcome(done=True, message="not admitted")
     # The attempt counter lives on the row, so it survives worker restarts and redeliveries.
     if not Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
-        dispatch_attempts=F("dispatch_attempts") + 1, dispatch_next_at=timezone.now()
+        dispatch_attempts=F("dispatch_attempts") + 1, **attempt_claim()
     ):
         return Outcome(done=True, message="not admitted")
     attempt = job.dispatch_attempts + 1
@@ -472,14 +334,23 @@ def job_dispatch(*, job_id: int) -> Outcome:
     try:
         client = cluster_client(job.cluster)
     except ClusterUnavailable as exc:
-        return _retry(job, attempt, f"cluster {job.cluster.name} is unavailable: {exc}")
+        _nothing_sent([job])
+        return _wait_for_cluster(job, f"cluster {job.cluster.name} is unavailable: {exc}")
     try:
         created = client.create_job(namespace, manifest)
     except KubeError as exc:
+        if exc.changed_nothing:
+            _nothing_sent([job])
         if exc.already_exists:
             return _adopt_or_conflict(job, attempt, namespace, name, uid)
+        if exc.cluster_unreachable:
+            return _wait_for_cluster(job, exc.message)
         if exc.transient:
             return _retry(job, attempt, exc.message, exc.retry_after)
+        if exc.status == 403 and NAMESPACE_TERMINATING in exc.message:
+            # A namespace being deleted (a cluster that lost its state): gone in a moment, and
+            # then made again by the repair below.
+            return _retry(job, attempt, exc.message)
         if repairable(exc, namespace) and not _queue_repaired(job):
             _queue_repair(job, exc.message, namespace)
             return Outcome(done=False, message=exc.message, retry_in=1.0)
@@ -488,24 +359,28 @@ def job_dispatch(*, job_id: int) -> Outcome:
 
 
 QUEUE_REPAIR = "QueueRepair"
+# The API server's words for a create into a namespace that is being deleted (403).
+NAMESPACE_TERMINATING = "because it is being terminated"
+# Repairs one admission may ask for: a cluster that lost its state may first lack the queue,
+# then (once its old namespace is finally gone) the namespace.
+MAX_REPAIRS = 2
 
 
 def _queue_repaired(job: Job) -> bool:
-    """Whether this admission already had its team's namespace and queue repaired once (then a
-    refusal for a missing or closed queue is final: retrying cannot fix what a repair did not,
-    e.g. a team with no quota it could use on this cluster has no queue to sync)."""
+    """Whether this admission already had its team's namespace and queue repaired as often as
+    it may (then a refusal for a missing or closed queue is final: retrying cannot fix what a
+    repair did not, e.g. a team with no quota it could use on this cluster has no queue to
+    sync)."""
     events = JobEvent.objects.filter(job_id=job.pk, reason=QUEUE_REPAIR)
     if job.admitted_at is not None:
         events = events.filter(created_at__gte=job.admitted_at)
-    return events.exists()
+    return events.count() >= MAX_REPAIRS
 
 
 def _queue_repair(job: Job, problem: str, namespace: str) -> None:
     """Make the job namespace again if the cluster lacks it, and sync the cluster's queues
     (which also makes every team's namespace), because the create was refused for want of
     either."""
-    from clusters.queues import queues_sync
-
     assert job.cluster is not None
     job_event_record(
         job,
@@ -526,8 +401,10 @@ def _adopt_or_conflict(job: Job, attempt: int, namespace: str, name: str, uid: s
     try:
         existing = cluster_client(job.cluster).get_job(namespace, name)  # type: ignore[arg-type]
     except ClusterUnavailable as exc:
-        return _retry(job, attempt, f"cluster {job.cluster} is unavailable: {exc}")
+        return _wait_for_cluster(job, f"cluster {job.cluster} is unavailable: {exc}")
     except KubeError as exc:
+        if exc.cluster_unreachable:
+            return _wait_for_cluster(job, exc.message)
         if exc.not_found:  # deleted between our create and our read: try again, bounded
             return _retry(job, attempt, f"the Volcano Job {namespace}/{name} went away")
         return _retry(job, attempt, exc.message, exc.retry_after)
@@ -576,11 +453,11 @@ def _submitted(
     )
     if won:
         _observe_submitted([job])
-        return Outcome(done=True, message="submitted")
+        return Outcome(done=True, message="submitted", woken=tuple(_cluster_answered(job)))
     # Cancelled or preempted while we created it: leave nothing behind (a duplicate delivery
     # that lost to another worker's success is the one case where the object stays).
     current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
-    if current not in (JobState.SUBMITTED, JobState.RUNNING):
+    if current not in CREATED_BY_A_WINNER:
         _delete_quietly(job, namespace, name, uid=str(obj["metadata"].get("uid") or "") or None)
     return Outcome(done=True, message=f"job is {current}")
 
@@ -655,6 +532,10 @@ def _refused_in_batch(
     goes to the one-job path now, which reads the 409 or fails the job with the API's words.
     """
     job = item.job
+    if exc.cluster_unreachable:
+        outcome = _wait_for_cluster(job, exc.message)
+        later[job.pk] = outcome.retry_in or 0.0
+        return
     if exc.transient:
         outcome = _retry(job, job.dispatch_attempts + 1, exc.message, exc.retry_after)
         if outcome.retry_in is not None:
@@ -674,26 +555,36 @@ def _refused_in_batch(
     later[job.pk] = 0.0
 
 
-def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
-    """Dispatch many ADMITTED jobs with a few statements for the lot.
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What a batch leaves to do: ``later``, the jobs to hand to the one-job path
+    (:func:`job_dispatch`, which owns 409s and failures), each with the seconds to wait first
+    (a backoff when the cluster asked for one); ``woken``, jobs whose wait for a cluster that
+    answered again was cut short, to dispatch now."""
 
-    Returns the jobs to hand to the one-job path (:func:`job_dispatch`), which owns 409s and
-    failures, each with the seconds to wait first (a backoff when the cluster asked for one).
+    later: dict[int, float] = field(default_factory=dict)
+    woken: list[int] = field(default_factory=list)
+
+
+def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
+    """Dispatch many ADMITTED jobs with a few statements for the lot (see
+    :class:`BatchOutcome` for what it leaves to do).
 
     The happy path is what costs at scale: one query loads the jobs, one bumps their attempt
     counters, the creates run concurrently (bounded by the cluster's creates in flight and
     rate limit), then one bulk compare-and-set moves the created ones to SUBMITTED and one
     statement records them. Anything unusual goes to the careful path one job at a time.
     """
-    from portal.jobs.state import Change, jobs_transition_bulk
-
-    jobs = list(_jobs().defer(*_NOT_FOR_THE_BATCH).filter(pk__in=job_ids, state=JobState.ADMITTED))
+    jobs = list(
+        jobs_for_tasks().defer(*_NOT_FOR_THE_BATCH).filter(pk__in=job_ids, state=JobState.ADMITTED)
+    )
     if not jobs:
-        return {}
+        return BatchOutcome()
     Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
-        dispatch_attempts=F("dispatch_attempts") + 1, dispatch_next_at=timezone.now()
+        dispatch_attempts=F("dispatch_attempts") + 1, **attempt_claim()
     )
     later: dict[int, float] = {}
+    woken: list[int] = []
     work: list[_Attempt] = []
     for job in jobs:
         if job.cluster is None or job.gpu_model is None:
@@ -706,10 +597,17 @@ def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
             later[job.pk] = 0.0
             continue
         work.append(_Attempt(job, namespace, manifest, client))
+    _nothing_sent(j for j in jobs if j.pk in later)  # left to the one-job path, nothing sent
 
     done: list[tuple[Job, str, dict[str, Any], str]] = []
     repaired: set[tuple[int, str]] = set()
-    for item, result in zip(work, _creates_run(work), strict=True):
+    results = _creates_run(work)
+    _nothing_sent(
+        item.job
+        for item, result in zip(work, results, strict=True)
+        if isinstance(result, KubeError) and result.changed_nothing
+    )
+    for item, result in zip(work, results, strict=True):
         if isinstance(result, KubeError):
             _refused_in_batch(item, result, repaired, later)
         elif isinstance(result, Exception):
@@ -737,94 +635,14 @@ def job_dispatch_batch(*, job_ids: list[int]) -> dict[int, float]:
                 reason="Submitted",
             )
         _observe_submitted([job for job, *_ in done if job.pk in won])
+        for one_per_cluster in {job.cluster_id: job for job, *_ in done}.values():
+            woken.extend(_cluster_answered(one_per_cluster))
         for job, namespace, obj, _ in done:
             if job.pk in won:
                 continue
             current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
             if current == JobState.ADMITTED:
                 later[job.pk] = 0.0  # row locked by someone else: try again alone
-            elif current not in (JobState.SUBMITTED, JobState.RUNNING):
+            elif current not in CREATED_BY_A_WINNER:
                 _delete_quietly(job, namespace, obj["metadata"]["name"], obj["metadata"].get("uid"))
-    return later
-
-
-# ---------------------------------------------------------------------------------------------
-# Cancel and eviction
-# ---------------------------------------------------------------------------------------------
-def _where(job: Job) -> tuple[str, str]:
-    record = VolcanoJobRecord.objects.filter(job_id=job.pk).first()
-    if record is not None:
-        return record.namespace, record.name
-    assert job.cluster is not None
-    return (
-        cluster_job_namespace(job.cluster, job.team.slug),
-        volcano.volcano_job_name(str(job.public_id)),
-    )
-
-
-def _remove(job: Job, *, attempt: int) -> Outcome | None:
-    """Delete the job's Volcano Job and confirm it is gone; None once it is."""
-    if job.cluster is None:
-        return None
-    namespace, name = _where(job)
-    try:
-        client = cluster_client(job.cluster)
-        try:
-            client.delete_job(namespace, name)
-        except KubeError as exc:
-            if not exc.not_found:
-                raise
-        try:
-            leftover = client.get_job(namespace, name)
-        except KubeError as exc:
-            if not exc.not_found:
-                raise
-            leftover = None
-    except ClusterUnavailable as exc:
-        return Outcome(done=False, message=str(exc), retry_in=backoff_seconds(attempt))
-    except KubeError as exc:
-        return Outcome(
-            done=False, message=exc.message, retry_in=backoff_seconds(attempt, exc.retry_after)
-        )
-    if leftover is not None:
-        return Outcome(done=False, message="still being deleted", retry_in=backoff_seconds(attempt))
-    VolcanoJobRecord.objects.filter(job_id=job.pk).update(deleted_at=timezone.now())
-    return None
-
-
-def job_cancel_on_cluster(*, job_id: int, attempt: int = 1) -> Outcome:
-    """Delete a CANCELLING job's Volcano Job, then mark it CANCELLED."""
-    job = _load(job_id)
-    if job is None or job.state != JobState.CANCELLING:
-        return Outcome(done=True, message="not cancelling")
-    pending = _remove(job, attempt=attempt)
-    if pending is not None:
-        return pending
-    cancelling_end(  # CANCELLED, or FAILED with the reason the portal stopped the job for
-        job_id=job.pk,
-        message="The Volcano Job was deleted." if job.cluster else "Nothing was running.",
-    )
-    return Outcome(done=True, message="cancelled")
-
-
-def preemption_message(job: Job) -> str:
-    """The message the scheduler wrote when it decided to preempt this job."""
-    event = (
-        JobEvent.objects.filter(job_id=job.pk, to_state=JobState.PREEMPTING)
-        .exclude(from_state=JobState.PREEMPTING)
-        .order_by("-created_at", "-id")
-        .first()
-    )
-    return event.message if event else ""
-
-
-def job_evict(*, job_id: int, attempt: int = 1) -> Outcome:
-    """Delete a PREEMPTING job's Volcano Job, then requeue it (reason Preempted)."""
-    job = _load(job_id)
-    if job is None or job.state != JobState.PREEMPTING:
-        return Outcome(done=True, message="not preempting")
-    pending = _remove(job, attempt=attempt)
-    if pending is not None:
-        return pending
-    preempting_end(job_id=job.pk)  # QUEUED: Preempted, or Requeued by the portal's own stop
-    return Outcome(done=True, message="requeued")
+    return BatchOutcome(later=later, woken=woken)

@@ -13,6 +13,10 @@ rewrites the cluster's rows in one transaction:
   own, mapped to the catalog's slice model of the node's GPU; under the single strategy the
   node's ``nvidia.com/gpu`` are slices, so only a slice model (from GFD's ``…-MIG-1g.10gb``
   product) may name them, never the card the cluster's label names;
+* a shared-GPU node (Volcano vGPU: allocatable ``volcano.sh/vgpu-memory``; HAMi: the
+  ``hami.io/node-nvidia-register`` annotation) becomes one row of GiB of GPU memory, mapped to
+  the catalog's shared pool of the node's card; its ``nvidia.com/gpu`` (HAMi advertises
+  devices × split count there) is never also offered as whole GPUs;
 * Ready comes from the node's Ready condition; schedulable is false when the node is cordoned
   or carries a NoSchedule/NoExecute taint that portal pods do not tolerate.
 
@@ -22,7 +26,9 @@ and tested on its own.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,17 +42,31 @@ from clusters.bindings import node_plans_apply, pod_bindings
 from clusters.kube import KubeError
 from clusters.models import Cluster, Node
 from clusters.services import ClusterUnavailable, cluster_client
+from scheduling.engine.sharing import memory_units
 from scheduling.models import GpuModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Catalog", "InventoryResult", "inventory_sync", "node_rows_from"]
+__all__ = [
+    "Catalog",
+    "InventoryResult",
+    "hami_devices",
+    "inventory_sync",
+    "node_rows_from",
+    "shared_memory_mib",
+]
 
 WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MIG_PREFIX = "nvidia.com/mig-"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 AMD_PRODUCT = "amd.com/gpu.product-name"
 GPU_TAINT = "nvidia.com/gpu"
+VGPU_NUMBER = "volcano.sh/vgpu-number"
+VGPU_MEMORY = "volcano.sh/vgpu-memory"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+SHARED_MEMORY_RESOURCES = (VGPU_MEMORY, HAMI_MEMORY)
+"""Pod resources in MiB of device memory; a shared pool row counts them in whole GiB."""
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -64,14 +84,19 @@ class Catalog:
     by_key: dict[str, CatalogEntry] = field(default_factory=dict)
     by_product: dict[str, CatalogEntry] = field(default_factory=dict)
     by_resource: dict[str, list[CatalogEntry]] = field(default_factory=dict)
+    shared_of: dict[str, CatalogEntry] = field(default_factory=dict)
+    """Card key → the catalog's shared pool of that card."""
 
     @classmethod
     def load(cls) -> Catalog:
         catalog = cls()
-        for pk, key, labels, resource in GpuModel.objects.values_list(
-            "pk", "key", "product_labels", "resource_name"
+        for pk, key, labels, resource, shares in GpuModel.objects.values_list(
+            "pk", "key", "product_labels", "resource_name", "shares__key"
         ):
             entry = CatalogEntry(pk, key, resource)
+            if shares:  # a shared pool is named by its card's nodes, never by labels of its own
+                catalog.shared_of.setdefault(shares, entry)
+                continue
             catalog.by_key[key.lower()] = entry
             for label in labels or []:
                 catalog.by_product.setdefault(str(label).lower(), entry)
@@ -128,6 +153,46 @@ class NodeRow:
     taints: list[dict[str, Any]]
 
 
+def hami_devices(annotation: str) -> list[tuple[int, int]]:
+    """(memory MiB, split count) per device from HAMi's node registration annotation.
+
+    Two encodings exist: the JSON list of newer releases (``[{"id": …, "count": 10,
+    "devmem": 81920, "devcore": 100, "type": "NVIDIA-…", "health": true}, …]``) and the older
+    ``id,count,devmem,devcore,type,numa,health:`` records separated by colons. Unhealthy or
+    unreadable devices are left out.
+    """
+    text = (annotation or "").strip()
+    devices: list[tuple[int, int]] = []
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return []
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("health", True) is not False:
+                devices.append((_count(item.get("devmem")), _count(item.get("count"))))
+        return [d for d in devices if d[0]]
+    for record in text.split(":"):
+        parts = record.split(",")
+        if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):
+            continue
+        devices.append((_count(parts[2]), _count(parts[1])))
+    return [d for d in devices if d[0]]
+
+
+def shared_memory_mib(
+    allocatable: Mapping[str, Any], annotations: Mapping[str, str]
+) -> tuple[str, int] | None:
+    """(resource, device memory in MiB on the node) when the node shares its GPUs, else None:
+    Volcano vGPU from allocatable ``volcano.sh/vgpu-memory``, HAMi from its registration."""
+    if VGPU_MEMORY in allocatable or VGPU_NUMBER in allocatable:
+        return VGPU_MEMORY, _count(allocatable.get(VGPU_MEMORY, 0))
+    register = annotations.get(HAMI_REGISTER)
+    if register:
+        return HAMI_MEMORY, sum(mem for mem, _ in hami_devices(register))
+    return None
+
+
 def _count(value: Any) -> int:
     """A GPU quantity (always whole numbers; "8", 8)."""
     try:
@@ -179,7 +244,9 @@ def _pod_gpu_requests(pod: dict[str, Any]) -> dict[str, int]:
         out: dict[str, int] = {}
         for section in ("limits", "requests"):
             for name, value in (resources.get(section) or {}).items():
-                if _is_gpu_resource(name):
+                if name in SHARED_MEMORY_RESOURCES:  # MiB of a device: a shared row's GiB
+                    out[name] = max(out.get(name, 0), math.ceil(_count(value) / 1024))
+                elif _is_gpu_resource(name):
                     out[name] = max(out.get(name, 0), _count(value))
         return out
 
@@ -234,7 +301,9 @@ def node_rows_from(
         resources = sorted({r for r in (*capacity, *allocatable) if _is_gpu_resource(r)})
         if not resources and labels.get("nvidia.com/gpu.present") == "true":
             resources = ["nvidia.com/gpu"]  # a GPU node whose device plugin is not up (yet)
-        if not name or not resources:
+        annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+        shared = shared_memory_mib(allocatable, annotations)
+        if not name or (not resources and shared is None):
             continue
         parent = catalog.whole(labels, gpu_label)
         product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT) or labels.get(gpu_label, "")
@@ -242,6 +311,28 @@ def node_rows_from(
         ready = _ready(node)
         schedulable = _schedulable(node, tolerate_gpu_taint=tolerate_gpu_taint)
         taints = list((node.get("spec") or {}).get("taints") or [])
+        if shared is not None:
+            # The node's devices are split between pods: one row of GiB, and no whole GPUs.
+            resource, mib = shared
+            model = catalog.shared_of.get(parent.key) if parent is not None else None
+            gib = memory_units(mib)
+            rows.append(
+                NodeRow(
+                    name=name,
+                    gpu_resource=resource,
+                    model_pk=model.pk if model else None,
+                    gpu_product=f"{product} shared"[:253],
+                    capacity=gib,
+                    allocatable=gib,
+                    used_by_others=used.get((name, resource), 0),
+                    mig_resources={},
+                    ready=ready,
+                    schedulable=schedulable,
+                    labels=labels,
+                    taints=taints,
+                )
+            )
+            continue
         for resource in resources:
             is_mig = resource.startswith(MIG_PREFIX)
             model = catalog.slice(resource, parent, product) if is_mig else parent

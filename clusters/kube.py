@@ -99,6 +99,9 @@ class Connection:
     tls_server_name: str | None = None
     timeout: float = 10.0
     creates_in_flight: int = 16
+    # The cluster the portal runs in: its service-account token, read from this file (the
+    # kubelet rotates it; see :class:`_TokenFile`).
+    token_file: str | None = None
 
 
 class KubeError(Exception):
@@ -106,7 +109,8 @@ class KubeError(Exception):
 
     ``status`` is the HTTP status (None when no response came back), ``reason`` the
     Kubernetes Status reason (``AlreadyExists``, ``NotFound``, ``Forbidden`` …),
-    ``retry_after`` the server's Retry-After in seconds.
+    ``retry_after`` the server's Retry-After in seconds, ``unsent`` whether the request
+    certainly never reached the API server (see :attr:`changed_nothing`).
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class KubeError(Exception):
         status: int | None = None,
         reason: str = "",
         retry_after: float | None = None,
+        unsent: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -124,6 +129,18 @@ class KubeError(Exception):
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
+        self.unsent = unsent
+
+    @property
+    def changed_nothing(self) -> bool:
+        """Whether the request certainly changed nothing on the cluster: it never reached the
+        API server (host name unresolved, no connection made, the server's TLS certificate
+        refused in the handshake), or the server refused it with a 4xx other than 409 (which
+        names an object that does exist). A read timeout, a connection reset after sending or
+        a 5xx prove nothing: a create may have been applied all the same."""
+        if self.unsent:
+            return True
+        return self.status is not None and 400 <= self.status < 500 and self.status != 409
 
     @property
     def transient(self) -> bool:
@@ -131,6 +148,14 @@ class KubeError(Exception):
         if self.kind in ("unreachable", "timeout"):
             return True
         return self.status in TRANSIENT_STATUSES
+
+    @property
+    def cluster_unreachable(self) -> bool:
+        """Whether the request failed for the cluster's sake, not the request's: refused,
+        unresolvable, a TLS handshake refused, no answer in time, or the portal's own
+        credentials refused (401). Every request to the cluster fails alike until it is back
+        (or an admin fixes its registration), so a job waits for it instead of failing."""
+        return self.kind in ("unreachable", "tls", "timeout") or self.status == 401
 
     @property
     def not_found(self) -> bool:
@@ -183,6 +208,7 @@ def _api_error(exc: ApiException, what: str) -> KubeError:
                 f"{what}: the API server's TLS certificate is not signed by the registered CA "
                 "(or does not name this host)",
                 kind="tls",
+                unsent=True,  # refused in the handshake, before any request was written
             )
         return KubeError(f"{what}: TLS handshake failed", kind="tls")
     reason, message = "", ""
@@ -222,16 +248,31 @@ def _transport_error(exc: Exception, what: str) -> KubeError:
                 f"{what}: the API server's TLS certificate is not signed by the registered CA "
                 "(or does not name this host)",
                 kind="tls",
+                unsent=True,  # refused in the handshake, before any request was written
             )
         return KubeError(f"{what}: TLS handshake failed", kind="tls")
+    if isinstance(inner, urllib3.exceptions.NameResolutionError):
+        return KubeError(
+            f"{what}: the API server's host name does not resolve (DNS)",
+            kind="unreachable",
+            unsent=True,
+        )
     # NewConnectionError subclasses ConnectTimeoutError in urllib3 2: test it first.
     if isinstance(inner, urllib3.exceptions.NewConnectionError | ConnectionError):
+        # No connection made: nothing sent. A connection reset (another ConnectionError) may
+        # come after the request was written.
+        unsent = isinstance(inner, urllib3.exceptions.NewConnectionError | ConnectionRefusedError)
         return KubeError(
             f"{what}: the API server is unreachable (connection refused or no route)",
             kind="unreachable",
+            unsent=unsent,
         )
     if isinstance(inner, urllib3.exceptions.TimeoutError):
-        return KubeError(f"{what}: the API server did not answer in time", kind="timeout")
+        return KubeError(
+            f"{what}: the API server did not answer in time",
+            kind="timeout",
+            unsent=isinstance(inner, urllib3.exceptions.ConnectTimeoutError),
+        )
     return KubeError(f"{what}: the connection to the API server failed", kind="unreachable")
 
 
@@ -246,6 +287,36 @@ def _memfd_pem(pem: str) -> tuple[int, str]:
     fd = os.memfd_create("gpupool-client-cert", os.MFD_CLOEXEC)
     os.write(fd, pem.encode("ascii"))
     return fd, f"/proc/self/fd/{fd}"
+
+
+class _TokenFile:
+    """A projected service-account token: the kubelet replaces the file before the token
+    expires (about hourly), so the client re-reads it whenever the file changed, checked with
+    one ``stat`` before each request (the client's ``refresh_api_key_hook``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._seen: tuple[int, int] | None = None
+
+    def read(self) -> str:
+        try:
+            st = os.stat(self.path)
+            with open(self.path, encoding="ascii") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KubeError(
+                f"the service-account token cannot be read: {exc.__class__.__name__}", kind="auth"
+            ) from None
+        self._seen = (st.st_mtime_ns, st.st_ino)
+        return token
+
+    def refresh(self, cfg: Any) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # keep the token in hand; the API server says when it stops working
+        if (st.st_mtime_ns, st.st_ino) != self._seen:
+            cfg.api_key["authorization"] = self.read()
 
 
 class KubeClient:
@@ -267,7 +338,12 @@ class KubeClient:
         cfg.connection_pool_maxsize = max(4, conn.creates_in_flight + 4)
         if conn.tls_server_name:
             cfg.tls_server_name = conn.tls_server_name
-        if conn.token is not None:
+        if conn.token_file is not None:
+            token_file = _TokenFile(conn.token_file)
+            cfg.api_key = {"authorization": token_file.read()}
+            cfg.api_key_prefix = {"authorization": "Bearer"}
+            cfg.refresh_api_key_hook = token_file.refresh
+        elif conn.token is not None:
             cfg.api_key = {"authorization": conn.token}
             cfg.api_key_prefix = {"authorization": "Bearer"}
         elif conn.client_cert_pem and conn.client_key_pem:
@@ -353,21 +429,72 @@ class KubeClient:
         return dict(self._call(f"creating namespace {name}", self.core.create_namespace, body))
 
     def read_pod_log(
-        self, namespace: str, pod: str, *, tail_lines: int | None = None, limit_bytes: int = 0
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        tail_lines: int | None = None,
+        limit_bytes: int = 0,
+        since_seconds: int | None = None,
+        timestamps: bool = False,
+        previous: bool = False,
     ) -> str:
+        """A pod's log as text (never JSON-decoded, even when a line happens to be JSON)."""
         kwargs: dict[str, Any] = {}
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
         if limit_bytes:
             kwargs["limit_bytes"] = limit_bytes
-        data = self._call(
-            f"reading the log of pod {pod}",
-            self.core.read_namespaced_pod_log,
-            pod,
-            namespace,
-            **kwargs,
-        )
-        return data if isinstance(data, str) else json.dumps(data)
+        if since_seconds is not None:
+            kwargs["since_seconds"] = since_seconds
+        if timestamps:
+            kwargs["timestamps"] = True
+        if previous:
+            kwargs["previous"] = True
+        what = f"reading the log of pod {pod}"
+        self.limiter.acquire()
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                pod, namespace, _preload_content=False, _request_timeout=self.timeout, **kwargs
+            )
+            data = resp.data
+        except ApiException as exc:
+            raise _api_error(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _transport_error(exc, what) from None
+        return bytes(data or b"").decode("utf-8", "replace")
+
+    def stream_pod_log(
+        self, namespace: str, pod: str, *, timestamps: bool = False, previous: bool = False
+    ) -> Iterator[bytes]:
+        """A pod's whole log, in chunks as the API server sends them (a download: it is never
+        held in memory). Errors before the first byte raise KubeError; a connection lost
+        midway ends the chunks early."""
+        what = f"reading the log of pod {pod}"
+        self.limiter.acquire()
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                pod,
+                namespace,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+                timestamps=timestamps or None,
+                previous=previous or None,
+            )
+        except ApiException as exc:
+            raise _api_error(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _transport_error(exc, what) from None
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from resp.stream(64 * 1024)
+            except (urllib3.exceptions.HTTPError, OSError):
+                log.warning("%s: the connection was lost midway", what)
+            finally:
+                resp.release_conn()
+
+        return chunks()
 
     # -- access probes (the connection test) -----------------------------------------------
     def access_probe(self, resource: str, verb: str, namespace: str) -> None:
@@ -504,14 +631,24 @@ class KubeClient:
         )
 
     def delete_job(
-        self, namespace: str, name: str, *, uid: str | None = None, dry_run: bool = False
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        dry_run: bool = False,
+        wait_for_pods: bool = False,
     ) -> None:
-        """Delete with background propagation: the Job goes now, its pods follow.
+        """Delete with background propagation (the Job goes now, its pods follow), or with
+        ``wait_for_pods`` in the foreground: the Job stays, marked for deletion, until its
+        pods are gone, so that while it can still be read its GPUs are still taken.
 
         With ``uid`` the API server deletes only that incarnation of the name (a precondition),
         so a late cleanup can never remove a newer object that reused the name.
         """
-        kwargs: dict[str, Any] = {"propagation_policy": "Background"}
+        kwargs: dict[str, Any] = {
+            "propagation_policy": "Foreground" if wait_for_pods else "Background"
+        }
         if uid:
             kwargs["body"] = {"preconditions": {"uid": uid}}
         if dry_run:

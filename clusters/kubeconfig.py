@@ -40,10 +40,17 @@ from cryptography.hazmat.primitives import serialization
 
 from clusters.urlcheck import UnsafeUrlError, normalize_api_url
 
-__all__ = ["MAX_KUBECONFIG_BYTES", "ClusterCredentials", "KubeconfigError", "parse_kubeconfig"]
+__all__ = [
+    "MAX_KUBECONFIG_BYTES",
+    "MAX_YAML_DEPTH",
+    "ClusterCredentials",
+    "KubeconfigError",
+    "parse_kubeconfig",
+]
 
 MAX_KUBECONFIG_BYTES = 512 * 1024
 MAX_TOKEN_LENGTH = 16 * 1024
+MAX_YAML_DEPTH = 32  # a kubeconfig is 5 deep; extensions may nest a little more
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _HOST_NAME = re.compile(
@@ -93,13 +100,33 @@ class ClusterCredentials:
 
 
 class _UntrustedLoader(yaml.SafeLoader):
-    """The safe loader, without aliases, merge keys or duplicate keys."""
+    """The safe loader, without aliases, merge keys or duplicate keys, and at most
+    ``MAX_YAML_DEPTH`` levels deep.
+
+    PyYAML's scanner and parser keep their state in lists, but its composer and constructor
+    recurse once per level: 10,000 nested ``[`` ran them out of stack (a ``RecursionError``,
+    a 500 at registration). The depth is counted as nodes are composed, before anything is
+    built, so a deep document is refused after reading ``MAX_YAML_DEPTH`` levels of it.
+    """
+
+    _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             mark = self.peek_event().start_mark
             raise KubeconfigError("", f"YAML aliases are not accepted (line {mark.line + 1})")
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise KubeconfigError(
+                "",
+                f"the kubeconfig nests more than {MAX_YAML_DEPTH} levels deep "
+                f"(line {mark.line + 1}, column {mark.column + 1})",
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()

@@ -19,6 +19,22 @@ class ClusterState(models.TextChoices):
 class AuthMethod(models.TextChoices):
     TOKEN = "token", "Bearer token"
     CLIENT_CERTIFICATE = "client-certificate", "Client certificate"
+    IN_CLUSTER = "in-cluster", "The portal's own service account (in-cluster)"
+
+
+class SharingMode(models.TextChoices):
+    """How a cluster splits GPUs between pods (``../shared/k8s-reference/README.md``).
+
+    ``none``: whole GPUs (and MIG slices) only. ``volcano-vgpu``: Volcano's deviceshare plugin
+    with the volcano-vgpu-device-plugin (``volcano.sh/vgpu-number`` / ``vgpu-memory`` /
+    ``vgpu-cores``, scheduled by Volcano). ``hami``: HAMi's device plugin and scheduler extender
+    (``nvidia.com/gpu`` + ``nvidia.com/gpumem`` / ``gpucores``, pods scheduled by
+    ``hami-scheduler``).
+    """
+
+    NONE = "none", "No sharing"
+    VOLCANO_VGPU = "volcano-vgpu", "Volcano vGPU"
+    HAMI = "hami", "HAMi"
 
 
 class Cluster(models.Model):
@@ -64,6 +80,12 @@ class Cluster(models.Model):
         default=True, help_text="Pods tolerate the nvidia.com/gpu taint, whatever its effect"
     )
     run_as_non_root = models.BooleanField(default=False)
+    sharing_mode = models.CharField(
+        max_length=16,
+        choices=SharingMode.choices,
+        default=SharingMode.NONE,
+        help_text="How shared (fractional) GPU jobs ask for their share on this cluster",
+    )
     mount_service_account_token = models.BooleanField(default=False)
     request_rate = models.PositiveIntegerField(
         null=True, blank=True, help_text="API requests per second (empty: the portal default)"
@@ -83,6 +105,10 @@ class Cluster(models.Model):
     queues_error = models.TextField(blank=True)
     reconciled_at = models.DateTimeField(null=True, blank=True)
     reconcile_error = models.TextField(blank=True)
+    # Set by the first call that could not reach the API server (refused, unresolvable, TLS
+    # refused, no answer in time, credentials refused), cleared by the next one that did.
+    unreachable_since = models.DateTimeField(null=True, blank=True)
+    unreachable_error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -93,6 +119,10 @@ class Cluster(models.Model):
     @property
     def takes_new_work(self) -> bool:
         return self.state == ClusterState.ENABLED
+
+    @property
+    def reachable(self) -> bool:
+        return self.unreachable_since is None
 
 
 class Node(models.Model):

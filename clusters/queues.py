@@ -144,6 +144,10 @@ def queues_desired(
         wanted = min(available, gpus)
         if wanted <= 0:
             continue
+        if resource == volcano.HAMI_MEMORY:
+            continue  # HAMi's shares are bound by hami-scheduler: Volcano's queues never see them
+        if resource == volcano.VGPU_MEMORY:
+            wanted *= 1024  # a shared pool counts GiB; Volcano counts vgpu-memory in MiB
         team = capability.setdefault(slug, {})
         team[resource] = team.get(resource, 0) + wanted
     return [

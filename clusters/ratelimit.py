@@ -12,6 +12,9 @@ would hit the API server as fast as the workers can send. Two pieces:
   courtesy to the API server, not a correctness rule.
 * ``creates_in_flight`` is a semaphore per process (see :class:`clusters.kube.KubeClient`),
   since a crashed worker could never give back a shared one.
+* :func:`cluster_task_slot` bounds the tasks one worker runs for one cluster at once (half its
+  slots by default), so a cluster that hangs holds at most that many while its requests time
+  out, and the scheduling cycle and the other clusters' tasks keep the rest.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
+from django.conf import settings
 from django.core.cache import cache
+
+from portal.workers import worker_concurrency, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +85,38 @@ class SharedRateLimiter:
         cache.add(slot, 0, timeout=2)
         count = cache.incr(slot, self.chunk)
         return max(0, min(self.chunk, self.per_window - (count - self.chunk)))
+
+
+# A count left behind by a killed worker runs out with its key: at most this long.
+SLOT_COUNT_TTL = 60
+
+
+def cluster_task_slots() -> int:
+    """Tasks one worker may run for one cluster at once: the setting, or half its slots."""
+    return settings.GPUPOOL_CLUSTER_TASK_SLOTS or max(1, worker_concurrency() // 2)
+
+
+@contextmanager
+def cluster_task_slot(cluster_id: int) -> Iterator[bool]:
+    """Take one of this worker's places for ``cluster_id`` (True), or learn that they are all
+    taken (False: the caller defers instead of waiting on a slow cluster in a worker slot).
+
+    Counted in the shared cache per worker (a prefork pool's children share one count);
+    outside a worker, or with the cache down, there is no bound.
+    """
+    name = worker_name()
+    if not name:
+        yield True
+        return
+    key = f"clusters:busy:{cluster_id}:{name}"
+    try:
+        cache.add(key, 0, timeout=SLOT_COUNT_TTL)
+        taken = int(cache.incr(key))
+    except Exception:  # cache down or the key expired between add and incr: do not bound
+        yield True
+        return
+    try:
+        yield taken <= cluster_task_slots()
+    finally:
+        with suppress(Exception):  # gone with its key (a count left by a killed worker)
+            cache.decr(key)

@@ -29,6 +29,8 @@ __all__ = [
     "credentials_reseal",
     "credentials_seal",
     "secret_hint",
+    "text_open",
+    "text_seal",
 ]
 
 _VERSION = 1
@@ -120,3 +122,20 @@ def secret_hint(material: SecretMaterial) -> str:
         tail = material.token[-4:] if len(material.token) >= 16 else ""
         return f"token …{tail} ({len(material.token)} characters)"
     return "client certificate and key"
+
+
+def text_seal(plain: str) -> str:
+    """Any other secret the portal must read back (a team webhook's signing secret), sealed
+    under the same keys as cluster credentials, so it rotates with them."""
+    return _current().encrypt(plain.encode()).decode("ascii")
+
+
+def text_open(sealed: str, *, what: str = "this secret") -> str:
+    """The text sealed by :func:`text_seal`; CredentialsUnreadable (naming ``what``) when no
+    configured key opens it."""
+    try:
+        return _current().decrypt(sealed.encode("ascii")).decode()
+    except (InvalidToken, UnicodeError):
+        raise CredentialsUnreadable(
+            f"{what} cannot be decrypted with the keys in GPUPOOL_SECRET_KEYS; set it again"
+        ) from None

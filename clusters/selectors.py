@@ -10,7 +10,7 @@ from django.db.models import Max, Q, QuerySet
 from clusters.capacity import NodeLoad, planned_gpus_by_node, pool_free
 from clusters.models import Cluster, ClusterState, Node
 from portal.access import AnyUser
-from portal.models import Job, JobState
+from portal.models import HOLDING_STATES, Job
 
 __all__ = [
     "ModelCapacity",
@@ -19,14 +19,6 @@ __all__ = [
     "clusters_visible_to",
     "largest_node_gpus",
 ]
-
-HOLDING_STATES = (
-    JobState.ADMITTED,
-    JobState.SUBMITTED,
-    JobState.RUNNING,
-    JobState.PREEMPTING,
-    JobState.CANCELLING,
-)
 
 
 def clusters_visible_to(user: AnyUser) -> QuerySet[Cluster]:
@@ -46,9 +38,11 @@ def largest_node_gpus() -> int | None:
     A replica must fit on one node, so submit validation refuses ``gpus_per_replica`` above
     this; None while no inventory has been read yet (then the setting's bound applies).
     """
-    value = Node.objects.filter(
-        cluster__state=ClusterState.ENABLED, ready=True, schedulable=True
-    ).aggregate(most=Max("gpu_allocatable"))["most"]
+    value = (
+        Node.objects.filter(cluster__state=ClusterState.ENABLED, ready=True, schedulable=True)
+        .exclude(gpu_model__shares__isnull=False)  # shared pools count GiB, not GPUs
+        .aggregate(most=Max("gpu_allocatable"))["most"]
+    )
     return int(value) if value else None
 
 
@@ -71,6 +65,8 @@ class ModelCapacity:
     cycle uses: a node counted beyond what it allocates has its excess taken off the others."""
     largest_free_block: int = 0
     node_rows: list[Node] = field(default_factory=list)
+    shared: bool = False
+    """A shared GPU pool: every figure is GiB of GPU memory, not GPUs."""
     over_counts: list[str] = field(default_factory=list)
     """Nodes whose books count more GPUs than they allocate, in words (normally none)."""
 
@@ -93,7 +89,14 @@ def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
     rows = Node.objects.filter(cluster=cluster).select_related("gpu_model").order_by("name")
     for node in rows:
         key = node.gpu_model.key if node.gpu_model else f"unknown: {node.gpu_product or '?'}"
-        entry = by_model.setdefault(key, ModelCapacity(model=key, known=node.gpu_model is not None))
+        entry = by_model.setdefault(
+            key,
+            ModelCapacity(
+                model=key,
+                known=node.gpu_model is not None,
+                shared=node.gpu_model is not None and node.gpu_model.shares_id is not None,
+            ),
+        )
         entry.node_rows.append(node)
     for entry in by_model.values():
         loads = [

@@ -11,20 +11,27 @@ dispatch, status) live in modules of their own beside this one.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import functools
 import hashlib
 import logging
+import math
 import re
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.incluster import InClusterError, in_cluster_read
 from clusters.kube import (
     FIELD_MANAGER,
     RBAC_JOBS,
@@ -35,7 +42,7 @@ from clusters.kube import (
     KubeError,
 )
 from clusters.kubeconfig import ClusterCredentials, KubeconfigError, parse_kubeconfig
-from clusters.models import Cluster, ClusterState
+from clusters.models import AuthMethod, Cluster, ClusterState, SharingMode, VolcanoJobRecord
 from clusters.ratelimit import SharedRateLimiter
 from clusters.secrets import (
     CredentialsUnreadable,
@@ -44,8 +51,15 @@ from clusters.secrets import (
     credentials_seal,
     secret_hint,
 )
-from clusters.urlcheck import UnresolvableHostError, UnsafeUrlError, check_api_url
-from portal.errors import ApplicationError
+from clusters.urlcheck import (
+    UnresolvableHostError,
+    UnsafeUrlError,
+    check_api_url,
+    check_prometheus_url,
+)
+from portal import hooks
+from portal.errors import ApplicationError, NotFound
+from portal.models import Team
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +73,12 @@ __all__ = [
     "cluster_credentials_from_input",
     "cluster_job_namespace",
     "cluster_job_namespaces",
+    "cluster_prometheus_url_check",
+    "cluster_reachable_mark",
     "cluster_register",
     "cluster_settings_check",
     "cluster_test",
+    "cluster_unreachable_mark",
     "cluster_url_check",
     "clusters_forget_clients",
     "job_namespace_ensure",
@@ -78,6 +95,16 @@ class ClusterUnavailable(Exception):
 def cluster_url_check(url: str) -> str:
     """The normalized URL if the operator's settings allow connecting to it (DNS included)."""
     return check_api_url(
+        url,
+        allow_local=settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS,
+        allow_private=settings.GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS,
+    )
+
+
+def cluster_prometheus_url_check(url: str) -> str:
+    """The normalized Prometheus URL if the operator's settings allow querying it (DNS
+    included): the same guard as the API URL, at registration and before every collection."""
+    return check_prometheus_url(
         url,
         allow_local=settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS,
         allow_private=settings.GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS,
@@ -172,12 +199,17 @@ _CLUSTER_OPTIONS = frozenset(
         "tolerate_gpu_taint",
         "run_as_non_root",
         "mount_service_account_token",
+        "sharing_mode",
     }
 )
 
 
 def _is_dns_label(value: str) -> bool:
     return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
+
+
+RESERVED_CLUSTER_NAMES = frozenset({"register", "job-logs"})
+"""Names /clusters/<name>/ could not reach: the portal's own pages under /clusters/ have them."""
 
 
 def cluster_settings_check(*, name: str | None = None, **options: Any) -> None:
@@ -192,6 +224,11 @@ def cluster_settings_check(*, name: str | None = None, **options: Any) -> None:
             "A cluster name must be a DNS-1123 label.",
             fields={"name": ["Lower-case letters, digits and '-', at most 63 characters."]},
         )
+    if name in RESERVED_CLUSTER_NAMES:
+        raise ApplicationError(
+            f"{name} is a page of the portal's, not a cluster name.",
+            fields={"name": [f"Reserved: {', '.join(sorted(RESERVED_CLUSTER_NAMES))}."]},
+        )
     unknown = set(options) - _CLUSTER_OPTIONS
     if unknown:
         raise ValueError(f"unknown cluster options: {sorted(unknown)}")
@@ -202,10 +239,22 @@ def cluster_settings_check(*, name: str | None = None, **options: Any) -> None:
                 f"{key.replace('_', ' ').capitalize()} must be a DNS-1123 label.",
                 fields={key: ["Lower-case letters, digits and '-', at most 63 characters."]},
             )
+    if options.get("sharing_mode") not in (None, *SharingMode.values):
+        raise ApplicationError(
+            "Unknown GPU sharing mode.",
+            fields={"sharing_mode": [", ".join(SharingMode.values)]},
+        )
     if options.get("state") not in (None, *ClusterState.values):
         raise ApplicationError(
             "Unknown state.", fields={"state": ["enabled, draining or disabled"]}
         )
+    if options.get("prometheus_url"):
+        try:
+            cluster_prometheus_url_check(options["prometheus_url"])
+        except UnsafeUrlError as exc:
+            raise ApplicationError(
+                f"The Prometheus URL is refused: {exc}", fields={"prometheus_url": [str(exc)]}
+            ) from None
 
 
 def cluster_register(
@@ -238,6 +287,38 @@ def cluster_register(
         "credentials_updated_at": now,
         **options,
     }
+    return _cluster_save(name=name, values=values, update=update)
+
+
+def cluster_register_in_cluster(
+    *, name: str, update: bool = False, **options: Any
+) -> tuple[Cluster, bool]:
+    """Register (or, with ``update``, switch to) the cluster this portal runs in, reached with
+    its own service account (``clusters.incluster``): no credentials are stored, every
+    connection reads the pod's. ApplicationError naming ``in_cluster`` outside a pod."""
+    cluster_settings_check(name=name, **options)
+    try:
+        here = in_cluster_read()
+    except InClusterError as exc:
+        raise ApplicationError(
+            f"The cluster this portal runs in cannot be used: {exc}",
+            fields={"in_cluster": [str(exc)]},
+        ) from None
+    values: dict[str, Any] = {
+        "api_url": here.url,
+        "ca_pem": here.ca_pem,
+        "tls_server_name": "",
+        "auth_method": AuthMethod.IN_CLUSTER,
+        "credentials": "",
+        "credential_hint": f"service account {here.account}",
+        "credentials_updated_at": timezone.now(),
+        **options,
+    }
+    return _cluster_save(name=name, values=values, update=update)
+
+
+def _cluster_save(*, name: str, values: dict[str, Any], update: bool) -> tuple[Cluster, bool]:
+    """Create the cluster ``name`` or (with ``update``) replace its fields; (cluster, created)."""
     with transaction.atomic():
         existing = Cluster.objects.select_for_update().filter(name=name).first()
         if existing is not None and not update:
@@ -254,8 +335,35 @@ def cluster_register(
             existing.save()
             cluster, created = existing, False
     clusters_forget_clients(cluster.pk)
-    log.info("cluster %s %s (%s)", name, "registered" if created else "updated", url)
+    log.info("cluster %s %s (%s)", name, "registered" if created else "updated", values["api_url"])
     return cluster, created
+
+
+def cluster_state_set(*, cluster: Cluster, state: str) -> Cluster:
+    """Enable, drain or disable a cluster. Draining and disabled clusters take nothing new at
+    the next scheduling cycle; their running jobs go on (the engine reads the state each cycle,
+    so nothing else has to be told)."""
+    cluster_settings_check(state=state)
+    Cluster.objects.filter(pk=cluster.pk).update(state=state)
+    cluster.state = state
+    log.info("cluster %s is now %s", cluster.name, state)
+    return cluster
+
+
+def cluster_delete(*, cluster: Cluster) -> None:
+    """Forget a cluster. Refused while any job record points at it: a job's placement and
+    history name its cluster, so such a cluster is disabled instead, never deleted."""
+    jobs = cluster.jobs.count()
+    if jobs:
+        raise ApplicationError(
+            f"{jobs} job{'s' if jobs != 1 else ''} ran or run on {cluster.name}; their history "
+            "keeps the cluster. Disable it instead: it then takes nothing new.",
+            fields={"name": ["Has jobs; disable instead."]},
+        )
+    pk, name = cluster.pk, cluster.name
+    cluster.delete()
+    clusters_forget_clients(pk)
+    log.info("cluster %s deleted", name)
 
 
 def cluster_job_namespace(cluster: Cluster, team_slug: str) -> str:
@@ -314,6 +422,8 @@ def _fingerprint(cluster: Cluster) -> tuple[Any, ...]:
 
 def cluster_connection(cluster: Cluster) -> Connection:
     """Connection details with the secret opened in memory; ClusterUnavailable when refused."""
+    if cluster.auth_method == AuthMethod.IN_CLUSTER:
+        return _in_cluster_connection(cluster)
     try:
         url = cluster_url_check(cluster.api_url)
     except UnresolvableHostError as exc:
@@ -332,6 +442,22 @@ def cluster_connection(cluster: Cluster) -> Connection:
         client_cert_pem=material.client_cert_pem,
         client_key_pem=material.client_key_pem,
         tls_server_name=cluster.tls_server_name or None,
+        timeout=float(settings.GPUPOOL_CLUSTER_TIMEOUT_SECONDS),
+        creates_in_flight=cluster.creates_in_flight or settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT,
+    )
+
+
+def _in_cluster_connection(cluster: Cluster) -> Connection:
+    """The pod's own API server, CA and token file, read now (``clusters.incluster``)."""
+    try:
+        here = in_cluster_read()
+    except InClusterError as exc:
+        raise ClusterUnavailable(f"in-cluster: {exc}") from None
+    return Connection(
+        name=cluster.name,
+        url=here.url,
+        ca_pem=here.ca_pem,
+        token_file=here.token_file,
         timeout=float(settings.GPUPOOL_CLUSTER_TIMEOUT_SECONDS),
         creates_in_flight=cluster.creates_in_flight or settings.GPUPOOL_CLUSTER_CREATES_IN_FLIGHT,
     )
@@ -361,6 +487,39 @@ def cluster_client(cluster: Cluster) -> KubeClient:
     if old is not None:
         old[1].close()
     return client
+
+
+def cluster_unreachable_mark(cluster: Cluster, problem: str) -> dt.datetime:
+    """Record that ``cluster`` cannot be reached (the first failure's time is kept, the
+    problem is the latest); returns since when it has been unreachable."""
+    now = timezone.now()
+    newly = Cluster.objects.filter(pk=cluster.pk, unreachable_since__isnull=True).update(
+        unreachable_since=now, unreachable_error=problem[:2000]
+    )
+    if newly:
+        hooks.cluster_unreachable.fire_on_commit(cluster.pk)  # platform admins hear of it
+    else:
+        Cluster.objects.filter(pk=cluster.pk).update(
+            unreachable_since=Coalesce(F("unreachable_since"), Value(now)),
+            unreachable_error=problem[:2000],
+        )
+    since = Cluster.objects.filter(pk=cluster.pk).values_list("unreachable_since", flat=True)
+    cluster.unreachable_since = since.first() or now
+    return cluster.unreachable_since
+
+
+def cluster_reachable_mark(cluster: Cluster) -> bool:
+    """A call reached ``cluster``: clear its unreachable mark. True when this call cleared it
+    (it costs a query only when the row, as loaded, had one)."""
+    if cluster.unreachable_since is None:
+        return False
+    cleared = Cluster.objects.filter(pk=cluster.pk, unreachable_since__isnull=False).update(
+        unreachable_since=None, unreachable_error=""
+    )
+    cluster.unreachable_since = None
+    if cleared:
+        log.info("cluster %s is reachable again", cluster.name)
+    return bool(cleared)
 
 
 _build_locks: dict[int, threading.Lock] = {}
@@ -491,8 +650,6 @@ def cluster_test(*, cluster: Cluster, record: bool = True) -> ConnectionReport:
 
     Order matters: each step assumes the one before worked (a 401 says nothing about RBAC).
     """
-    from portal.models import Team
-
     report = _run_test(cluster, list(Team.objects.values_list("slug", flat=True)))
     if record:
         Cluster.objects.filter(pk=cluster.pk).update(
@@ -657,6 +814,58 @@ def _has_gpus(node: dict[str, Any]) -> bool:
 LOG_TAIL_DEFAULT = 500
 LOG_TAIL_MAX = 10_000
 LOG_BYTES_MAX = 2 * 1024 * 1024
+LOG_SINCE_SLACK_SECONDS = 120
+"""A read after a cursor asks the cluster for the last (portal now - cursor + this) seconds:
+room for the cluster's clock running ahead of the portal's. A larger skew shows (the cursor's
+own line is not in the answer) and is read again by tail instead."""
+LOG_ATTEMPTS = ("current", "previous")
+"""``previous``: the run before the container last restarted in place, as the kubelet keeps
+it (``kubectl logs --previous``)."""
+
+_LOG_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})")
+_LOG_DURATION = re.compile(r"(\d{1,7})([smhd]?)")
+_LOG_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def log_time_nanos(text: str) -> int | None:
+    """An RFC 3339 time (as kubelets stamp lines, up to nanoseconds) in epoch nanoseconds."""
+    match = _LOG_TIME.fullmatch(text)
+    if match is None:
+        return None
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    try:
+        moment = dt.datetime.fromisoformat(match[1] + zone)
+    except ValueError:
+        return None
+    return int(moment.timestamp()) * 10**9 + int((match[2] or "").ljust(9, "0"))
+
+
+@dataclass(frozen=True)
+class LogSince:
+    """Where a read starts: after a line's timestamp (``after``, what ``next_since`` hands
+    back), or some seconds ago (``seconds``)."""
+
+    after: str = ""
+    seconds: int = 0
+
+    @property
+    def after_nanos(self) -> int:
+        return log_time_nanos(self.after) or 0
+
+
+def log_since_parse(value: str) -> LogSince:
+    """``since`` as a client writes it: an RFC 3339 time (the lines after it) or a duration
+    like ``90s``, ``10m``, ``2h``, ``1d`` (the lines of that last stretch)."""
+    text = (value or "").strip()
+    if log_time_nanos(text) is not None:
+        return LogSince(after=text)
+    match = _LOG_DURATION.fullmatch(text.lower())
+    if match is None or int(match[1]) == 0:
+        raise ApplicationError(
+            "since must be an RFC 3339 time or a duration.",
+            fields={"since": ["Use a line's timestamp (2025-03-04T10:30:15.123Z) or 10m, 2h."]},
+        )
+    return LogSince(seconds=int(match[1]) * _LOG_UNITS[match[2]])
 
 
 @dataclass
@@ -668,46 +877,164 @@ class JobLogs:
     text: str = ""
     message: str = ""
     available: bool = False
+    attempt: str = "current"
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    """(timestamp, text) per line, oldest first."""
+    next_since: str = ""
+    """The last line's timestamp (or the ``since`` read after, when nothing came): read
+    ``since`` it for only what comes next."""
+    running: bool = False
+    """The job has not ended: more lines may come."""
 
 
-def job_logs(*, job: Any, replica: int = 0, tail: int | None = LOG_TAIL_DEFAULT) -> JobLogs:
-    """The last ``tail`` lines of one replica's main container.
+def _log_lines(raw: str) -> list[tuple[str, str]]:
+    """``TIMESTAMP text`` lines as (timestamp, text); a line cut by the byte limit is dropped
+    (the next read starts after the last whole one)."""
+    parts = raw.split("\n")
+    cut = parts[-1] != "" and len(raw.encode()) >= LOG_BYTES_MAX
+    if parts[-1] == "" or cut:
+        parts.pop()
+    out = []
+    for line in parts:
+        stamp, _, text = line.partition(" ")
+        out.append((stamp, text) if log_time_nanos(stamp) is not None else ("", line))
+    return out
+
+
+def _read_log(
+    client: KubeClient,
+    namespace: str,
+    pod: str,
+    *,
+    tail: int | None,
+    previous: bool,
+    since: LogSince | None,
+) -> list[tuple[str, str]]:
+    """The lines to show, always read with timestamps (the cursor of the next read)."""
+    read = functools.partial(
+        client.read_pod_log,
+        namespace,
+        pod,
+        timestamps=True,
+        previous=previous,
+        limit_bytes=LOG_BYTES_MAX,
+    )
+    if since is None:
+        return _log_lines(read(tail_lines=tail))
+    if since.seconds:
+        return _log_lines(read(tail_lines=tail, since_seconds=since.seconds))
+    after = since.after_nanos
+    behind = after / 1e9 - time.time()
+    lines = _log_lines(
+        read(
+            tail_lines=LOG_TAIL_MAX,
+            since_seconds=max(1, math.ceil(LOG_SINCE_SLACK_SECONDS - behind)),
+        )
+    )
+    # The answer starts at or before the cursor's own line only if nothing between it and
+    # the answer's first line was left out (the cluster's clock ahead, or a restart).
+    if not any(0 < (log_time_nanos(stamp) or 0) <= after for stamp, _ in lines):
+        lines = _log_lines(read(tail_lines=LOG_TAIL_MAX))
+    return [line for line in lines if (log_time_nanos(line[0]) or 0) > after]
+
+
+def job_logs(
+    *,
+    job: Any,
+    replica: int = 0,
+    tail: int | None = LOG_TAIL_DEFAULT,
+    attempt: str = "current",
+    since: LogSince | None = None,
+    timestamps: bool = False,
+) -> JobLogs:
+    """One replica's main container: its last ``tail`` lines, or with ``since`` the lines
+    after a cursor (``next_since`` of the previous read: how the page follows a log and a
+    CLI tails it) or of the last so many seconds; ``attempt="previous"`` for the run before
+    the container restarted.
 
     Access is the caller's business (``portal.access.job_get_for_user``). The answer is never
     an exception for things a user cannot fix: a job not started yet, a pod still pulling its
     image, or pods already garbage-collected come back as a message.
     """
-    from clusters.models import VolcanoJobRecord
-
     if not 0 <= replica < job.replicas:
         raise ApplicationError(
             f"This job has replicas 0 to {job.replicas - 1}.",
             fields={"replica": [f"Must be between 0 and {job.replicas - 1}."]},
         )
+    if attempt not in LOG_ATTEMPTS:
+        raise ApplicationError(
+            "attempt must be current or previous.",
+            fields={"attempt": ["current, or previous (the run before the last restart)."]},
+        )
     if tail is not None:
         tail = max(1, min(LOG_TAIL_MAX, tail))
     pod = volcano.replica_pod_name(str(job.public_id), job.kind, job.replicas, replica)
-    logs = JobLogs(replica=replica, pod=pod)
+    logs = JobLogs(
+        replica=replica,
+        pod=pod,
+        attempt=attempt,
+        next_since=since.after if since else "",
+        running=not job.is_terminal,
+    )
     record = VolcanoJobRecord.objects.filter(job_id=job.pk).select_related("cluster").first()
     if record is None or job.cluster_id is None:
         logs.message = "The job has not been started on a cluster yet."
         return logs
     try:
         client = cluster_client(record.cluster)
-        logs.text = client.read_pod_log(
-            record.namespace, pod, tail_lines=tail, limit_bytes=LOG_BYTES_MAX
+        logs.lines = _read_log(
+            client,
+            record.namespace,
+            pod,
+            tail=tail,
+            previous=attempt == "previous",
+            since=since,
         )
         logs.available = True
     except ClusterUnavailable as exc:
         logs.message = f"The cluster cannot be reached: {exc}"
     except KubeError as exc:
-        if exc.not_found:
-            logs.message = (
-                "The pod is gone (finished jobs' pods are removed after a while), "
-                "so its log is no longer available."
-            )
-        elif exc.status == 400:
-            logs.message = f"No log yet: {exc.message.rpartition(': ')[2]}"
-        else:
-            logs.message = f"The log could not be read: {exc.message}"
+        logs.message = _log_problem(exc, attempt)
+    stamped = [line for line in logs.lines if line[0]]
+    if stamped:
+        logs.next_since = stamped[-1][0]
+    logs.text = "".join(
+        (f"{stamp} {text}" if timestamps and stamp else text) + "\n" for stamp, text in logs.lines
+    )
     return logs
+
+
+def _log_problem(exc: KubeError, attempt: str) -> str:
+    if exc.not_found:
+        return (
+            "The pod is gone (finished jobs' pods are removed after a while), "
+            "so its log is no longer available."
+        )
+    if exc.status == 400 and attempt == "previous" and "previous terminated" in exc.message:
+        return "The container has not restarted, so there is no previous run."
+    if exc.status == 400:
+        return f"No log yet: {exc.message.rpartition(': ')[2]}"
+    return f"The log could not be read: {exc.message}"
+
+
+def job_log_download(
+    *, job: Any, replica: int = 0, attempt: str = "current", timestamps: bool = False
+) -> tuple[str, Iterator[bytes]]:
+    """(file name, chunks) of one replica's whole log, for a download.
+
+    Raises ApplicationError (a 400 naming the field) for a bad replica or attempt, and NotFound
+    with the reason in words when there is no log to download.
+    """
+    probe = job_logs(job=job, replica=replica, tail=1, attempt=attempt)
+    if not probe.available:
+        raise NotFound(probe.message)
+    record = VolcanoJobRecord.objects.select_related("cluster").get(job_id=job.pk)
+    try:
+        chunks = cluster_client(record.cluster).stream_pod_log(
+            record.namespace, probe.pod, timestamps=timestamps, previous=attempt == "previous"
+        )
+    except (ClusterUnavailable, KubeError) as exc:
+        raise NotFound(f"The log could not be read: {exc}") from None
+    suffix = "-previous" if attempt == "previous" else ""
+    name = volcano.label_value(job.name or "job")
+    return f"{name}-replica-{replica}{suffix}.log", chunks

@@ -3,7 +3,7 @@
 Each task loads rows by id and calls a service; the row's state decides whether there is
 anything to do, so a redelivered or duplicated message is harmless (``acks_late``: a worker
 that dies mid-task leaves the message for another). Transient failures come back from the
-services as an :class:`~clusters.dispatch.Outcome` with ``retry_in``, and the task re-queues
+services as an :class:`~clusters.outcome.Outcome` with ``retry_in``, and the task re-queues
 itself with that countdown; the attempt count of a dispatch lives on the job row.
 
 The ``*_enqueue`` helpers are what hooks call (on commit): best effort, because the job table
@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 from collections.abc import Iterable
 
 from celery import shared_task
 from django.core.cache import cache
+from django.utils import timezone
 
-from clusters import bindings, deadlines, dispatch, inventory, queues
+from clusters import bindings, deadlines, dispatch, inventory, queues, reconcile, redrive, teardown
 from clusters.models import Cluster, ClusterState
+from clusters.ratelimit import cluster_task_slot
+from portal.models import Job, JobState
+from scheduling.tasks import cycle_request
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +37,41 @@ def _cluster(cluster_id: int) -> Cluster | None:
     return Cluster.objects.filter(pk=cluster_id).first()
 
 
+# A task for a cluster whose places on this worker are all taken (it hangs, or is just busy)
+# is sent again this much later instead of waiting in a worker slot.
+BUSY_DEFER_SECONDS = (0.5, 1.5)
+
+
+def _busy_defer() -> float:
+    return random.uniform(*BUSY_DEFER_SECONDS)  # noqa: S311 - jitter, not a secret
+
+
+def _cluster_of(job_id: int) -> int | None:
+    return Job.objects.filter(pk=job_id).values_list("cluster_id", flat=True).first()
+
+
+def _dispatch_later(job_ids: list[int], countdown: float) -> None:
+    """Stamped, so the re-drive does not take the deferral for a lost message."""
+    Job.objects.filter(pk__in=job_ids, state=JobState.ADMITTED).update(
+        dispatch_next_at=timezone.now() + dt.timedelta(seconds=countdown)
+    )
+    if len(job_ids) == 1:
+        dispatch_job.apply_async((job_ids[0],), countdown=countdown)
+    else:
+        dispatch_jobs.apply_async((job_ids,), countdown=countdown)
+
+
 @shared_task(
     name="clusters.dispatch_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
 )
 def dispatch_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
-    outcome = dispatch.job_dispatch(job_id=job_id)
+    with cluster_task_slot(_cluster_of(job_id) or 0) as free:
+        if not free:
+            _dispatch_later([job_id], _busy_defer())
+            return "cluster busy: deferred"
+        outcome = dispatch.job_dispatch(job_id=job_id)
+    if outcome.woken:
+        dispatch_job_enqueue(outcome.woken)
     if outcome.retry_in is not None:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.message
@@ -45,18 +80,40 @@ def dispatch_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
 @shared_task(name="clusters.dispatch_jobs", acks_late=True, ignore_result=True)
 def dispatch_jobs(job_ids: list[int]) -> int:
     """Many admissions at once: the bulk path, then the one-job task for what needs care
-    (after the backoff the cluster asked for, if it did)."""
-    careful = dispatch.job_dispatch_batch(job_ids=list(job_ids))
-    for job_id, countdown in careful.items():
+    (after the backoff the cluster asked for, if it did).
+
+    Admissions for several clusters are split, one task per cluster (this one keeps the
+    first), so that a cluster that hangs delays only its own jobs.
+    """
+    by_cluster: dict[int, list[int]] = {}
+    for pk, cluster_id in Job.objects.filter(pk__in=list(job_ids)).values_list("pk", "cluster_id"):
+        by_cluster.setdefault(cluster_id or 0, []).append(pk)
+    if not by_cluster:
+        return 0
+    (cluster_id, mine), *others = sorted(by_cluster.items())
+    for _, ids in others:
+        dispatch_jobs.delay(ids)
+    with cluster_task_slot(cluster_id) as free:
+        if not free:
+            _dispatch_later(mine, _busy_defer())
+            return 0
+        batch = dispatch.job_dispatch_batch(job_ids=mine)
+    if batch.woken:
+        dispatch_job_enqueue(batch.woken)
+    for job_id, countdown in batch.later.items():
         dispatch_job.apply_async((job_id,), countdown=countdown or None)
-    return len(job_ids) - len(careful)
+    return len(mine) - len(batch.later)
 
 
 @shared_task(
     name="clusters.evict_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
 )
 def evict_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
-    outcome = dispatch.job_evict(job_id=job_id, attempt=self.request.retries + 1)
+    with cluster_task_slot(_cluster_of(job_id) or 0) as free:
+        if not free:
+            evict_job.apply_async((job_id,), countdown=_busy_defer())
+            return "cluster busy: deferred"
+        outcome = teardown.job_evict(job_id=job_id, attempt=self.request.retries + 1)
     if outcome.retry_in is not None and self.request.retries < MAX_CLEANUP_TRIES:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.message
@@ -66,7 +123,11 @@ def evict_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     name="clusters.cancel_job", bind=True, acks_late=True, ignore_result=True, max_retries=None
 )
 def cancel_job(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
-    outcome = dispatch.job_cancel_on_cluster(job_id=job_id, attempt=self.request.retries + 1)
+    with cluster_task_slot(_cluster_of(job_id) or 0) as free:
+        if not free:
+            cancel_job.apply_async((job_id,), countdown=_busy_defer())
+            return "cluster busy: deferred"
+        outcome = teardown.job_cancel_on_cluster(job_id=job_id, attempt=self.request.retries + 1)
     if outcome.retry_in is not None and self.request.retries < MAX_CLEANUP_TRIES:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.message
@@ -77,7 +138,10 @@ def sync_inventory(cluster_id: int) -> str:
     cluster = _cluster(cluster_id)
     if cluster is None:
         return "no such cluster"
-    result = inventory.inventory_sync(cluster=cluster)
+    with cluster_task_slot(cluster_id) as free:
+        if not free:
+            return "cluster busy: the next sync reads it"
+        result = inventory.inventory_sync(cluster=cluster)
     if result.ok:
         _request_cycle()
     return result.message
@@ -96,7 +160,11 @@ def sync_queues(cluster_id: int) -> str:
     cluster = _cluster(cluster_id)
     if cluster is None:
         return "no such cluster"
-    return queues.queues_sync(cluster=cluster).message
+    with cluster_task_slot(cluster_id) as free:
+        if not free:
+            sync_queues.apply_async((cluster_id,), countdown=_busy_defer())
+            return "cluster busy: deferred"
+        return queues.queues_sync(cluster=cluster).message
 
 
 @shared_task(name="clusters.sync_all_queues", ignore_result=True)
@@ -108,19 +176,36 @@ def sync_all_queues() -> int:
     return len(ids)
 
 
+def cluster_reconcile_and_enqueue(
+    *, cluster: Cluster, now: dt.datetime | None = None
+) -> reconcile.ReconcileResult:
+    """Reconcile ``cluster`` (``clusters.reconcile``), then enqueue what it found lost: the
+    dispatch of each job presumed lost (one message each), the cancels and evictions whose
+    message never arrived."""
+    result = reconcile.cluster_reconcile(cluster=cluster, now=now)
+    for job_id in result.redispatched:
+        dispatch_job_enqueue([job_id])
+    for job_id in result.to_cancel:
+        cancel_job_enqueue(job_id)
+    for job_id in result.to_evict:
+        evict_job_enqueue(job_id)
+    return result
+
+
 @shared_task(name="clusters.reconcile_cluster", acks_late=True, ignore_result=True)
 def reconcile_cluster(cluster_id: int) -> str:
     cluster = _cluster(cluster_id)
     if cluster is None:
         return "no such cluster"
     # Single-flight per cluster: a reconcile that overlaps another only doubles the load.
-    from clusters import status  # the reconcile imports the tasks it re-enqueues
-
     key = f"clusters:reconciling:{cluster_id}"
     if not cache.add(key, 1, timeout=120):
         return "already running"
     try:
-        return status.cluster_reconcile(cluster=cluster).message
+        with cluster_task_slot(cluster_id) as free:
+            if not free:
+                return "cluster busy: the next reconcile reads it"
+            return cluster_reconcile_and_enqueue(cluster=cluster).message
     finally:
         cache.delete(key)
 
@@ -138,6 +223,18 @@ def reconcile_all_clusters() -> int:
     for pk in ids:
         reconcile_cluster.delay(pk)
     return len(ids)
+
+
+@shared_task(name="clusters.redrive", ignore_result=True)
+def redrive_lost_handoffs() -> str:
+    """Send again, within seconds, the dispatches, cancels and evictions whose message was
+    lost (``clusters.redrive``); the reconcile's minute stays the backstop."""
+    result = redrive.lost_handoffs_redrive(queued=redrive.clusters_queue_length())
+    dispatch_job_enqueue(result.dispatch)
+    for job_id in result.cancel:
+        cancel_job_enqueue(job_id)
+    evict_job_enqueue_many(result.evict)
+    return result.message
 
 
 @shared_task(name="clusters.enforce_deadlines", acks_late=True, ignore_result=True)
@@ -216,8 +313,4 @@ def queue_sync_request(*_: object, **__: object) -> None:
 
 
 def _request_cycle() -> None:
-    try:
-        from scheduling.tasks import cycle_request
-    except ImportError:  # pragma: no cover - the scheduler is part of the project
-        return
     cycle_request()

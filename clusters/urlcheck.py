@@ -4,7 +4,8 @@ An admin types the URL (or it comes in an uploaded kubeconfig), and the portal t
 requests to it with credentials, from inside the portal's network. A careless or hostile URL
 could point those requests at the portal's own host or at a cloud metadata service, so:
 
-* Only ``https://host[:port][/path]``: no other scheme, no user info, query or fragment,
+* Only ``https://host[:port][/path]`` (a Prometheus URL, ``check_prometheus_url``, may also
+  be ``http``): no other scheme, no user info, query or fragment,
   no percent-encoding, whitespace or backslashes, no IPv6 zone ids. Hostnames must be plain
   ASCII DNS names (IDNs in their ``xn--`` form).
 * IPv4 literals must be canonical dotted quads. ``127.1``, ``0x7f.0.0.1``, ``0177.0.0.1``
@@ -55,6 +56,7 @@ __all__ = [
     "UnresolvableHostError",
     "UnsafeUrlError",
     "check_api_url",
+    "check_prometheus_url",
     "classify_address",
     "normalize_api_url",
 ]
@@ -218,36 +220,45 @@ def _parse_host(host: str) -> tuple[str, IPAddress | None]:
     return host, None
 
 
-def normalize_api_url(url: str) -> str:
-    """The URL in canonical form, after the checks that need no DNS. Raises UnsafeUrlError."""
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def normalize_api_url(
+    url: str, *, what: str = "the cluster URL", schemes: tuple[str, ...] = ("https",)
+) -> str:
+    """The URL in canonical form, after the checks that need no DNS. Raises UnsafeUrlError.
+
+    ``what`` names the URL in the messages; ``schemes`` are those allowed (a cluster's API:
+    https only).
+    """
     if not isinstance(url, str) or not url:
-        raise UnsafeUrlError("the cluster URL is empty")
+        raise UnsafeUrlError(f"{what} is empty")
     if len(url) > 2048:
-        raise UnsafeUrlError("the cluster URL is too long")
+        raise UnsafeUrlError(f"{what} is too long")
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-        raise UnsafeUrlError("the cluster URL contains whitespace or control characters")
+        raise UnsafeUrlError(f"{what} contains whitespace or control characters")
     if "\\" in url:
-        raise UnsafeUrlError("the cluster URL contains a backslash")
+        raise UnsafeUrlError(f"{what} contains a backslash")
     if "%" in url:
-        raise UnsafeUrlError("the cluster URL must not be percent-encoded")
+        raise UnsafeUrlError(f"{what} must not be percent-encoded")
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise UnsafeUrlError(f"the cluster URL cannot be parsed: {exc}") from None
-    if parts.scheme.lower() != "https":
-        scheme = parts.scheme or "none"
-        raise UnsafeUrlError(f"the cluster URL must use https, not {scheme}")
-    if not url.lower().startswith("https://"):
-        raise UnsafeUrlError("the cluster URL must start with https://")
+        raise UnsafeUrlError(f"{what} cannot be parsed: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in schemes:
+        raise UnsafeUrlError(f"{what} must use {' or '.join(schemes)}, not {scheme or 'none'}")
+    if not url.lower().startswith(f"{scheme}://"):
+        raise UnsafeUrlError(f"{what} must start with {scheme}://")
     if "@" in parts.netloc:
-        raise UnsafeUrlError("the cluster URL must not contain a user name or password")
+        raise UnsafeUrlError(f"{what} must not contain a user name or password")
     if parts.query or url.endswith("?"):
-        raise UnsafeUrlError("the cluster URL must not have a query string")
+        raise UnsafeUrlError(f"{what} must not have a query string")
     if parts.fragment or "#" in url:
-        raise UnsafeUrlError("the cluster URL must not have a fragment")
+        raise UnsafeUrlError(f"{what} must not have a fragment")
     netloc = parts.netloc
     if not netloc:
-        raise UnsafeUrlError("the cluster URL has no host")
+        raise UnsafeUrlError(f"{what} has no host")
     host_part, port_text = netloc, ""
     if netloc.startswith("["):
         close = netloc.find("]")
@@ -263,18 +274,18 @@ def normalize_api_url(url: str) -> str:
         if ":" in host_part:
             raise UnsafeUrlError("an IPv6 address must be written in brackets")
     if not host_part:
-        raise UnsafeUrlError("the cluster URL has no host")
+        raise UnsafeUrlError(f"{what} has no host")
     host, _ = _parse_host(host_part)
     port = ""
     if port_text or netloc.endswith(":"):
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
             raise UnsafeUrlError(f"{port_text!r} is not a valid port")
-        if int(port_text) != 443:
+        if int(port_text) != _DEFAULT_PORTS[scheme]:
             port = f":{int(port_text)}"
     path = parts.path.rstrip("/")
     if any(segment in (".", "..") for segment in path.split("/")):
-        raise UnsafeUrlError("the cluster URL path must not contain . or .. segments")
-    return f"https://{host}{port}{path}"
+        raise UnsafeUrlError(f"{what} path must not contain . or .. segments")
+    return f"{scheme}://{host}{port}{path}"
 
 
 def check_api_url(
@@ -283,6 +294,8 @@ def check_api_url(
     allow_local: bool = False,
     allow_private: bool = True,
     resolve: Resolver = socket.getaddrinfo,
+    what: str = "the cluster URL",
+    schemes: tuple[str, ...] = ("https",),
 ) -> str:
     """The normalized URL, if the portal may connect to it; else UnsafeUrlError saying why.
 
@@ -293,15 +306,16 @@ def check_api_url(
 
     ``resolve`` has ``socket.getaddrinfo``'s signature and is called for host names only.
     """
-    normalized = normalize_api_url(url)
-    netloc = urlsplit(normalized).netloc
+    normalized = normalize_api_url(url, what=what, schemes=schemes)
+    scheme, _, rest = normalized.partition("://")
+    netloc = rest.partition("/")[0]
     host, address = _parse_host(netloc.rpartition(":")[0] if _has_port(netloc) else netloc)
     if address is not None:
         _judge(address, str(address), allow_local=allow_local, allow_private=allow_private)
         return normalized
     if host in METADATA_HOSTNAMES:
         raise UnsafeUrlError(f"{host} is a cloud metadata host")
-    port = int(netloc.rpartition(":")[2]) if _has_port(netloc) else 443
+    port = int(netloc.rpartition(":")[2]) if _has_port(netloc) else _DEFAULT_PORTS[scheme]
     try:
         results = resolve(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -321,6 +335,30 @@ def check_api_url(
             allow_private=allow_private,
         )
     return normalized
+
+
+def check_prometheus_url(
+    url: str,
+    *,
+    allow_local: bool = False,
+    allow_private: bool = True,
+    resolve: Resolver = socket.getaddrinfo,
+) -> str:
+    """A cluster's Prometheus base URL, if the portal may query it; else UnsafeUrlError.
+
+    The API URL's guard, at registration and before every collection alike: the portal asks
+    it from inside its own network, so the same address classes are refused. Prometheus often
+    listens on plain http inside a cluster's network, so http is accepted too; the URL may
+    carry no credentials either way.
+    """
+    return check_api_url(
+        url,
+        allow_local=allow_local,
+        allow_private=allow_private,
+        resolve=resolve,
+        what="the Prometheus URL",
+        schemes=("http", "https"),
+    )
 
 
 def _has_port(netloc: str) -> bool:

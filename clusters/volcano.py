@@ -112,15 +112,19 @@ __all__ = [
     "PYTORCH_PORT",
     "QUEUE_API_VERSION",
     "QUEUE_KIND",
+    "SHARING_HAMI",
+    "SHARING_VOLCANO_VGPU",
     "TASK_MASTER",
     "TASK_SERVER",
     "TASK_WORKER",
     "VOLCANO_LABEL_JOB_NAME",
     "VOLCANO_LABEL_TASK_INDEX",
     "VOLCANO_LABEL_TASK_SPEC",
+    "GpuShare",
     "JobKind",
     "ManifestError",
     "QueueAction",
+    "SecretKeyRef",
     "Toleration",
     "VolcanoJobSpec",
     "build_queue_command",
@@ -170,6 +174,7 @@ VOLCANO_LABEL_TASK_INDEX: Final = "volcano.sh/task-index"
 JobKind = Literal["training", "inference"]
 JOB_KINDS: Final[frozenset[str]] = frozenset({"training", "inference"})
 
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 TASK_MASTER: Final = "master"
 TASK_WORKER: Final = "worker"
 TASK_SERVER: Final = "server"
@@ -416,6 +421,78 @@ class Toleration:
         return out
 
 
+# A Secret's data key: what the API server accepts (apimachinery's IsConfigMapKey).
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretKeyRef:
+    """One key of a Kubernetes Secret in the job's namespace, read by the kubelet into an
+    environment variable (``valueFrom.secretKeyRef``): the value never passes the portal."""
+
+    secret: str
+    key: str
+
+    def __post_init__(self) -> None:
+        if not _is_dns_subdomain(self.secret):
+            raise _fail("env_from_secrets", f"{self.secret!r} is not a valid Secret name")
+        if (
+            len(self.key) > 253
+            or _SECRET_KEY.fullmatch(self.key) is None
+            or self.key.startswith("..")
+            or self.key == "."
+        ):
+            raise _fail("env_from_secrets", f"{self.key!r} is not a valid Secret key")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"secretKeyRef": {"name": self.secret, "key": self.key}}
+
+
+SHARING_VOLCANO_VGPU: Final = "volcano-vgpu"
+SHARING_HAMI: Final = "hami"
+HAMI_SCHEDULER: Final = "hami-scheduler"
+"""HAMi's scheduler extender: its webhook points shared-GPU pods at it, and so does the builder."""
+VGPU_NUMBER: Final = "volcano.sh/vgpu-number"
+VGPU_MEMORY: Final = "volcano.sh/vgpu-memory"
+VGPU_CORES: Final = "volcano.sh/vgpu-cores"
+HAMI_GPU: Final = "nvidia.com/gpu"
+HAMI_MEMORY: Final = "nvidia.com/gpumem"
+HAMI_CORES: Final = "nvidia.com/gpucores"
+HAMI_GPU_POLICY: Final = "hami.io/gpu-scheduler-policy"
+VGPU_MODE: Final = "volcano.sh/vgpu-mode"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuShare:
+    """A fraction of one GPU per replica, in the words of the cluster's sharing mode.
+
+    ``volcano-vgpu``: one ``volcano.sh/vgpu-number`` with ``vgpu-memory`` MiB (and
+    ``vgpu-cores`` %), scheduled by Volcano's deviceshare plugin. ``hami``: one
+    ``nvidia.com/gpu`` with ``nvidia.com/gpumem`` MiB (and ``gpucores`` %), scheduled by
+    ``hami-scheduler``, packed onto the fullest device that fits (``binpack``) so whole devices
+    stay free for larger shares.
+    """
+
+    mode: str
+    memory_mib: int
+    cores_percent: int | None = None
+
+    def resources(self) -> dict[str, int]:
+        vgpu = self.mode == SHARING_VOLCANO_VGPU
+        amounts = {
+            VGPU_NUMBER if vgpu else HAMI_GPU: 1,
+            VGPU_MEMORY if vgpu else HAMI_MEMORY: self.memory_mib,
+        }
+        if self.cores_percent is not None:
+            amounts[VGPU_CORES if vgpu else HAMI_CORES] = self.cores_percent
+        return amounts
+
+    def pod_annotations(self) -> dict[str, str]:
+        if self.mode == SHARING_VOLCANO_VGPU:
+            return {VGPU_MODE: "hami-core"}
+        return {HAMI_GPU_POLICY: "binpack"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class VolcanoJobSpec:
     """Everything the builder needs to turn one admitted portal job into a Volcano Job.
@@ -439,6 +516,8 @@ class VolcanoJobSpec:
     args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     """Kept in order, so a value may refer to an earlier one as ``$(NAME)``."""
+    env_from_secrets: Mapping[str, SecretKeyRef] = field(default_factory=dict)
+    """Variables the kubelet fills from Secrets in the job's namespace, after ``env``."""
     replicas: int = 1
     gpus_per_replica: int = 1
     gpu_resource: str = "nvidia.com/gpu"
@@ -451,6 +530,10 @@ class VolcanoJobSpec:
     """Labels that may take any of several values (a required node affinity, ``In``): the
     same product spelled two ways across a driver upgrade. Either this or ``node_selector``
     must name the model's nodes."""
+    replica_hosts: Sequence[str] = ()
+    """The hostname planned for each replica, in replica order (empty: not pinned). Each task
+    may run only on its own replicas' hosts, so a gang lands where the scheduler reserved its
+    GPUs; a task of several replicas gets the set of their hosts."""
     cpu_millicores: int
     memory_mib: int
     max_runtime_seconds: int
@@ -469,6 +552,12 @@ class VolcanoJobSpec:
     run_as_non_root: bool = False
     shm_mib: int = 0
     """Size of a memory-backed ``/dev/shm`` (NCCL, DataLoader workers); 0 for none."""
+    termination_grace_seconds: int = 30
+    """Each pod's ``terminationGracePeriodSeconds``: a stopped (preempted, cancelled) pod gets
+    SIGTERM, then this long to checkpoint before SIGKILL (the team's policy)."""
+    gpu_share: GpuShare | None = None
+    """A shared (fractional) GPU per replica instead of ``gpus_per_replica`` devices of
+    ``gpu_resource``; HAMi mode also sets the scheduler to ``hami-scheduler``."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -476,6 +565,13 @@ class VolcanoJobSpec:
     @property
     def job_name(self) -> str:
         return volcano_job_name(self.job_id)
+
+
+def _check_env_name(field_name: str, key: object) -> None:
+    if not isinstance(key, str) or _C_IDENTIFIER.fullmatch(key) is None:
+        raise _fail(field_name, f"{key!r} is not a valid variable name")
+    if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
+        raise _fail(field_name, f"{key} is set by the portal or Volcano and cannot be overridden")
 
 
 def _validate(spec: VolcanoJobSpec) -> None:
@@ -497,15 +593,19 @@ def _validate(spec: VolcanoJobSpec) -> None:
         if isinstance(values, str) or not all(isinstance(v, str) for v in values):
             raise _fail(name, "must be a list of strings")
     for key, value in spec.env.items():
-        if not isinstance(key, str) or _C_IDENTIFIER.fullmatch(key) is None:
-            raise _fail("env", f"{key!r} is not a valid variable name")
-        if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
-            raise _fail("env", f"{key} is set by the portal or Volcano and cannot be overridden")
+        _check_env_name("env", key)
         if not isinstance(value, str):
             raise _fail("env", f"the value of {key} must be a string")
+    for key, ref in spec.env_from_secrets.items():
+        _check_env_name("env_from_secrets", key)
+        if key in spec.env:
+            raise _fail("env_from_secrets", f"{key} is also set in env")
+        if not isinstance(ref, SecretKeyRef):
+            raise _fail("env_from_secrets", f"the value of {key} must be a SecretKeyRef")
     if not 1 <= spec.replicas <= MAX_REPLICAS:
         raise _fail("replicas", f"must be between 1 and {MAX_REPLICAS}, got {spec.replicas}")
-    if not 1 <= spec.gpus_per_replica <= MAX_GPUS_PER_REPLICA:
+    _validate_share(spec.gpu_share)
+    if spec.gpu_share is None and not 1 <= spec.gpus_per_replica <= MAX_GPUS_PER_REPLICA:
         raise _fail(
             "gpus_per_replica",
             f"must be between 1 and {MAX_GPUS_PER_REPLICA}, got {spec.gpus_per_replica}",
@@ -528,6 +628,11 @@ def _validate(spec: VolcanoJobSpec) -> None:
             raise _fail("node_label_in", f"{key!r} needs a list of one or more values")
         for value in values:
             _check_node_label("node_label_in", key, value)
+    if spec.replica_hosts:
+        if isinstance(spec.replica_hosts, str) or len(spec.replica_hosts) != spec.replicas:
+            raise _fail("replica_hosts", f"needs one hostname per replica ({spec.replicas})")
+        for host in spec.replica_hosts:
+            _check_node_label("replica_hosts", HOSTNAME_LABEL, host)
     cpu_quantity(spec.cpu_millicores)
     memory_quantity(spec.memory_mib)
     if not 1 <= spec.max_runtime_seconds <= INT32_MAX:
@@ -553,10 +658,26 @@ def _validate(spec: VolcanoJobSpec) -> None:
         raise _fail("ttl_seconds_after_finished", f"must not be negative, got {ttl}")
     if not all(isinstance(t, Toleration) for t in spec.tolerations):
         raise _fail("tolerations", "must be Toleration objects")
+    if not 0 <= spec.termination_grace_seconds <= INT32_MAX:
+        raise _fail(
+            "termination_grace_seconds",
+            f"must be 0 to {INT32_MAX} seconds, got {spec.termination_grace_seconds}",
+        )
     if spec.shm_mib < 0:
         raise _fail("shm_mib", f"must not be negative, got {spec.shm_mib}")
     if spec.shm_mib > spec.memory_mib:
         raise _fail("shm_mib", "counts against the memory limit, so it cannot exceed memory_mib")
+
+
+def _validate_share(share: GpuShare | None) -> None:
+    if share is None:
+        return
+    if share.mode not in (SHARING_VOLCANO_VGPU, SHARING_HAMI):
+        raise _fail("gpu_share", f"mode must be volcano-vgpu or hami, got {share.mode!r}")
+    if not 1 <= share.memory_mib <= INT32_MAX:
+        raise _fail("gpu_share", f"memory_mib must be a positive number, got {share.memory_mib}")
+    if share.cores_percent is not None and not 1 <= share.cores_percent <= 100:
+        raise _fail("gpu_share", f"cores_percent must be 1 to 100, got {share.cores_percent}")
 
 
 # --- The builder, in small pieces ------------------------------------------------------------
@@ -564,15 +685,18 @@ def _validate(spec: VolcanoJobSpec) -> None:
 
 def build_volcano_job(spec: VolcanoJobSpec) -> dict[str, Any]:
     """The ``batch.volcano.sh/v1alpha1`` Job for an admitted portal job."""
-    layout = _task_layout(spec.kind, spec.replicas)
+    layout, first = [], 0
+    for name, replicas in _task_layout(spec.kind, spec.replicas):
+        layout.append((name, first, replicas))
+        first += replicas
     job_spec: dict[str, Any] = {
-        "schedulerName": spec.scheduler_name,
+        "schedulerName": _scheduler_name(spec),
         "queue": spec.queue,
         "minAvailable": spec.replicas,
         "maxRetry": spec.max_retry,
         "policies": _policies(spec.kind),
         "plugins": _plugins(spec.kind),
-        "tasks": [_task(spec, name, replicas) for name, replicas in layout],
+        "tasks": [_task(spec, name, first, replicas) for name, first, replicas in layout],
     }
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
@@ -584,6 +708,14 @@ def build_volcano_job(spec: VolcanoJobSpec) -> dict[str, Any]:
         "metadata": _job_metadata(spec),
         "spec": job_spec,
     }
+
+
+def _scheduler_name(spec: VolcanoJobSpec) -> str:
+    """HAMi's shares are bound by its own scheduler (Volcano then neither gangs nor queues the
+    pods: the portal's admission already did both); everything else by the cluster's."""
+    if spec.gpu_share is not None and spec.gpu_share.mode == SHARING_HAMI:
+        return HAMI_SCHEDULER
+    return spec.scheduler_name
 
 
 def _labels(spec: VolcanoJobSpec) -> dict[str, str]:
@@ -630,24 +762,30 @@ def _plugins(kind: str) -> dict[str, list[str]]:
     }
 
 
-def _task(spec: VolcanoJobSpec, name: str, replicas: int) -> dict[str, Any]:
+def _task(spec: VolcanoJobSpec, name: str, first: int, replicas: int) -> dict[str, Any]:
+    """A task of ``replicas`` replicas, the first being portal replica ``first``."""
+    hosts = spec.replica_hosts[first : first + replicas]
     return {
         "name": name,
         "replicas": replicas,
         "minAvailable": replicas,
         "maxRetry": spec.max_retry,
-        "template": _pod_template(spec),
+        "template": _pod_template(spec, hosts),
     }
 
 
-def _pod_template(spec: VolcanoJobSpec) -> dict[str, Any]:
-    return {"metadata": {"labels": _labels(spec)}, "spec": _pod_spec(spec)}
+def _pod_template(spec: VolcanoJobSpec, hosts: Sequence[str]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": _labels(spec)}
+    if spec.gpu_share is not None:
+        metadata["annotations"] = spec.gpu_share.pod_annotations()
+    return {"metadata": metadata, "spec": _pod_spec(spec, hosts)}
 
 
-def _pod_spec(spec: VolcanoJobSpec) -> dict[str, Any]:
+def _pod_spec(spec: VolcanoJobSpec, hosts: Sequence[str] = ()) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never" if spec.kind == "training" else "OnFailure",
         "activeDeadlineSeconds": spec.max_runtime_seconds,
+        "terminationGracePeriodSeconds": spec.termination_grace_seconds,
         "automountServiceAccountToken": spec.automount_service_account_token,
         "enableServiceLinks": False,
         "hostNetwork": False,
@@ -658,8 +796,11 @@ def _pod_spec(spec: VolcanoJobSpec) -> dict[str, Any]:
     }
     if spec.node_selector:
         pod["nodeSelector"] = dict(spec.node_selector)
-    if spec.node_label_in:
-        pod["affinity"] = _node_affinity(spec)
+    label_in = dict(spec.node_label_in)
+    if hosts:
+        label_in[HOSTNAME_LABEL] = sorted(set(hosts))
+    if label_in:
+        pod["affinity"] = _node_affinity(label_in)
     if spec.tolerations:
         pod["tolerations"] = [t.as_dict() for t in spec.tolerations]
     if spec.shm_mib:
@@ -676,11 +817,11 @@ def _check_node_label(field_name: str, key: str, value: str) -> None:
         raise _fail(field_name, f"{value!r} is not a valid label value for {key}")
 
 
-def _node_affinity(spec: VolcanoJobSpec) -> dict[str, Any]:
+def _node_affinity(label_in: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     """A required node affinity, one ``In`` expression per label (all must hold)."""
     expressions = [
         {"key": key, "operator": "In", "values": sorted(values)}
-        for key, values in sorted(spec.node_label_in.items())
+        for key, values in sorted(label_in.items())
     ]
     return {
         "nodeAffinity": {
@@ -731,9 +872,12 @@ def _container(spec: VolcanoJobSpec) -> dict[str, Any]:
     return container
 
 
-def _env(spec: VolcanoJobSpec) -> list[dict[str, str]]:
-    env = [{"name": PORTAL_ENV_JOB_ID, "value": str(_job_uuid(spec.job_id))}]
+def _env(spec: VolcanoJobSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": PORTAL_ENV_JOB_ID, "value": str(_job_uuid(spec.job_id))}]
     env.extend({"name": name, "value": value} for name, value in spec.env.items())
+    env.extend(
+        {"name": name, "valueFrom": ref.as_dict()} for name, ref in spec.env_from_secrets.items()
+    )
     return env
 
 
@@ -741,8 +885,11 @@ def _resources(spec: VolcanoJobSpec) -> dict[str, dict[str, str | int]]:
     amounts: dict[str, str | int] = {
         "cpu": cpu_quantity(spec.cpu_millicores),
         "memory": memory_quantity(spec.memory_mib),
-        spec.gpu_resource: spec.gpus_per_replica,
     }
+    if spec.gpu_share is not None:
+        amounts.update(spec.gpu_share.resources())
+    else:
+        amounts[spec.gpu_resource] = spec.gpus_per_replica
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 

@@ -12,7 +12,7 @@ for every cluster that is not disabled. A watcher:
 4. on ``410 Gone`` forgets the version and relists; on any other failure backs off and
    resumes from the saved version.
 
-Events are an optimization: the periodic reconcile (``clusters.status.cluster_reconcile``)
+Events are an optimization: the periodic reconcile (``clusters.reconcile``)
 stays the truth. Pod events are filtered in memory first (a pod whose node and facts did not
 change costs no query), because a busy cluster sends many status updates per pod.
 """
@@ -36,8 +36,10 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
+from clusters.observed import job_view, pod_view
 from clusters.services import ClusterUnavailable, cluster_client
-from clusters.status import job_status_apply, job_view, pod_view, pods_apply
+from clusters.status import job_status_apply, pods_apply
+from portal.logs import log_context
 from portal.models import Job, JobState
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,14 @@ log = logging.getLogger(__name__)
 __all__ = ["ResourceWatcher", "WatchSupervisor", "watch_lease_take"]
 
 RESOURCES = ("jobs", "pods")
-LEASE_SECONDS = 30
+# A lease is renewed every RENEW_EVERY_SECONDS by the supervisor of a live watcher process, so
+# one whose process died is taken over this long after its last renewal at most.
+LEASE_SECONDS = 6
+RENEW_EVERY_SECONDS = 2.0
 SAVE_EVERY_SECONDS = 2.0
+# Events of a Volcano Job whose job is still ADMITTED (the dispatch has not committed yet) are
+# kept and applied once it has, at most this long.
+EARLY_KEPT_SECONDS = 120.0
 
 
 def default_holder() -> str:
@@ -100,6 +108,9 @@ class ResourceWatcher:
         self.events = 0
         self.relists = 0
         self._pods_seen: dict[str, tuple[str, frozenset[str]]] = {}
+        # Job events that came before their job was recorded SUBMITTED: the latest per job.
+        self._early: dict[uuid.UUID, tuple[float, WatchEvent]] = {}
+        self._early_lock = threading.Lock()
 
     def abort(self) -> None:
         """Stop now: set the flag and end the open watch request (for shutdown)."""
@@ -109,6 +120,12 @@ class ResourceWatcher:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
+        # Every line this thread logs names its cluster (``portal.logs``; a thread starts
+        # with a context of its own).
+        with log_context(cluster=self.cluster_id):
+            self._loop()
+
+    def _loop(self) -> None:
         failures = 0
         try:
             while not self.stop.is_set():
@@ -203,6 +220,31 @@ class ResourceWatcher:
         self._save(version)
         return version
 
+    def apply_early(self) -> int:
+        """Apply the kept events of jobs that have left ADMITTED since; returns how many."""
+        with self._early_lock:
+            kept = list(self._early.items())
+        if not kept:
+            return 0
+        applied = 0
+        cluster = Cluster.objects.get(pk=self.cluster_id)
+        for job_uuid, (seen, event) in kept:
+            job = self._job(cluster, job_uuid)
+            with self._early_lock:
+                if self._early.get(job_uuid, (None, None))[1] is not event:
+                    continue  # a later event replaced it (or was applied directly)
+                if job is not None and job.state == JobState.ADMITTED:
+                    if time.monotonic() - seen > EARLY_KEPT_SECONDS:
+                        del self._early[job_uuid]  # the reconcile takes it from here
+                    continue
+                del self._early[job_uuid]
+            if job is None:
+                continue
+            view = job_view(event.object)
+            job_status_apply(job=job, view=view, deleted=event.type == "DELETED")
+            applied += 1
+        return applied
+
     # -- one event ------------------------------------------------------------------------
     def _job(self, cluster: Cluster, job_uuid: uuid.UUID) -> Job | None:
         return (
@@ -217,8 +259,16 @@ class ResourceWatcher:
             if view is None:
                 return
             job = self._job(cluster, view.job_uuid)
-            if job is not None:
-                job_status_apply(job=job, view=view, deleted=event.type == "DELETED")
+            if job is None:
+                return
+            with self._early_lock:
+                if job.state == JobState.ADMITTED:
+                    # The create returned but its dispatch has not recorded SUBMITTED yet (a
+                    # short job may even have finished): apply this once the record allows.
+                    self._early[view.job_uuid] = (time.monotonic(), event)
+                    return
+                self._early.pop(view.job_uuid, None)
+            job_status_apply(job=job, view=view, deleted=event.type == "DELETED")
             return
         pod = pod_view(event.object)
         if pod is None:
@@ -278,16 +328,39 @@ class WatchSupervisor:
                 self.threads[(pk, resource)] = (thread, stop)
                 self.watchers[(pk, resource)] = watcher
 
+    def renew(self) -> None:
+        """Extend the leases of the streams this process follows (live threads only: a
+        watcher that crashed must not keep its stream from another process)."""
+        now = timezone.now()
+        for (pk, resource), (thread, _stop) in list(self.threads.items()):
+            if thread.is_alive():
+                ClusterWatch.objects.filter(
+                    cluster_id=pk, resource=resource, holder=self.holder
+                ).update(lease_expires_at=now + dt.timedelta(seconds=LEASE_SECONDS))
+
+    def apply_early(self) -> None:
+        for (_pk, resource), watcher in list(self.watchers.items()):
+            if resource == "jobs":
+                watcher.apply_early()
+
     def run(self) -> None:
+        refreshed = renewed = -1e9
         try:
             while not self.stop.is_set():
+                now = time.monotonic()
                 try:
-                    self.refresh()
+                    if now - refreshed >= self.refresh_seconds:
+                        self.refresh()
+                        refreshed = now
+                    if now - renewed >= RENEW_EVERY_SECONDS:
+                        self.renew()
+                        renewed = now
+                    self.apply_early()
                 except Exception:
                     log.exception("watch supervisor: refresh failed")
                 finally:
                     close_old_connections()
-                self.stop.wait(self.refresh_seconds)
+                self.stop.wait(1.0)
         finally:
             for _thread, stop in self.threads.values():
                 stop.set()

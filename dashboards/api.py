@@ -10,15 +10,21 @@ from typing import Any
 
 from django.conf import settings
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dashboards import selectors as sel
 from dashboards.live import LiveState
+from dashboards.selectors.fairshare import fair_share_standings
+from dashboards.selectors.pool import pool_history, pool_overview
+from dashboards.selectors.queue import WaitStats, queue_stats
+from dashboards.selectors.scope import team_scope
+from dashboards.selectors.times import parse_duration, parse_instant
+from dashboards.selectors.usage import usage_rows
 from portal.access import teams_visible_to
+from portal.api.query import query_params
 from portal.errors import ApplicationError
 
 
@@ -55,7 +61,8 @@ class PoolModelSerializer(serializers.Serializer):
     gpus_unavailable = serializers.IntegerField()
     largest_free_block = serializers.IntegerField()
     pending_gpus = serializers.IntegerField(
-        help_text="GPUs asked for by queued jobs (first choice)"
+        help_text="GPUs asked for by queued jobs waiting for this model (their closest "
+        "candidate, the model they named, or their first choice before a cycle)"
     )
     queued_jobs = serializers.IntegerField()
     clusters = serializers.ListField(child=serializers.CharField())
@@ -77,7 +84,7 @@ class PoolView(APIView):
     @extend_schema(responses=PoolSerializer)
     def get(self, request: Request) -> Response:
         live = LiveState()
-        overview = sel.pool_overview(live=live)
+        overview = pool_overview(live=live)
         names = overview.cluster_names
         cells = [
             {
@@ -159,34 +166,33 @@ def _names(raw: str | None) -> list[str]:
     return [n for n in (raw or "").split(",") if n]
 
 
+class PoolHistoryQuery(serializers.Serializer):
+    model = serializers.CharField(required=False, help_text="GPU model keys, comma-separated")
+    cluster = serializers.CharField(required=False, help_text="Cluster names, comma-separated")
+    since = serializers.CharField(
+        required=False, help_text="ISO 8601 time or a duration ago (24h, 7d); default 24h"
+    )
+    until = serializers.CharField(required=False, help_text="ISO 8601 time; default now")
+    step = serializers.CharField(
+        required=False, help_text="Seconds or a duration (1m, 10m, 1h); default by range"
+    )
+
+
 class PoolHistoryView(APIView):
     """The pool over time, summed over the chosen clusters and models, averaged per step."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("model", str, description="GPU model keys, comma-separated"),
-            OpenApiParameter("cluster", str, description="Cluster names, comma-separated"),
-            OpenApiParameter(
-                "since", str, description="ISO 8601 time or a duration ago (24h, 7d); default 24h"
-            ),
-            OpenApiParameter("until", str, description="ISO 8601 time; default now"),
-            OpenApiParameter(
-                "step", str, description="Seconds or a duration (1m, 10m, 1h); default by range"
-            ),
-        ],
-        responses=PoolHistorySerializer,
-    )
+    @extend_schema(parameters=[PoolHistoryQuery], responses=PoolHistorySerializer)
     def get(self, request: Request) -> Response:
         live = LiveState()
-        params = request.query_params
-        since = sel.parse_instant(params.get("since") or "24h", name="since", now=live.now)
+        params = query_params(PoolHistoryQuery, request)
+        since = parse_instant(params.get("since") or "24h", name="since", now=live.now)
         until = (
-            sel.parse_instant(params["until"], name="until", now=live.now)
+            parse_instant(params["until"], name="until", now=live.now)
             if params.get("until")
             else live.now
         )
         step = (
-            int(sel.parse_duration(params["step"], name="step").total_seconds())
+            int(parse_duration(params["step"], name="step").total_seconds())
             if params.get("step")
             else None
         )
@@ -199,7 +205,7 @@ class PoolHistoryView(APIView):
             "cluster",
             "cluster",
         )
-        history = sel.pool_history(
+        history = pool_history(
             since=since,
             until=until,
             step=step,
@@ -228,35 +234,30 @@ class TeamUsageSerializer(serializers.Serializer):
     rows = UsageRowSerializer(many=True)
 
 
+class TeamUsageQuery(serializers.Serializer):
+    period = serializers.ChoiceField(choices=["day", "month"], default="day")
+    since = serializers.CharField(
+        required=False, help_text="ISO 8601 or a duration ago; default 30d"
+    )
+    until = serializers.CharField(required=False, help_text="ISO 8601; default now")
+
+
 class TeamUsageView(APIView):
     """A team's GPU-hours and cost per day or month, per model and user (members only)."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("period", str, enum=["day", "month"]),
-            OpenApiParameter("since", str, description="ISO 8601 or a duration ago; default 30d"),
-            OpenApiParameter("until", str, description="ISO 8601; default now"),
-        ],
-        responses=TeamUsageSerializer,
-    )
+    @extend_schema(parameters=[TeamUsageQuery], responses=TeamUsageSerializer)
     def get(self, request: Request, slug: str) -> Response:
         team = teams_visible_to(request.user).filter(slug=slug).first()
         if team is None:
             raise Http404
-        params = request.query_params
+        params = query_params(TeamUsageQuery, request)
         now = dt.datetime.now(tz=dt.UTC)
-        period = params.get("period") or "day"
-        if period not in ("day", "month"):
-            raise ApplicationError("Unknown period.", fields={"period": ["day or month"]})
-        since = sel.parse_instant(params.get("since") or "30d", name="since", now=now)
+        period = params["period"]
+        since = parse_instant(params.get("since") or "30d", name="since", now=now)
         until = (
-            sel.parse_instant(params["until"], name="until", now=now)
-            if params.get("until")
-            else now
+            parse_instant(params["until"], name="until", now=now) if params.get("until") else now
         )
-        rows = sel.usage_rows(
-            period=period, since=since, until=until, team_ids=[team.pk], by_user=True
-        )
+        rows = usage_rows(period=period, since=since, until=until, team_ids=[team.pk], by_user=True)
         body = {
             "team": team.slug,
             "period": period,
@@ -293,30 +294,31 @@ class QueueStatsSerializer(serializers.Serializer):
     teams = TeamQueueSerializer(many=True)
 
 
-def _wait(w: sel.WaitStats | None) -> dict[str, Any] | None:
+def _wait(w: WaitStats | None) -> dict[str, Any] | None:
     if w is None:
         return None
     return {"started": w.started, "p50": w.p50, "p90": w.p90, "p99": w.p99}
 
 
-class QueueStatsView(APIView):
-    """What waits now per first-choice model, and how long jobs waited (QUEUED → RUNNING)."""
+class QueueStatsQuery(serializers.Serializer):
+    window = serializers.CharField(required=False, help_text="Duration, e.g. 24h or 7d; default 7d")
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("window", str, description="Duration, e.g. 24h or 7d; default 7d")
-        ],
-        responses=QueueStatsSerializer,
-    )
+
+class QueueStatsView(APIView):
+    """What waits now per model (the one each job waits for), and how long jobs waited
+    (QUEUED → RUNNING)."""
+
+    @extend_schema(parameters=[QueueStatsQuery], responses=QueueStatsSerializer)
     def get(self, request: Request) -> Response:
         live = LiveState()
+        params = query_params(QueueStatsQuery, request)
         window = (
-            sel.parse_duration(request.query_params["window"], name="window")
-            if request.query_params.get("window")
+            parse_duration(params["window"], name="window")
+            if params.get("window")
             else dt.timedelta(hours=settings.GPUPOOL_WAIT_WINDOW_HOURS)
         )
-        scope = sel.team_scope(user=request.user)
-        models, teams = sel.queue_stats(scope=scope, live=live, window=window)
+        scope = team_scope(user=request.user)
+        models, teams = queue_stats(scope=scope, live=live, window=window)
         body = {
             "at": live.now,
             "window_hours": window.total_seconds() / 3600,
@@ -352,6 +354,11 @@ class StandingSerializer(serializers.Serializer):
     dominant_share = serializers.FloatField(
         help_text="allocation_share + usage weight × usage_share"
     )
+    fair_level = serializers.FloatField(
+        allow_null=True,
+        help_text="The dominant share equal treatment would give the team now: the dominant "
+        "shares of teams with work, added up and split by weight; null: no work",
+    )
     allocation_share = serializers.FloatField(help_text="max over models of allocated / pool GPUs")
     dominant_model = serializers.CharField()
     usage_share = serializers.FloatField()
@@ -361,7 +368,9 @@ class StandingSerializer(serializers.Serializer):
     borrowed_gpus = serializers.IntegerField()
     gpu_hours = serializers.FloatField(help_text="Raw GPU-hours over the fair-share horizon")
     weighted_gpu_hours_decayed = serializers.FloatField()
-    status = serializers.CharField()
+    status = serializers.CharField(
+        help_text="above / below / at fair level (the dominant share against it), or no work"
+    )
 
 
 class FairShareSerializer(serializers.Serializer):
@@ -376,9 +385,7 @@ class FairShareView(APIView):
     @extend_schema(responses=FairShareSerializer)
     def get(self, request: Request) -> Response:
         live = LiveState()
-        standings, hidden = sel.fair_share_standings(
-            scope=sel.team_scope(user=request.user), live=live
-        )
+        standings, hidden = fair_share_standings(scope=team_scope(user=request.user), live=live)
         rows = []
         for s in standings:
             f = s.figures
@@ -388,6 +395,7 @@ class FairShareView(APIView):
                     "weight": f.weight,
                     "target_share": f.target_share,
                     "dominant_share": f.dominant_share,
+                    "fair_level": s.fair_level,
                     "allocation_share": f.allocation_share,
                     "dominant_model": f.dominant_model,
                     "usage_share": f.usage_share,

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from portal import hooks
+
 
 class DashboardsConfig(AppConfig):
     """Utilization snapshots, wait times, GPU metrics from DCGM, and the pages, REST and
@@ -7,3 +9,8 @@ class DashboardsConfig(AppConfig):
 
     name = "dashboards"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from dashboards.estimates import job_start_estimate  # it reads this app's models
+
+        hooks.start_estimate.connect(job_start_estimate)

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
-import ipaddress
 import json
 import math
 import re
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -40,9 +38,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from clusters.models import Cluster
+from clusters.services import cluster_prometheus_url_check
+from clusters.urlcheck import UnsafeUrlError
+from clusters.volcano import team_namespace_name
 from dashboards.models import JobUtilization, MetricsSource
-from portal.models import Job, JobState
-from scheduling.cycle import HOLDING_STATES
+from portal.models import HOLDING_STATES, Job, JobState
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent, 0-100
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1, works per MIG instance
@@ -108,31 +109,16 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedire
 def prometheus_url_check(url: str) -> str:
     """The base URL without a trailing slash, if the portal may ask it; else PrometheusError.
 
-    http or https, no user info, query or fragment; every address the host resolves to is
-    judged like a cluster API address (``clusters.urlcheck``): cloud metadata and unusable
-    addresses never, loopback only where local cluster URLs are allowed (demo, tests).
+    The clusters' URL guard (``clusters.services.cluster_prometheus_url_check``), the one that
+    also runs when the URL is registered: http or https, no user info, query or fragment;
+    every address the host resolves to judged like a cluster API address (cloud metadata and
+    unusable addresses never, loopback only where local cluster URLs are allowed). Checked
+    again here because DNS may have changed since.
     """
-    from clusters.urlcheck import classify_address
-
-    parts = urllib.parse.urlsplit(url or "")
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise PrometheusError("the Prometheus URL must be http(s)://host[:port][/path]")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise PrometheusError("the Prometheus URL must not carry credentials, query or fragment")
-    allow_local = getattr(settings, "GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS", settings.DEBUG)
-    allow_private = getattr(settings, "GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS", True)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = {a[4][0] for a in socket.getaddrinfo(parts.hostname, port)}
-    except (OSError, ValueError, UnicodeError) as exc:
-        raise PrometheusError(f"{parts.hostname} does not resolve ({exc})") from None
-    for raw in addresses:
-        verdict = classify_address(ipaddress.ip_address(str(raw).partition("%")[0]))
-        if verdict in {"metadata", "unusable"}:
-            raise PrometheusError(f"{parts.hostname} resolves to {raw}, which is never allowed")
-        if (verdict == "local" and not allow_local) or (verdict == "private" and not allow_private):
-            raise PrometheusError(f"{parts.hostname} resolves to {raw}, which is not allowed here")
-    return url.rstrip("/")
+        return cluster_prometheus_url_check(url or "")
+    except UnsafeUrlError as exc:
+        raise PrometheusError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +258,6 @@ class CollectResult:
 
 
 def _job_namespace(cluster: Any, team_slug: str) -> str:
-    from clusters.volcano import team_namespace_name
-
     if getattr(cluster, "namespace_per_team", False):
         return team_namespace_name(team_slug)
     return cluster.namespace
@@ -382,8 +366,6 @@ def gpu_metrics_collect(
 
 def gpu_metrics_collect_all(*, now: dt.datetime | None = None) -> list[CollectResult]:
     """Every cluster with a Prometheus URL, one after the other (each bounded in time)."""
-    from clusters.models import Cluster
-
     if not any(f.name == "prometheus_url" for f in Cluster._meta.get_fields()):
         return []
     return [

@@ -8,7 +8,7 @@ this module.
 
 The fair-share figures are the scheduling engine's own: the same ``ShareBook`` over the same
 capacity (active models' allocatable GPUs in every cluster), decayed usage and weights the
-cycle feeds it (``scheduling/cycle.py``), so the dashboard and the scheduler cannot disagree.
+cycle feeds it (``scheduling/snapshot.py``), so the dashboard and the scheduler cannot disagree.
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ from django.db.models import Count, F, Sum
 from django.utils import timezone
 
 from clusters.capacity import NodeLoad, planned_gpus_by_node, pool_free
-from portal.models import Job, JobState, Team
+from clusters.models import Cluster, Node
+from portal import db
+from portal.models import HOLDING_STATES, Job, JobState, Team
 from scheduling import engine
-from scheduling.cycle import HOLDING_STATES, decayed_usage, engine_catalog, engine_config
 from scheduling.engine.fairshare import ShareBook
+from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.models import GpuModel, Quota, TeamPolicy, UsageRecord
+from scheduling.snapshot import decayed_usage, engine_catalog, engine_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class ClusterInfo:
     name: str
     state: str
     prometheus_url: str
+    unreachable_since: dt.datetime | None = None
+    unreachable_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,9 @@ class ModelInfo:
     display_name: str
     cost_factor: float
     active: bool
+    shared: bool = False
+    """A shared (fractional) GPU pool: its figures are GiB of GPU memory, not GPUs."""
+    memory_gib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +211,26 @@ class ModelSummary:
     cells: list[PoolCell] = field(default_factory=list)
     pending_gpus: int = 0
     queued_jobs: int = 0
+    compute_percent: int = 0
+    """A shared pool: Σ over holding replicas of their compute cap (% of one device)."""
+
+    @property
+    def unit(self) -> str:
+        """What the card's figures count: GiB of GPU memory for a shared pool, else GPUs."""
+        return "GiB" if self.model.shared else "GPU"
+
+    @property
+    def devices(self) -> int:
+        """A shared pool's devices (allocatable GiB / the device's memory)."""
+        if not self.model.shared or not self.model.memory_gib:
+            return 0
+        return self.gpus_allocatable // self.model.memory_gib
+
+    @property
+    def compute_used_percent(self) -> float:
+        """The shared pool's compute reserved by capped shares, % of all its devices."""
+        devices = self.devices
+        return min(100.0, self.compute_percent / devices) if devices else 0.0
 
     def total(self, name: str) -> int:
         return sum(getattr(c, name) for c in self.cells)
@@ -240,19 +268,24 @@ class ModelSummary:
         total = self.gpus_allocatable
         return min(100.0, 100.0 * self.total(name) / total) if total else 0.0
 
+    @property
+    def meter(self) -> list[tuple[str, str, str]]:
+        """The card's meter as (CSS class, x, width) in units of a 100-wide SVG bar: allocated,
+        used by other pods, unavailable, one after the other (the rest is free)."""
+        out, x = [], 0.0
+        for name, css in (
+            ("gpus_allocated", "seg-alloc"),
+            ("gpus_used_by_others", "seg-other"),
+            ("gpus_unavailable", "seg-unavail"),
+        ):
+            width = min(100.0 - x, self.percent(name))
+            out.append((css, f"{x:.2f}", f"{max(0.0, width):.2f}"))
+            x += max(0.0, width)
+        return out
+
 
 NO_MODEL = 0
 """Model id under which queued jobs count when no catalog model meets their requirement."""
-
-
-def _requirement(row: dict[str, Any]) -> engine.Requirement:
-    return engine.Requirement(
-        models=tuple(row["gpu_models"] or ()),
-        min_memory_gib=float(row["min_gpu_memory_gib"] or 0),
-        min_tflops_fp16=float(row["min_fp16_tflops"] or 0),
-        bf16=row["requires_bf16"],
-        fp8=row["requires_fp8"],
-    )
 
 
 class LiveState:
@@ -265,24 +298,54 @@ class LiveState:
 
     @cached_property
     def clusters(self) -> dict[int, ClusterInfo]:
-        from clusters.models import Cluster
-
         # prometheus_url arrives with the clusters issue; read it only where it exists.
-        fields = ["id", "name", "state"]
+        fields = ["id", "name", "state", "unreachable_since", "unreachable_error"]
         has_prometheus = any(f.name == "prometheus_url" for f in Cluster._meta.get_fields())
         if has_prometheus:
             fields.append("prometheus_url")
         return {
-            r["id"]: ClusterInfo(r["id"], r["name"], r["state"], r.get("prometheus_url") or "")
+            r["id"]: ClusterInfo(
+                r["id"],
+                r["name"],
+                r["state"],
+                r.get("prometheus_url") or "",
+                r["unreachable_since"],
+                r["unreachable_error"],
+            )
             for r in Cluster.objects.order_by("name").values(*fields)
         }
 
     @cached_property
     def models(self) -> dict[int, ModelInfo]:
         return {
-            m["id"]: ModelInfo(m["id"], m["key"], m["display_name"], m["cost_factor"], m["active"])
-            for m in GpuModel.objects.values("id", "key", "display_name", "cost_factor", "active")
+            m["id"]: ModelInfo(
+                m["id"],
+                m["key"],
+                m["display_name"],
+                m["cost_factor"],
+                m["active"],
+                m["shares_id"] is not None,
+                m["memory_gib"],
+            )
+            for m in GpuModel.objects.values(
+                "id", "key", "display_name", "cost_factor", "active", "shares_id", "memory_gib"
+            )
         }
+
+    @cached_property
+    def shared_compute(self) -> dict[int, int]:
+        """Model id → Σ replicas x compute cap (%) of the holding shares that cap compute."""
+        rows = (
+            Job.objects.filter(
+                state__in=HOLDING_STATES,
+                gpu_model__isnull=False,
+                gpu_cores_percent__isnull=False,
+            )
+            .values("gpu_model_id")
+            .annotate(percent=Sum(F("replicas") * F("gpu_cores_percent")))
+            .order_by()
+        )
+        return {r["gpu_model_id"]: int(r["percent"] or 0) for r in rows}
 
     @cached_property
     def teams(self) -> dict[int, TeamInfo]:
@@ -317,7 +380,7 @@ class LiveState:
         # partial index on active jobs applies; the materialized CTE keeps it from planning a
         # parallel scan for the 100 rows it assumes every unnested plan has.
         states = ", ".join(f"'{s}'" for s in HOLDING_STATES)
-        if connection.vendor == "postgresql":
+        if db.on_postgresql():
             with connection.cursor() as cur:
                 cur.execute(
                     "WITH h AS MATERIALIZED (SELECT cluster_id, gpu_model_id, node_plan, "  # noqa: S608
@@ -338,43 +401,38 @@ class LiveState:
 
     @cached_property
     def queued(self) -> dict[tuple[int, int], tuple[int, int]]:
-        """(team id, first-choice model id or NO_MODEL) → (queued jobs, GPUs they ask for).
+        """(team id, model id or NO_MODEL) → (queued jobs, GPUs they ask for).
 
-        Grouped by requirement in SQL, so a deep queue costs one row per distinct requirement;
-        each requirement is resolved once against the catalog, as the queue page does.
+        A job counts under the model it waits for: the closest candidate the last cycle found
+        (``Job.pending_model``), else the first model the user named, else its first choice
+        under its policy (a job no cycle has looked at yet). Not under the cheapest catalog
+        entry its requirement matches: a job blocked on A100s is an A100 wait, even when T4s
+        would have been tried first.
+
+        Grouped by requirement in SQL, so a deep queue costs one row per distinct requirement
+        and blocker; each requirement is resolved once against the catalog.
         """
         catalog, model_pk = engine_catalog()
         rows = (
             Job.objects.filter(state=JobState.QUEUED)
-            .values(
-                "team_id",
-                "gpu_models",
-                "min_gpu_memory_gib",
-                "min_fp16_tflops",
-                "requires_bf16",
-                "requires_fp8",
-                "selection_policy",
-            )
+            .values("team_id", "pending_model", *REQUIREMENT_FIELDS)
             .annotate(n=Count("id"), gpus=Sum(F("replicas") * F("gpus_per_replica")))
             .order_by()
         )
         memo: dict[tuple[Any, ...], int] = {}
         out: dict[tuple[int, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
         for r in rows:
-            key = (
-                tuple(r["gpu_models"] or ()),
-                r["min_gpu_memory_gib"],
-                r["min_fp16_tflops"],
-                r["requires_bf16"],
-                r["requires_fp8"],
-                r["selection_policy"],
-            )
-            if key not in memo:
-                matched = engine.resolve_candidates(
-                    _requirement(r), engine.Policy(r["selection_policy"]), catalog
-                ).matched
-                memo[key] = model_pk[matched[0].key] if matched else NO_MODEL
-            slot = (r["team_id"], memo[key])
+            named = tuple(r["gpu_models"] or ())
+            model_id = model_pk.get(r["pending_model"]) if r["pending_model"] else None
+            if model_id is None and named:
+                model_id = model_pk.get(named[0])
+            if model_id is None:
+                key = (named, *(r[name] for name in REQUIREMENT_FIELDS[1:]))
+                if key not in memo:
+                    matched = engine.resolve_candidates(*requirement_of(r), catalog).matched
+                    memo[key] = model_pk[matched[0].key] if matched else NO_MODEL
+                model_id = memo[key]
+            slot = (r["team_id"], model_id)
             jobs, gpus = out[slot]
             out[slot] = (jobs + r["n"], gpus + (r["gpus"] or 0))
         return dict(out)
@@ -383,8 +441,6 @@ class LiveState:
 
     @cached_property
     def nodes(self) -> list[NodeState]:
-        from clusters.models import Node
-
         planned = self.planned
         rows = list(
             Node.objects.filter(gpu_model__isnull=False)
@@ -436,8 +492,6 @@ class LiveState:
     @cached_property
     def unknown_nodes(self) -> dict[int, int]:
         """Per cluster, node rows whose GPU product the catalog does not know (never used)."""
-        from clusters.models import Node
-
         return dict(
             Node.objects.filter(gpu_model__isnull=True, gpu_capacity__gt=0)
             .values("cluster_id")
@@ -482,8 +536,10 @@ class LiveState:
             for model in self.models.values():
                 if model.active:
                     summaries.setdefault(model.id, ModelSummary(model))
+        compute = self.shared_compute if any(m.shared for m in self.models.values()) else {}
         for s in summaries.values():
             s.cells.sort(key=lambda c: self.clusters[c.cluster_id].name)
+            s.compute_percent = compute.get(s.model.id, 0)
         return sorted(summaries.values(), key=lambda s: (-s.gpus_allocatable, s.model.key))
 
     # -- teams ------------------------------------------------------------------------------
@@ -576,12 +632,20 @@ class LiveState:
     # -- totals -----------------------------------------------------------------------------
 
     def totals(self) -> dict[str, int]:
+        """The pool's GPUs: shared pools count GiB, so their cards show them and the totals
+        leave them out (GiB and GPUs do not add up)."""
         figures = {name: 0 for name in POOL_FIGURES if name != "largest_free_block"}
         for cell in self.cells.values():
+            model = self.models.get(cell.gpu_model_id)
+            if model is not None and model.shared:
+                continue
             for name in figures:
                 figures[name] += getattr(cell, name)
         figures["queued_jobs"] = sum(jobs for jobs, _ in self.queued.values())
-        figures["pending_gpus"] = sum(gpus for _, gpus in self.queued.values())
+        shared = {m.id for m in self.models.values() if m.shared}
+        figures["pending_gpus"] = sum(
+            gpus for (_t, m), (_j, gpus) in self.queued.items() if m not in shared
+        )
         figures["unplaceable_jobs"] = sum(
             jobs for (_t, m), (jobs, _g) in self.queued.items() if m == NO_MODEL
         )

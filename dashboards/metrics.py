@@ -3,58 +3,37 @@
 Two kinds, because they live in different processes:
 
 * **Gauges read from the database at scrape time** (``PortalCollector``): jobs by state, pool
-  GPUs by state per cluster and model, queue length per first-choice model, idle allocations,
+  GPUs by state per cluster and model, queue length per model waited for, idle allocations,
   the age of the last snapshot. Whichever web process answers the scrape gives the same
   figures, because the database is the truth.
 * **Histograms observed where the work happens**: the scheduling cycle and the dispatcher run
-  in Celery workers, so they call ``observe_cycle`` / ``observe_dispatch`` there. For the web
-  process to serve what workers observed, run every process with ``PROMETHEUS_MULTIPROC_DIR``
+  in Celery workers, so they call ``portal.telemetry``'s ``observe_cycle`` and
+  ``observe_dispatch`` there. For the web process to serve what workers observed, run every
+  process with ``PROMETHEUS_MULTIPROC_DIR``
   pointing at one shared, emptied-at-start directory (prometheus-client's multiprocess mode);
   without it ``/metrics`` shows the histograms of the serving process only.
 
-This module imports nothing of Django at import time, so ``scheduling.cycle`` and the clusters
-dispatcher can import it without an import cycle.
+The histograms themselves are defined in :mod:`portal.telemetry`, which the cycle and the
+dispatcher import; this module only exposes them.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, Min
+from django.utils import timezone
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-SCHEDULER_CYCLE_SECONDS = Histogram(
-    "gpupool_scheduler_cycle_seconds",
-    "Duration of one scheduling cycle (snapshot, decide, persist), seconds.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
-)
-DISPATCH_LATENCY_SECONDS = Histogram(
-    "gpupool_dispatch_latency_seconds",
-    "Time from a job's admission to its Volcano Job existing on the cluster, seconds.",
-    ["cluster"],
-    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0),
-)
-
-
-def observe_cycle(*, seconds: float) -> None:
-    """Record one scheduling cycle's duration (called by ``scheduling.cycle.run_cycle``)."""
-    SCHEDULER_CYCLE_SECONDS.observe(seconds)
-
-
-def observe_dispatch(
-    *, cluster: str, admitted_at: dt.datetime | None, now: dt.datetime | None = None
-) -> None:
-    """Record admission → Volcano Job created for one job (called by the dispatcher once the
-    job is SUBMITTED); a job without an admission time is not counted."""
-    if admitted_at is None:
-        return
-    now = now or dt.datetime.now(tz=dt.UTC)
-    seconds = max(0.0, (now - admitted_at).total_seconds())
-    DISPATCH_LATENCY_SECONDS.labels(cluster=cluster).observe(seconds)
-
+from clusters.models import Cluster
+from dashboards.live import NO_MODEL, LiveState
+from dashboards.models import JobUtilization, MetricsSource, SnapshotRun
+from portal.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
+from portal.telemetry import histograms_registry
 
 TERMINAL_COUNTS_CACHE_KEY = "dashboards:terminal-job-counts"
 TERMINAL_COUNTS_SECONDS = 300
@@ -64,22 +43,23 @@ class PortalCollector(Collector):
     """Gauges computed from the database on every scrape (a handful of grouped queries)."""
 
     def collect(self) -> Iterator[Metric]:
-        from django.core.cache import cache
-        from django.db import connection
-        from django.db.models import Count
-        from django.utils import timezone
-
-        from dashboards.live import NO_MODEL, LiveState
-        from dashboards.models import JobUtilization, MetricsSource, SnapshotRun
-        from portal.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
-
         jobs = GaugeMetricFamily("gpupool_jobs", "Jobs by state.", labels=["state"])
-        counts = dict(
+        oldest = GaugeMetricFamily(
+            "gpupool_jobs_oldest_seconds",
+            "Seconds the longest-waiting job of each unfinished state has been in it (QUEUED: "
+            "the longest wait; a transient state: a job stuck there).",
+            labels=["state"],
+        )
+        now = timezone.now()
+        counts = {}
+        for state, n, since in (
             Job.objects.filter(state__in=ACTIVE_STATES)
             .values("state")
-            .annotate(n=Count("id"))
-            .values_list("state", "n")
-        )
+            .annotate(n=Count("id"), since=Min("state_changed_at"))
+            .values_list("state", "n", "since")
+        ):
+            counts[state] = n
+            oldest.add_metric([state], max(0.0, (now - since).total_seconds()))
         # Finished jobs only grow and counting them scans the table: cache the count a while.
         # Keyed by database, so test databases sharing one Redis never read each other's.
         key = f"{TERMINAL_COUNTS_CACHE_KEY}:{connection.settings_dict['NAME']}"
@@ -96,6 +76,16 @@ class PortalCollector(Collector):
         for state in JobState:
             jobs.add_metric([state.value], counts.get(state.value, 0))
         yield jobs
+        yield oldest
+        reachable = GaugeMetricFamily(
+            "gpupool_cluster_reachable",
+            "1 while the portal reaches a registered cluster's API server, 0 once it has not "
+            "answered (clusters.services.cluster_unreachable_mark).",
+            labels=["cluster"],
+        )
+        for name, since in Cluster.objects.values_list("name", "unreachable_since"):
+            reachable.add_metric([name], 0 if since else 1)
+        yield reachable
 
         live = LiveState()
         gpus = GaugeMetricFamily(
@@ -117,7 +107,7 @@ class PortalCollector(Collector):
         yield nodes
 
         queue_jobs = GaugeMetricFamily(
-            "gpupool_queue_jobs", "Queued jobs by first-choice model.", labels=["model"]
+            "gpupool_queue_jobs", "Queued jobs by the model they wait for.", labels=["model"]
         )
         queue_gpus = GaugeMetricFamily(
             "gpupool_queue_gpus", "GPUs asked for by queued jobs.", labels=["model"]
@@ -157,11 +147,6 @@ class PortalCollector(Collector):
 
 def metrics_exposition() -> bytes:
     """The metrics in the text exposition format, gauges fresh from the database."""
-    registry = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    else:
-        registry.register(SCHEDULER_CYCLE_SECONDS)
-        registry.register(DISPATCH_LATENCY_SECONDS)
+    registry = histograms_registry()
     registry.register(PortalCollector())
     return generate_latest(registry)

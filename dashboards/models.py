@@ -14,12 +14,16 @@ Minute rows are kept for ``GPUPOOL_SNAPSHOT_MINUTE_RETENTION_DAYS`` (30), hourly
 ``GPUPOOL_SNAPSHOT_HOUR_RETENTION_DAYS`` (365). Team rows are sparse: a (team, model) with
 nothing allocated, queued or granted is not written, and counts as zero.
 
-The series' only index is their unique key, which starts with the instant: every read is "these
-instants (and these teams)". Their foreign keys carry no index of their own; deleting a team,
-cluster or model (rare, and refused while jobs refer to it) scans the series instead.
+The series' main index is their unique key, which starts with the instant: most reads are "these
+instants (and these teams)". The per-team series also have one by team and instant, for the
+charts' "these few teams over this window". The foreign keys carry no index of their own;
+deleting a cluster or model (rare, and refused while jobs refer to it) scans the series instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from django.db import models
 
@@ -27,11 +31,18 @@ from django.db import models
 class SnapshotRun(models.Model):
     """One minute of the series was written: its minute is the key, so a second run in the same
     minute rewrites that minute instead of adding one. Hourly averages divide by the number of
-    runs in the hour, so a minute the worker missed does not count as an idle minute."""
+    runs in the hour, so a minute the worker missed does not count as an idle minute.
+
+    ``gpus_allocated`` is the whole pool's total at that minute (the sum of its ``PoolMinute``
+    rows), kept here so that a chart's peak per step (the highest minute) reads one row per
+    minute instead of summing every (cluster, model) row of every minute."""
 
     at = models.DateTimeField(unique=True, help_text="Start of the UTC minute")
     taken_at = models.DateTimeField(help_text="When the snapshot was actually taken")
     took_ms = models.FloatField(default=0)
+    gpus_allocated = models.PositiveIntegerField(
+        default=0, help_text="GPUs allocated to portal jobs in the whole pool"
+    )
 
     class Meta:
         ordering = ["-at"]
@@ -41,10 +52,15 @@ class SnapshotRun(models.Model):
 
 
 class HourRun(models.Model):
-    """One hour of the series was downsampled (``samples`` minute runs went into it)."""
+    """One hour of the series was downsampled (``samples`` minute runs went into it), with the
+    whole pool's allocation over it: the hour's mean and its highest minute."""
 
     at = models.DateTimeField(unique=True, help_text="Start of the UTC hour")
     samples = models.PositiveSmallIntegerField(default=0)
+    gpus_allocated = models.FloatField(default=0, help_text="Mean over the hour, whole pool")
+    gpus_allocated_peak = models.PositiveIntegerField(
+        default=0, help_text="Highest minute of the hour, whole pool"
+    )
 
     class Meta:
         ordering = ["-at"]
@@ -53,7 +69,98 @@ class HourRun(models.Model):
         return f"hour {self.at:%Y-%m-%d %H}h ({self.samples} samples)"
 
 
-class PoolMinute(models.Model):
+# A minute row counts (whole numbers); an hour row holds the minutes' means (fractions) and,
+# for the allocation, the highest minute. Each series is written once, for either kind.
+Count = Callable[..., "models.Field[Any, Any]"]
+
+
+def _whole(**kwargs: Any) -> models.Field[Any, Any]:
+    return models.PositiveIntegerField(default=0, **kwargs)
+
+
+def _mean(**kwargs: Any) -> models.Field[Any, Any]:
+    return models.FloatField(default=0, **kwargs)
+
+
+def _pool_series(count: Count, *, total_help: str = "") -> type[models.Model]:
+    """The fields of the per (cluster, GPU model) series, counted by ``count``."""
+
+    class PoolSeries(models.Model):
+        at = models.DateTimeField()
+        cluster = models.ForeignKey(
+            "clusters.Cluster", on_delete=models.CASCADE, related_name="+", db_index=False
+        )
+        gpu_model = models.ForeignKey(
+            "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
+        )
+        gpus_total = count(help_text=total_help)
+        gpus_allocatable = count()
+        gpus_allocated = count()
+        gpus_used_by_others = count()
+        gpus_free = count()
+        gpus_unavailable = count()
+        gpus_fragmented = count()
+        largest_free_block = count()
+        nodes_total = count()
+        nodes_not_ready = count()
+        nodes_cordoned = count()
+
+        class Meta:
+            abstract = True
+
+    return PoolSeries
+
+
+def _team_model_series(count: Count) -> type[models.Model]:
+    """The fields of the per (team, GPU model) series, counted by ``count``."""
+
+    class TeamModelSeries(models.Model):
+        at = models.DateTimeField()
+        team = models.ForeignKey(
+            "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+        )
+        gpu_model = models.ForeignKey(
+            "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
+        )
+        gpus_allocated = count()
+        gpus_running = count()
+        nominal = count()
+        borrowed = count()
+        pending_gpus = count()
+        queued_jobs = count()
+
+        class Meta:
+            abstract = True
+
+    return TeamModelSeries
+
+
+def _team_series(count: Count) -> type[models.Model]:
+    """The fields of the per-team series, counted by ``count``; the shares are fractions at
+    both resolutions."""
+
+    class TeamSeries(models.Model):
+        at = models.DateTimeField()
+        team = models.ForeignKey(
+            "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+        )
+        gpus_allocated = count()
+        gpus_running = count()
+        pending_gpus = count()
+        queued_jobs = count()
+        weight = models.FloatField(default=1.0)
+        allocation_share = models.FloatField(default=0)
+        usage_share = models.FloatField(default=0)
+        share = models.FloatField(default=0)
+        target_share = models.FloatField(null=True, blank=True)
+
+        class Meta:
+            abstract = True
+
+    return TeamSeries
+
+
+class PoolMinute(_pool_series(_whole, total_help="Capacity the nodes report")):
     """The GPUs of one model on one cluster at one minute.
 
     ``gpus_allocatable`` splits into ``gpus_allocated`` (portal jobs holding them),
@@ -63,25 +170,6 @@ class PoolMinute(models.Model):
     not as a whole node, so a replica asking for a full node cannot use it.
     ``largest_free_block`` is the most free GPUs on one node: the largest replica that fits now.
     """
-
-    at = models.DateTimeField()
-    cluster = models.ForeignKey(
-        "clusters.Cluster", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpu_model = models.ForeignKey(
-        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpus_total = models.PositiveIntegerField(default=0, help_text="Capacity the nodes report")
-    gpus_allocatable = models.PositiveIntegerField(default=0)
-    gpus_allocated = models.PositiveIntegerField(default=0)
-    gpus_used_by_others = models.PositiveIntegerField(default=0)
-    gpus_free = models.PositiveIntegerField(default=0)
-    gpus_unavailable = models.PositiveIntegerField(default=0)
-    gpus_fragmented = models.PositiveIntegerField(default=0)
-    largest_free_block = models.PositiveIntegerField(default=0)
-    nodes_total = models.PositiveIntegerField(default=0)
-    nodes_not_ready = models.PositiveIntegerField(default=0)
-    nodes_cordoned = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -94,27 +182,9 @@ class PoolMinute(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M} {self.cluster_id}/{self.gpu_model_id}"
 
 
-class PoolHour(models.Model):
+class PoolHour(_pool_series(_mean)):
     """``PoolMinute`` averaged over one UTC hour (``*_peak``: the highest minute)."""
 
-    at = models.DateTimeField()
-    cluster = models.ForeignKey(
-        "clusters.Cluster", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpu_model = models.ForeignKey(
-        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpus_total = models.FloatField(default=0)
-    gpus_allocatable = models.FloatField(default=0)
-    gpus_allocated = models.FloatField(default=0)
-    gpus_used_by_others = models.FloatField(default=0)
-    gpus_free = models.FloatField(default=0)
-    gpus_unavailable = models.FloatField(default=0)
-    gpus_fragmented = models.FloatField(default=0)
-    largest_free_block = models.FloatField(default=0)
-    nodes_total = models.FloatField(default=0)
-    nodes_not_ready = models.FloatField(default=0)
-    nodes_cordoned = models.FloatField(default=0)
     gpus_allocated_peak = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -128,28 +198,14 @@ class PoolHour(models.Model):
         return f"{self.at:%Y-%m-%d %H}h {self.cluster_id}/{self.gpu_model_id}"
 
 
-class TeamModelMinute(models.Model):
+class TeamModelMinute(_team_model_series(_whole)):
     """One team's GPUs of one model at one minute.
 
     ``gpus_allocated`` counts jobs that hold quota (admitted to cancelling), ``gpus_running``
     those of them that run; ``borrowed`` is what is allocated above ``nominal``.
-    ``pending_gpus`` / ``queued_jobs`` are queued jobs counted on the model their policy tries
-    first (the queue page's "first choice").
+    ``pending_gpus`` / ``queued_jobs`` are queued jobs counted on the model they wait for (the
+    closest candidate of the last cycle, else the model named, else the first choice).
     """
-
-    at = models.DateTimeField()
-    team = models.ForeignKey(
-        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpu_model = models.ForeignKey(
-        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpus_allocated = models.PositiveIntegerField(default=0)
-    gpus_running = models.PositiveIntegerField(default=0)
-    nominal = models.PositiveIntegerField(default=0)
-    borrowed = models.PositiveIntegerField(default=0)
-    pending_gpus = models.PositiveIntegerField(default=0)
-    queued_jobs = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -162,22 +218,9 @@ class TeamModelMinute(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M} {self.team_id}/{self.gpu_model_id}"
 
 
-class TeamModelHour(models.Model):
+class TeamModelHour(_team_model_series(_mean)):
     """``TeamModelMinute`` averaged over one UTC hour."""
 
-    at = models.DateTimeField()
-    team = models.ForeignKey(
-        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpu_model = models.ForeignKey(
-        "scheduling.GpuModel", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpus_allocated = models.FloatField(default=0)
-    gpus_running = models.FloatField(default=0)
-    nominal = models.FloatField(default=0)
-    borrowed = models.FloatField(default=0)
-    pending_gpus = models.FloatField(default=0)
-    queued_jobs = models.FloatField(default=0)
     gpus_allocated_peak = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -191,7 +234,7 @@ class TeamModelHour(models.Model):
         return f"{self.at:%Y-%m-%d %H}h {self.team_id}/{self.gpu_model_id}"
 
 
-class TeamMinute(models.Model):
+class TeamMinute(_team_series(_whole)):
     """One team's totals over all models and its fair-share standing at one minute.
 
     The shares are the scheduling engine's (``scheduling/engine/fairshare.py``):
@@ -202,51 +245,28 @@ class TeamMinute(models.Model):
     team has none): where equal weighted shares would put it.
     """
 
-    at = models.DateTimeField()
-    team = models.ForeignKey(
-        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpus_allocated = models.PositiveIntegerField(default=0)
-    gpus_running = models.PositiveIntegerField(default=0)
-    pending_gpus = models.PositiveIntegerField(default=0)
-    queued_jobs = models.PositiveIntegerField(default=0)
-    weight = models.FloatField(default=1.0)
-    allocation_share = models.FloatField(default=0)
-    usage_share = models.FloatField(default=0)
-    share = models.FloatField(default=0)
-    target_share = models.FloatField(null=True, blank=True)
-
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["at", "team"], name="one_team_minute_per_series")
         ]
+        # A chart reads its few teams over a window: a day of 200 teams' minutes is 288,000
+        # entries of the unique key, their 8 teams' 11,520 of this one.
+        indexes = [models.Index(fields=["team", "at"], name="teamminute_by_team")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.team_id}"
 
 
-class TeamHour(models.Model):
+class TeamHour(_team_series(_mean)):
     """``TeamMinute`` averaged over one UTC hour."""
 
-    at = models.DateTimeField()
-    team = models.ForeignKey(
-        "portal.Team", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    gpus_allocated = models.FloatField(default=0)
-    gpus_running = models.FloatField(default=0)
-    pending_gpus = models.FloatField(default=0)
-    queued_jobs = models.FloatField(default=0)
-    weight = models.FloatField(default=1.0)
-    allocation_share = models.FloatField(default=0)
-    usage_share = models.FloatField(default=0)
-    share = models.FloatField(default=0)
-    target_share = models.FloatField(null=True, blank=True)
     gpus_allocated_peak = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["at", "team"], name="one_team_hour_per_series")
         ]
+        indexes = [models.Index(fields=["team", "at"], name="teamhour_by_team")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H}h {self.team_id}"

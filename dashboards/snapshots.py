@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.db.models import Avg, Max, Q, Sum
 from django.utils import timezone
 
@@ -39,6 +39,7 @@ from dashboards.models import (
     TeamModelHour,
     TeamModelMinute,
 )
+from portal import db
 from portal.models import Job, JobEvent, JobState
 
 log = logging.getLogger(__name__)
@@ -79,16 +80,6 @@ def hour_floor(moment: dt.datetime) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def _try_lock(key: int) -> bool:
-    """A transaction-scoped advisory lock on PostgreSQL; SQLite (the demo) serializes writers
-    with its IMMEDIATE transactions, so there the answer is always yes."""
-    if connection.vendor != "postgresql":
-        return True
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
-        return bool(cur.fetchone()[0])
-
-
 @dataclass(frozen=True)
 class SnapshotResult:
     at: dt.datetime
@@ -123,14 +114,19 @@ def snapshot_take(*, now: dt.datetime | None = None) -> SnapshotResult:
     ]
     took_ms = (time.perf_counter() - started) * 1e3
     with transaction.atomic():
-        if not _try_lock(SNAPSHOT_LOCK_KEY):
+        if not db.try_transaction_lock(SNAPSHOT_LOCK_KEY):
             return SnapshotResult(at=at, written=False)  # another run is writing this minute
         for model in (PoolMinute, TeamModelMinute, TeamMinute, SnapshotRun):
             model.objects.filter(at=at).delete()
         PoolMinute.objects.bulk_create(pool, batch_size=2000)
         TeamModelMinute.objects.bulk_create(team_model, batch_size=2000)
         TeamMinute.objects.bulk_create(teams, batch_size=2000)
-        SnapshotRun.objects.create(at=at, taken_at=now, took_ms=took_ms)
+        SnapshotRun.objects.create(
+            at=at,
+            taken_at=now,
+            took_ms=took_ms,
+            gpus_allocated=sum(row.gpus_allocated for row in pool),
+        )
     return SnapshotResult(at, True, len(pool), len(team_model), len(teams), took_ms)
 
 
@@ -205,8 +201,11 @@ def snapshot_downsample(
             TeamModelMinute, ("team_id", "gpu_model_id"), TEAM_MODEL_FIGURES, start, samples
         )
         teams = _hour_aggregates(TeamMinute, ("team_id",), TEAM_FIGURES, start, samples)
+        peak = SnapshotRun.objects.filter(
+            at__gte=start, at__lt=start + dt.timedelta(hours=1)
+        ).aggregate(m=Max("gpus_allocated"))["m"]
         with transaction.atomic():
-            if not _try_lock(DOWNSAMPLE_LOCK_KEY):
+            if not db.try_transaction_lock(DOWNSAMPLE_LOCK_KEY):
                 break
             for model in (PoolHour, TeamModelHour, TeamHour, HourRun):
                 model.objects.filter(at=start).delete()
@@ -215,7 +214,12 @@ def snapshot_downsample(
                 [TeamModelHour(at=start, **r) for r in team_model], batch_size=2000
             )
             TeamHour.objects.bulk_create([TeamHour(at=start, **r) for r in teams], batch_size=2000)
-            HourRun.objects.create(at=start, samples=samples)
+            HourRun.objects.create(
+                at=start,
+                samples=samples,
+                gpus_allocated=sum(r["gpus_allocated"] for r in pool),
+                gpus_allocated_peak=peak or 0,
+            )
         done.append(start)
     return done
 

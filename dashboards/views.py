@@ -19,11 +19,23 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboards import selectors as sel
+from dashboards import charts
 from dashboards.live import LiveState, ModelInfo
 from dashboards.metrics import metrics_exposition
+from dashboards.selectors.cluster import cluster_heatmap, idle_allocations
+from dashboards.selectors.fairshare import fair_share_standings
+from dashboards.selectors.pool import pool_overview
+from dashboards.selectors.scope import TeamScope, team_scope
+from dashboards.selectors.usage import (
+    UsageRow,
+    usage_by_user,
+    usage_pivot,
+    usage_rows,
+    usage_totals,
+)
 from portal.access import teams_visible_to
 from portal.models import Team
+from portal.proxies import client_address
 from scheduling.services import cohort_quotas
 
 
@@ -32,14 +44,14 @@ def _model_param(request: HttpRequest, live: LiveState) -> ModelInfo | None:
     return next((m for m in live.models.values() if m.key == key), None) if key else None
 
 
-def _chart_context(request: HttpRequest, live: LiveState, scope: sel.TeamScope) -> dict[str, Any]:
-    range_key = sel.chart_range(request.GET.get("range")).key
+def _chart_context(request: HttpRequest, live: LiveState, scope: TeamScope) -> dict[str, Any]:
+    range_key = charts.chart_range(request.GET.get("range")).key
     model = _model_param(request, live)
     return {
-        "chart": sel.team_allocation_chart(
+        "chart": charts.team_allocation_chart(
             scope=scope, live=live, range_key=range_key, model=model
         ),
-        "ranges": sel.RANGES.values(),
+        "ranges": charts.RANGES.values(),
         "range_key": range_key,
         "chart_model": model,
     }
@@ -50,11 +62,11 @@ def _chart_context(request: HttpRequest, live: LiveState, scope: sel.TeamScope) 
 def pool_overview_page(request: HttpRequest) -> HttpResponse:
     """The home page: a card per GPU model, totals, and GPUs allocated over time by team."""
     live = LiveState()
-    scope = sel.team_scope(user=request.user)
+    scope = team_scope(user=request.user)
     fragment = request.GET.get("fragment", "") if request.htmx else ""
     context: dict[str, Any] = {"refresh_seconds": settings.GPUPOOL_DASHBOARD_REFRESH_SECONDS}
     if fragment != "chart":
-        context["overview"] = sel.pool_overview(live=live)
+        context["overview"] = pool_overview(live=live)
     if fragment != "live":
         context.update(_chart_context(request, live, scope))
     template = {
@@ -70,8 +82,8 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
     """Per cluster, nodes grouped by model as a heat map; for admins, idle allocations."""
     live = LiveState()
     context = {
-        "clusters": sel.cluster_heatmap(live=live),
-        "idle": sel.idle_allocations() if request.user.is_staff else None,
+        "clusters": cluster_heatmap(live=live),
+        "idle": idle_allocations() if request.user.is_staff else None,
     }
     return render(request, "dashboards/clusters.html", context)
 
@@ -81,15 +93,15 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
 def fair_share_page(request: HttpRequest) -> HttpResponse:
     """Weight, quota, borrowed, GPU-hours and dominant vs target share per team; history."""
     live = LiveState()
-    scope = sel.team_scope(user=request.user)
-    standings, hidden = sel.fair_share_standings(scope=scope, live=live)
-    range_key = request.GET.get("range") if request.GET.get("range") in sel.RANGES else "7d"
-    chart = sel.share_history_chart(scope=scope, live=live, range_key=range_key)
+    scope = team_scope(user=request.user)
+    standings, hidden = fair_share_standings(scope=scope, live=live)
+    range_key = charts.chart_range(request.GET.get("range"), default="7d").key
+    chart = charts.share_history_chart(scope=scope, live=live, range_key=range_key)
     context = {
         "standings": standings,
         "hidden": hidden,
         "chart": chart,
-        "ranges": sel.RANGES.values(),
+        "ranges": charts.RANGES.values(),
         "range_key": range_key,
         "half_life_hours": settings.GPUPOOL_USAGE_HALF_LIFE_HOURS,
         "horizon_days": round(8 * settings.GPUPOOL_USAGE_HALF_LIFE_HOURS / 24),
@@ -116,13 +128,14 @@ def _usage_query(request: HttpRequest) -> dict[str, Any]:
         team = next((t for t in teams if t.slug == slug), None)
         if team is None:
             raise Http404("No such team among yours.")
-    until = dt.datetime.now(tz=dt.UTC) + dt.timedelta(hours=1)
+    now = dt.datetime.now(tz=dt.UTC)
+    until = now + dt.timedelta(hours=1)  # the ledger's current hour is stamped at its start
     since = until - PERIOD_SPAN[period]
     if period == "month":
         since = since.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     else:
         since = since.replace(hour=0, minute=0, second=0, microsecond=0)
-    rows = sel.usage_rows(
+    rows = usage_rows(
         period=period,
         since=since,
         until=until,
@@ -130,19 +143,27 @@ def _usage_query(request: HttpRequest) -> dict[str, Any]:
         user_id=None if team else request.user.pk,
         by_user=team is not None,
     )
-    return {"period": period, "teams": teams, "team": team, "scope": slug, "rows": rows}
+    return {
+        "period": period,
+        "teams": teams,
+        "team": team,
+        "scope": slug,
+        "rows": rows,
+        "since": since,
+        "now": now,
+    }
 
 
-def _by_model(rows: list[sel.UsageRow]) -> list[sel.UsageRow]:
+def _by_model(rows: list[UsageRow]) -> list[UsageRow]:
     """Per-user rows of a team folded into per-model rows for the table and the chart."""
-    folded: dict[tuple[dt.date, str], list[sel.UsageRow]] = {}
+    folded: dict[tuple[dt.date, str], list[UsageRow]] = {}
     for r in rows:
         folded.setdefault((r.period, r.model), []).append(r)
     out = []
     for (period, model), group in folded.items():
         costs = [g.cost for g in group]
         out.append(
-            sel.UsageRow(
+            UsageRow(
                 period,
                 model,
                 None,
@@ -161,15 +182,17 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     q = _usage_query(request)
     per_model = _by_model(q["rows"]) if q["team"] else q["rows"]
     label = "last 30 days" if q["period"] == "day" else "last 12 months"
-    columns, periods = sel.usage_pivot(per_model)
+    columns, periods = usage_pivot(per_model)
     context = {
         **q,
         "per_model": per_model,
         "columns": columns,
         "periods": periods,
-        "per_user": sel.usage_by_user(q["rows"]) if q["team"] else [],
-        "totals": sel.usage_totals(per_model),
-        "chart": sel.usage_chart(per_model, period=q["period"], rng_label=label),
+        "per_user": usage_by_user(q["rows"]) if q["team"] else [],
+        "totals": usage_totals(per_model),
+        "chart": charts.usage_chart(
+            per_model, period=q["period"], rng_label=label, since=q["since"], until=q["now"]
+        ),
         "range_label": label,
         "currency": settings.GPUPOOL_COST_CURRENCY,
         "chargeback": bool(settings.GPUPOOL_PRICE_PER_GPU_HOUR),
@@ -238,29 +261,43 @@ def _allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     ]
 
 
-def metrics_allowed(request: HttpRequest) -> tuple[bool, int]:
-    """(allowed, status if not): the caller's address must be in an allowed network (403) and
-    carry the token when one is set (401). ``REMOTE_ADDR`` is the peer: put Prometheus on a
-    network of its own, or use the token, when a proxy sits in front of the portal."""
+NO_METRICS_TOKEN = (
+    "Forbidden: /metrics needs GPUPOOL_METRICS_TOKEN to be set (or, explicitly, "
+    "GPUPOOL_METRICS_REQUIRE_TOKEN=false).\n"
+)
+
+
+def metrics_allowed(request: HttpRequest) -> tuple[bool, int, str]:
+    """(allowed, status, text if not): the caller's address must be in an allowed network
+    (403), and the request must carry the token (401); with no token configured, nobody is
+    let in (403) unless ``GPUPOOL_METRICS_REQUIRE_TOKEN`` is off.
+
+    The address is the peer's, or, from a trusted reverse proxy, the client it forwards for
+    (``portal.proxies``). A proxy on the same host makes every peer 127.0.0.1, which is why
+    the network alone is not enough by default.
+    """
     try:
-        peer = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+        caller = ipaddress.ip_address(client_address(request))
     except ValueError:
-        return False, 403
-    if not any(peer in net for net in _allowed_networks()):
-        return False, 403
+        return False, 403, "Forbidden.\n"
+    if not any(caller in net for net in _allowed_networks()):
+        return False, 403, "Forbidden.\n"
     token = settings.GPUPOOL_METRICS_TOKEN
-    if token:
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return False, 401
-    return True, 200
+    if not token:
+        if settings.GPUPOOL_METRICS_REQUIRE_TOKEN:
+            return False, 403, NO_METRICS_TOKEN
+        return True, 200, ""
+    given = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return False, 401, "Unauthorized: send Authorization: Bearer <GPUPOOL_METRICS_TOKEN>.\n"
+    return True, 200, ""
 
 
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    allowed, status = metrics_allowed(request)
+    allowed, status, text = metrics_allowed(request)
     if not allowed:
-        response = HttpResponse("Forbidden.\n", status=status, content_type="text/plain")
+        response = HttpResponse(text, status=status, content_type="text/plain")
         if status == 401:
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response

@@ -15,11 +15,13 @@ import json
 import logging
 import queue as queue_mod
 import random
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -60,7 +62,7 @@ from kubesim.selectors import (
 )
 from kubesim.sim import Simulation
 from kubesim.store import Entry, ResourceType, Watcher, WatchEvent
-from kubesim.validation import metadata_causes
+from kubesim.validation import metadata_causes, secret_admitted, secret_causes
 
 log = logging.getLogger("kubesim")
 
@@ -151,6 +153,14 @@ class Route:
     name: str | None = None
     sub: str | None = None
     parts: list[str] = field(default_factory=list)
+
+
+_INT = re.compile(r"-?[0-9]{1,18}")
+
+
+def _is_int(value: str) -> bool:
+    """A whole number in ASCII digits (``str.isdigit`` also takes "¹", which ``int`` refuses)."""
+    return _INT.fullmatch(value) is not None
 
 
 def _true(value: str | None) -> bool:
@@ -500,7 +510,11 @@ class Api:
         return Response(200, body)
 
     def pod_log(self, req: Request, route: Route) -> Response:
-        """``pods/{name}/log``: plain text; ``follow=true`` streams until the container ends."""
+        """``pods/{name}/log``: plain text; ``follow=true`` streams until the container ends.
+
+        ``sinceSeconds`` (relative to the server's, that is the simulated, clock) or
+        ``sinceTime`` (RFC 3339) keep the lines written at or after that instant, as the
+        kubelet does; giving both is a 400, as on a real API server."""
         obj = self._entry(route).obj
         pod = self.sim.pod(*self._key(route))
         containers = [c["name"] for c in obj["spec"].get("containers") or []]
@@ -534,24 +548,25 @@ class Api:
         timestamps = _true(req.query.get("timestamps"))
         tail = req.query.get("tailLines")
         limit_bytes = req.query.get("limitBytes")
+        since = self._log_since(req)
 
         def render() -> list[str]:
             with self.store.lock:
                 lines = self.sim.pod_log(
-                    pod, obj, container, previous=previous, timestamps=timestamps
+                    pod, obj, container, previous=previous, timestamps=timestamps, since=since
                 )
             if previous and not lines:
                 raise bad_request(
                     f'previous terminated container "{container}" in pod "{name}" not found'
                 )
-            if tail is not None and tail.lstrip("-").isdigit():
+            if tail is not None and _is_int(tail):
                 count = int(tail)
                 lines = lines[-count:] if count > 0 else []
             return lines
 
         lines = render()
         text = "".join(line + "\n" for line in lines).encode()
-        if limit_bytes and limit_bytes.isdigit():
+        if limit_bytes and _is_int(limit_bytes) and int(limit_bytes) >= 0:
             text = text[: int(limit_bytes)]
         if not _true(req.query.get("follow")):
             return Response(200, text, "text/plain")
@@ -577,6 +592,31 @@ class Api:
                     return
 
         return Response(200, b"", "text/plain", stream=follow)
+
+    def _log_since(self, req: Request) -> float | None:
+        """The instant ``sinceSeconds`` or ``sinceTime`` names, in simulated epoch seconds."""
+        seconds = req.query.get("sinceSeconds")
+        moment = req.query.get("sinceTime")
+        if seconds is not None and moment is not None:
+            raise bad_request("at most one of sinceTime or sinceSeconds may be specified")
+        if seconds is not None:
+            if not seconds.isdigit() or int(seconds) < 1:
+                raise bad_request(
+                    f'PodLogOptions.meta.k8s.io "" is invalid: sinceSeconds: Invalid value: '
+                    f"{seconds}: must be greater than 0"
+                )
+            return self.sim.now() - int(seconds)
+        if moment is not None:
+            try:
+                parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+            except ValueError:
+                raise bad_request(
+                    f'parsing time "{moment}" as "2006-01-02T15:04:05Z07:00": cannot parse'
+                ) from None
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            return parsed.timestamp()
+        return None
 
     # ==================================================================================
     # watch
@@ -982,6 +1022,12 @@ class Api:
             self._validate(rt, obj)
             obj.setdefault("count", 1)
             return obj
+        if rt is self.types.secrets:
+            self._validate(rt, obj)
+            causes = secret_causes(obj)
+            if causes:
+                raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
+            return secret_admitted(obj)
         raise method_not_allowed()
 
     # ==================================================================================

@@ -18,6 +18,14 @@ from typing import Any
 
 import yaml
 
+from kubesim.devices import (
+    HAMI_REGISTER,
+    POLICY_ANNOTATION,
+    VGPU_MEMORY,
+    VGPU_NUMBER,
+    VGPU_REGISTER,
+    register_annotation,
+)
 from kubesim.quantity import format_milli, to_milli
 
 
@@ -61,12 +69,41 @@ class SimSettings:
     pod_startup_seconds: float = 2.0
     default_duration_seconds: float | None = 300.0
     pod_termination_seconds: float = 2.0
+    config_retry_seconds: float = 10.0  # the kubelet retries a CreateContainerConfigError
     eviction_seconds: float = 0.0
     overcommit_factor: float = 1.2
     history_size: int = 10_000
     max_events: int = 20_000
     bookmark_interval_seconds: float = 1.0  # wall seconds between watch bookmarks
     log_line_interval_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class SharingConfig:
+    """A pool whose GPUs are split between pods (``sharing:`` in a node pool).
+
+    ``mode``: ``volcano-vgpu`` (allocatable ``volcano.sh/vgpu-number`` = GPUs x split and
+    ``volcano.sh/vgpu-memory`` = total MiB, and the plugin's registration annotation) or
+    ``hami`` (allocatable ``nvidia.com/gpu`` = GPUs x split, the ``hami.io/node-nvidia-register``
+    annotation and the ``gpu=on`` label). ``deviceSplitCount``: shares per device (HAMi's
+    default 10); ``deviceMemoryMiB`` defaults to the model's; ``deviceCores``: 100;
+    ``policy``: ``binpack`` (fullest device first) or ``spread``.
+    """
+
+    mode: str
+    device_split_count: int = 10
+    device_memory_mib: int | None = None
+    device_cores: int = 100
+    policy: str = "binpack"
+
+
+_SHARING_KEYS = {
+    "mode": "mode",
+    "deviceSplitCount": "device_split_count",
+    "deviceMemoryMiB": "device_memory_mib",
+    "deviceCores": "device_cores",
+    "policy": "policy",
+}
 
 
 @dataclass
@@ -83,6 +120,7 @@ class NodePool:
     ephemeral_storage: str = "1Ti"
     mig_gpus: int = 0
     mig_profiles: dict[str, int] = field(default_factory=dict)
+    sharing: SharingConfig | None = None
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
     gpu_type_label: str | None = None
@@ -127,6 +165,7 @@ _SIM_KEYS = {
     "podStartupSeconds": "pod_startup_seconds",
     "defaultDurationSeconds": "default_duration_seconds",
     "podTerminationSeconds": "pod_termination_seconds",
+    "configRetrySeconds": "config_retry_seconds",
     "evictionSeconds": "eviction_seconds",
     "overcommitFactor": "overcommit_factor",
     "historySize": "history_size",
@@ -141,7 +180,7 @@ class ConfigError(ValueError):
 
 
 def _pick(raw: dict[str, Any], mapping: dict[str, str], where: str) -> dict[str, Any]:
-    unknown = sorted(set(raw) - set(mapping) - {"mig"})
+    unknown = sorted(set(raw) - set(mapping) - {"mig", "sharing"})
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
     return {mapping[key]: value for key, value in raw.items() if key in mapping}
@@ -168,6 +207,8 @@ def parse_config(raw: dict[str, Any]) -> ClusterConfig:
             values["mig_profiles"] = {
                 str(k): int(v) for k, v in (mig.get("profiles") or {}).items()
             }
+        if item.get("sharing"):
+            values["sharing"] = _parse_sharing(item["sharing"], f"{where}.sharing")
         pool = NodePool(**values)
         if pool.gpu_model and pool.gpu_model not in GPU_CATALOG and not pool.product:
             raise ConfigError(
@@ -184,6 +225,42 @@ def parse_config(raw: dict[str, Any]) -> ClusterConfig:
         namespaces=[str(n) for n in raw.get("namespaces") or []],
         simulation=sim,
     )
+
+
+def _parse_sharing(raw: Any, where: str) -> SharingConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a mapping")
+    sharing = SharingConfig(**_pick(raw, _SHARING_KEYS, where))
+    if sharing.mode not in ("volcano-vgpu", "hami"):
+        raise ConfigError(f"{where}.mode: must be volcano-vgpu or hami, got {sharing.mode!r}")
+    if sharing.policy not in ("binpack", "spread"):
+        raise ConfigError(f"{where}.policy: must be binpack or spread, got {sharing.policy!r}")
+    if sharing.device_split_count < 1 or not 1 <= sharing.device_cores <= 100:
+        raise ConfigError(f"{where}: deviceSplitCount >= 1 and deviceCores 1..100")
+    return sharing
+
+
+def _device_memory_mib(pool: NodePool) -> int:
+    model = GPU_CATALOG.get(pool.gpu_model or "")
+    assert pool.sharing is not None
+    return pool.sharing.device_memory_mib or (model.memory_mib if model else 16384)
+
+
+def shared_annotations(pool: NodePool) -> dict[str, str]:
+    """The device plugin's registration of a shared pool's node, and kubesim's policy."""
+    if pool.sharing is None or not pool.gpus:
+        return {}
+    sharing = pool.sharing
+    model = GPU_CATALOG.get(pool.gpu_model or "")
+    text = register_annotation(
+        pool.gpus,
+        sharing.device_split_count,
+        _device_memory_mib(pool),
+        sharing.device_cores,
+        (model.product if model else pool.product or "GPU").removeprefix("NVIDIA-"),
+    )
+    key = HAMI_REGISTER if sharing.mode == "hami" else VGPU_REGISTER
+    return {key: text, POLICY_ANNOTATION: sharing.policy}
 
 
 def load_config(source: str | Path | dict[str, Any] = "small") -> ClusterConfig:
@@ -221,6 +298,14 @@ def pool_resources(pool: NodePool) -> dict[str, str]:
         "ephemeral-storage": format_milli(to_milli(pool.ephemeral_storage), "ephemeral-storage"),
     }
     model = GPU_CATALOG.get(pool.gpu_model or "")
+    if pool.gpus and pool.sharing is not None:
+        split = pool.sharing.device_split_count
+        if pool.sharing.mode == "volcano-vgpu":
+            res[VGPU_NUMBER] = str(pool.gpus * split)
+            res[VGPU_MEMORY] = str(pool.gpus * _device_memory_mib(pool))
+        else:
+            res["nvidia.com/gpu"] = str(pool.gpus * split)
+        return res
     if pool.gpus:
         name = "amd.com/gpu" if model and model.vendor == "amd" else "nvidia.com/gpu"
         res[name] = str(pool.gpus - pool.mig_gpus)
@@ -265,6 +350,10 @@ def _gpu_labels(pool: NodePool) -> dict[str, str]:
                 "nvidia.com/gpu.compute.minor": minor or "0",
             }
         )
+    if pool.sharing is not None:
+        labels["nvidia.com/gpu.replicas"] = str(pool.sharing.device_split_count)
+        if pool.sharing.mode == "hami":
+            labels["gpu"] = "on"  # HAMi's opt-in label
     if pool.mig_profiles:
         labels["nvidia.com/mig.capable"] = "true"
         labels["nvidia.com/mig.strategy"] = "mixed"
@@ -280,6 +369,7 @@ def build_nodes(config: ClusterConfig) -> list[dict[str, Any]]:
     for pool in config.pools:
         allocatable = pool_resources(pool)
         gpu_labels = _gpu_labels(pool)
+        annotations = shared_annotations(pool)
         for index in range(pool.count):
             name = _node_name(pool, index)
             labels = {
@@ -298,7 +388,7 @@ def build_nodes(config: ClusterConfig) -> list[dict[str, Any]]:
                 {
                     "apiVersion": "v1",
                     "kind": "Node",
-                    "metadata": {"name": name, "labels": labels, "annotations": {}},
+                    "metadata": {"name": name, "labels": labels, "annotations": dict(annotations)},
                     "spec": {
                         "podCIDR": f"10.{64 + len(nodes) // 256}.{len(nodes) % 256}.0/24",
                         "providerID": f"kubesim://{config.name}/{name}",

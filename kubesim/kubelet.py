@@ -5,12 +5,15 @@ A bound pod sits in ContainerCreating for ``podStartupSeconds``, then runs for i
 exits with 0 or the configured failure. ``restartPolicy`` decides whether the container is
 restarted in place (CrashLoopBackOff) or the pod ends Succeeded/Failed. A pod with
 ``activeDeadlineSeconds`` is failed (reason ``DeadlineExceeded``) that long after its startTime.
-Deletion is graceful: Terminating for ``podTerminationSeconds``, then gone.
+A container whose env names a Secret (or a key of one) that does not exist waits in
+``CreateContainerConfigError`` until it does. Deletion is graceful: Terminating for
+``podTerminationSeconds``, then gone.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from kubesim.clock import rfc3339, rfc3339_micro
@@ -33,6 +36,8 @@ from kubesim.runtime import (
 # The kubelet's own words (pkg/kubelet/active_deadline.go).
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+
+_INT = re.compile(r"-?[0-9]{1,9}")  # ASCII digits: isdigit() also takes "¹"
 
 
 class Kubelet:
@@ -206,6 +211,10 @@ class Kubelet:
             if pod.job is not None:
                 self.dirty_jobs[pod.job.key] = None
             return
+        problem = self._container_config_error(obj)
+        if problem is not None:
+            self._wait_for_config(pod, obj, problem)
+            return
         now = self.now()
         pod.state = "running"
         pod.started_at = now
@@ -251,6 +260,45 @@ class Kubelet:
         if pod.job is not None:
             self.dirty_jobs[pod.job.key] = None
 
+    def _container_config_error(self, obj: dict[str, Any]) -> str | None:
+        """Why the kubelet cannot build the containers' config, in its words: an env variable
+        from a Secret (``valueFrom.secretKeyRef``) that is not there, unless ``optional``."""
+        namespace = obj["metadata"].get("namespace", "")
+        for container in obj["spec"]["containers"]:
+            for var in container.get("env") or []:
+                ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+                if not ref or ref.get("optional"):
+                    continue
+                name, key = ref.get("name", ""), ref.get("key", "")
+                secret = self.store.get(self.types.secrets, namespace, name)
+                if secret is None:
+                    return f'secret "{name}" not found'
+                if key not in (secret.get("data") or {}):
+                    return f"couldn't find key {key} in Secret {namespace}/{name}"
+        return None
+
+    def _wait_for_config(self, pod: PodRuntime, obj: dict[str, Any], problem: str) -> None:
+        """CreateContainerConfigError: the pod stays Pending, its containers waiting, and the
+        kubelet tries again every ``configRetrySeconds`` (a Secret created meanwhile lets it
+        start). The event is recorded when the problem is first seen or changes."""
+        containers = obj["spec"]["containers"]
+        seen = (obj["status"].get("containerStatuses") or [{}])[0].get("state", {}).get("waiting")
+        pod.state = "waiting"
+        status = {
+            **obj["status"],
+            "containerStatuses": [
+                self._container_status(c, waiting=("CreateContainerConfigError", problem))
+                for c in containers
+            ],
+        }
+        self._replace_pod(obj, status=status)
+        if seen != {"reason": "CreateContainerConfigError", "message": problem}:
+            self.record_event(obj, "Warning", "Failed", f"Error: {problem}", component="kubelet")
+        pod.gen += 1
+        self.after(self.settings.config_retry_seconds, self._start_container, pod, pod.gen)
+        if pod.job is not None:
+            self.dirty_jobs[pod.job.key] = None
+
     def _outcome(self, obj: dict[str, Any], pod: PodRuntime) -> tuple[int, str] | None:
         """(exit code, reason) when this attempt is configured to fail, else None."""
         annotations = obj["metadata"].get("annotations") or {}
@@ -258,7 +306,7 @@ class Kubelet:
         if fail in ("ImagePullBackOff", "ErrImagePull"):
             return None  # never gets to run: handled when the container would start
         code_text = annotations.get(EXIT_CODE)
-        code = int(code_text) if code_text and code_text.lstrip("-").isdigit() else None
+        code = int(code_text) if code_text and _INT.fullmatch(code_text) else None
         if not fail and not code:
             return None
         attempts = annotation_float(annotations, FAIL_ATTEMPTS)
@@ -475,8 +523,11 @@ class Kubelet:
         *,
         previous: bool = False,
         timestamps: bool = False,
+        since: float | None = None,
     ) -> list[str]:
-        """A few plausible log lines for the container, derived from its simulated run."""
+        """A few plausible log lines for the container, derived from its simulated run; with
+        ``since`` (simulated epoch seconds) only those written at or after it, as the kubelet
+        answers ``sinceSeconds`` / ``sinceTime``."""
         annotations = obj["metadata"].get("annotations") or {}
         limit = int(annotation_float(annotations, LOG_LINES) or 40)
         runs: list[tuple[float, float | None, int | None, str | None]]
@@ -524,6 +575,10 @@ class Kubelet:
                 lines.append((end, f"error: process exited with code {code}"))
         if len(lines) > limit:
             lines = lines[:2] + lines[-(limit - 2) :]
+        if since is not None:
+            # Stamps are printed to the microsecond: a line's own printed stamp must select it,
+            # whichever way its float time rounded.
+            lines = [(t, text) for t, text in lines if t >= since - 5e-7]
         if timestamps:
             return [f"{rfc3339_micro(t)} {text}" for t, text in lines]
         return [text for _, text in lines]

@@ -1,4 +1,5 @@
-"""The resource types kubesim serves: core v1, the three Volcano CRDs and Volcano Commands.
+"""The resource types kubesim serves: core v1 (nodes, namespaces, pods, events, secrets), the
+three Volcano CRDs and Volcano Commands.
 
 Each :class:`~kubesim.store.ResourceType` lists its verbs (anything else is 405), its
 subresources and the fields a ``fieldSelector`` may use, exactly as discovery advertises them.
@@ -128,6 +129,18 @@ class Types:
                 "type",
             ),
         )
+        self.secrets = ResourceType(
+            "",
+            "v1",
+            "secrets",
+            "secret",
+            "Secret",
+            True,
+            READ | {"create", "delete", "deletecollection"},
+            (),
+            (),
+            _fields("type"),
+        )
         self.jobs = self._crd(crds["jobs"], READ | WRITE)
         self.queues = self._crd(crds["queues"], READ | WRITE)
         self.podgroups = self._crd(crds["podgroups"], READ)
@@ -137,6 +150,7 @@ class Types:
             self.namespaces,
             self.pods,
             self.events,
+            self.secrets,
             self.jobs,
             self.queues,
             self.podgroups,

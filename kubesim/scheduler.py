@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesim.devices import DEVICE_ONLY, SharedDevices
 from kubesim.quantity import resource_list_to_milli
 from kubesim.selectors import node_selector_term_matches, tolerates
 
@@ -59,6 +60,7 @@ class NodeState:
 
     __slots__ = (
         "allocatable",
+        "devices",
         "labels",
         "name",
         "pods",
@@ -77,32 +79,46 @@ class NodeState:
         self.allocatable: dict[str, int] = {}
         self.used: dict[str, int] = {}
         self.pods: set[tuple[str, str]] = set()
+        self.devices: SharedDevices | None = None
 
     def fits(self, req: dict[str, int]) -> bool:
-        """Whether every requested resource is free on the node."""
+        """Whether every requested resource is free on the node (a shared GPU: on one device)."""
         alloc, used = self.allocatable, self.used
         for name, value in req.items():
-            if value and alloc.get(name, 0) - used.get(name, 0) < value:
+            if value and name not in DEVICE_ONLY and alloc.get(name, 0) - used.get(name, 0) < value:
                 return False
-        return True
+        if self.devices is None:
+            # Only a node whose device plugin registered its devices takes a share.
+            return not any(req.get(name) for name in DEVICE_ONLY)
+        return self.devices.fits(req)
 
     def insufficient(self, req: dict[str, int]) -> list[str]:
         """Resources the node lacks for ``req`` ("Too many pods" for the pods resource)."""
         out = []
         for name, value in sorted(req.items()):
+            if name in DEVICE_ONLY:
+                continue
             if value and self.allocatable.get(name, 0) - self.used.get(name, 0) < value:
                 out.append("Too many pods" if name == "pods" else f"Insufficient {name}")
+        if not out and self.devices is not None:
+            out.extend(self.devices.why(req))
+        elif not out and any(req.get(name) for name in DEVICE_ONLY):
+            out.append("NodeUnfitPod")  # no shared devices registered here
         return out
 
-    def add(self, req: dict[str, int]) -> None:
-        """Reserve ``req`` on the node."""
+    def add(self, req: dict[str, int], key: tuple[str, str] | None = None) -> None:
+        """Reserve ``req`` on the node (and a shared GPU's devices, held under ``key``)."""
         for name, value in req.items():
             self.used[name] = self.used.get(name, 0) + value
+        if self.devices is not None and key is not None:
+            self.devices.take(key, req)
 
-    def subtract(self, req: dict[str, int]) -> None:
-        """Release ``req`` from the node."""
+    def subtract(self, req: dict[str, int], key: tuple[str, str] | None = None) -> None:
+        """Release ``req`` from the node (and the devices ``key`` held)."""
         for name, value in req.items():
             self.used[name] = self.used.get(name, 0) - value
+        if self.devices is not None and key is not None:
+            self.devices.give_back(key)
 
 
 def static_reason(node: NodeState, pod: PodConstraints) -> str | None:
@@ -185,6 +201,9 @@ class Scheduler:
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         state.ready = conditions.get("Ready", "True") == "True"
         state.allocatable = resource_list_to_milli(status.get("allocatable"))
+        devices = SharedDevices.from_node(node)
+        if devices is None or state.devices is None or not state.devices.same_layout(devices):
+            state.devices = devices  # a new layout starts empty; an unchanged one keeps its books
         for res, value in state.allocatable.items():
             self.total[res] = self.total.get(res, 0) + value
         self._feasible.clear()
@@ -213,7 +232,7 @@ class Scheduler:
         node = self.nodes.get(node_name)
         if node is not None and key in node.pods:
             node.pods.discard(key)
-            node.subtract(req)
+            node.subtract(req, key)
             self.version += 1
             for name, value in req.items():
                 self.used[name] = self.used.get(name, 0) - value
@@ -277,6 +296,8 @@ class Scheduler:
             for name, value in pod.req.items():
                 total_need[name] = total_need.get(name, 0) + value
         for name, value in total_need.items():
+            if name in DEVICE_ONLY:
+                continue
             if value and self.total.get(name, 0) - self.used.get(name, 0) < value:
                 return Placement(unplaced=len(members), fit_error=self.fit_error(members[0]))
         placed: list[tuple[GangPod, NodeState]] = []
@@ -299,7 +320,7 @@ class Scheduler:
                 if len(members) - unplaced < need:
                     break  # the gang can no longer reach ``need``: stop scanning nodes
                 continue
-            chosen.add(pod.req)
+            chosen.add(pod.req, pod.key)
             placed.append((pod, chosen))
         if len(placed) >= need and placed:
             for pod, node in placed:
@@ -307,5 +328,5 @@ class Scheduler:
             return Placement(bound=placed, unplaced=unplaced)
         error = self.fit_error(first_failed) if first_failed is not None else None
         for pod, node in placed:
-            node.subtract(pod.req)
+            node.subtract(pod.req, pod.key)
         return Placement(bound=[], unplaced=unplaced, fit_error=error)

@@ -1,11 +1,14 @@
 """Kubernetes name and metadata rules (the part of validation no CRD schema carries).
 
 The apiserver checks object names, label keys and values itself, before and independently of
-any schema; these functions return ``StatusCause`` dicts in its wording.
+any schema; these functions return ``StatusCause`` dicts in its wording. Secrets, the one core
+type with a body kubesim accepts from clients, get their data keys and encoding checked too.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Any
 
@@ -115,3 +118,50 @@ def metadata_causes(meta: dict[str, Any], *, rule: str = "subdomain") -> list[di
                 _invalid("metadata.annotations", str(value), "annotation values must be strings")
             )
     return causes
+
+
+# A Secret's data key (apimachinery's IsConfigMapKey).
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+SECRET_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' "
+    "(e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
+    "'[-._a-zA-Z0-9]+')"
+)
+
+
+def _secret_key_causes(field: str, key: Any) -> list[dict]:
+    if not isinstance(key, str) or len(key) > 253 or not _SECRET_KEY.match(key):
+        return [_invalid(field, str(key), SECRET_KEY_MSG)]
+    if key in (".", "..") or key.startswith(".."):
+        return [_invalid(field, key, "must not be '.' or '..' or start with '..'")]
+    return []
+
+
+def secret_causes(obj: dict[str, Any]) -> list[dict]:
+    """A Secret's ``data`` (base64 strings) and ``stringData`` as the API server checks them."""
+    causes: list[dict] = []
+    for part in ("data", "stringData"):
+        values = obj.get(part) or {}
+        if not isinstance(values, dict):
+            causes.append(_invalid(part, str(values), "must be a map of strings"))
+            continue
+        for key, value in values.items():
+            causes.extend(_secret_key_causes(f"{part}[{key}]", key))
+            if not isinstance(value, str):
+                causes.append(_invalid(f"{part}[{key}]", str(value), "must be a string"))
+            elif part == "data":
+                try:
+                    base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    causes.append(_invalid(f"data[{key}]", "<value>", "must be base64-encoded"))
+    return causes
+
+
+def secret_admitted(obj: dict[str, Any]) -> dict[str, Any]:
+    """The Secret as stored: ``stringData`` merged into ``data`` (base64), type defaulted."""
+    data = dict(obj.get("data") or {})
+    for key, value in (obj.pop("stringData", None) or {}).items():
+        data[key] = base64.b64encode(value.encode()).decode()
+    obj["data"] = data
+    obj.setdefault("type", "Opaque")
+    return obj

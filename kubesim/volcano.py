@@ -14,6 +14,7 @@ import math
 import time
 from typing import Any
 
+from kubesim.devices import DEVICE_ONLY
 from kubesim.objects import (
     owner_reference,
 )
@@ -272,6 +273,8 @@ class VolcanoScheduler:
             for q in self.queues.values():
                 add_resources(reserved_total, q.reserved)
             for res, need in sorted(gang.min_resources.items()):
+                if res in DEVICE_ONLY:  # no node advertises it: deviceshare checks per device
+                    continue
                 idle = (
                     math.floor(self.scheduler.total.get(res, 0) * factor)
                     - self.scheduler.used.get(res, 0)

@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 
 from portal.errors import Forbidden, NotFound
 from portal.models import Job, Membership, Role, Team
+from scheduling.models import TeamPolicy
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -67,7 +68,7 @@ def job_get_for_user(user: AnyUser, public_id: object) -> Job:
     try:
         return (
             _jobs_visible_by_subquery(user)
-            .select_related("team", "owner", "cluster", "gpu_model")
+            .select_related("team", "owner", "cluster", "gpu_model", "pending_notes")
             .get(public_id=public_id)
         )
     except (Job.DoesNotExist, ValidationError, ValueError, TypeError) as exc:
@@ -77,10 +78,9 @@ def job_get_for_user(user: AnyUser, public_id: object) -> Job:
 
 @functools.cache
 def _team_with_role_sql() -> str:
-    """The team by slug with the caller's role in it (NULL when not a member) and its queue
-    limit (NULL when none); names only."""
-    from scheduling.models import TeamPolicy  # scheduling's models refer back to portal's
-
+    """The team by slug with the caller's role in it (NULL when not a member), its queue
+    limits (NULL when none) and its highest allowed priority (NULL when it has no policy);
+    names only."""
     qn = connection.ops.quote_name
     team, member, policy = Team._meta, Membership._meta, TeamPolicy._meta
     role, team_id, user_id = (qn(member.get_field(f).column) for f in ("role", "team", "user"))
@@ -88,11 +88,14 @@ def _team_with_role_sql() -> str:
     pk, slug = qn(team.pk.column), qn(team.get_field("slug").column)
     policies, policy_team = qn(policy.db_table), qn(policy.get_field("team").column)
     limit = qn(policy.get_field("max_queued_jobs").column)
+    own = qn(policy.get_field("max_queued_jobs_per_user").column)
+    top = qn(policy.get_field("max_priority").column)
     mine = f"m.{team_id} = t.{pk} AND m.{user_id} = %s"
     return (
         f"SELECT t.*, (SELECT m.{role} FROM {members} m WHERE {mine}) AS caller_role, "  # noqa: S608
-        f"(SELECT p.{limit} FROM {policies} p WHERE p.{policy_team} = t.{pk}) AS max_queued_jobs "
-        f"FROM {teams} t WHERE t.{slug} = %s"
+        f"p.{limit} AS max_queued_jobs, p.{own} AS max_queued_jobs_per_user, "
+        f"p.{top} AS max_priority "
+        f"FROM {teams} t LEFT JOIN {policies} p ON p.{policy_team} = t.{pk} WHERE t.{slug} = %s"
     )
 
 
@@ -101,7 +104,8 @@ def team_for_submit(user: AnyUser, slug: str) -> Team:
 
     One query on every submit: the team by slug with the caller's role in it alongside (a
     platform admin sees every team, but submits only where a member or team admin), and the
-    team's ``max_queued_jobs`` (from its scheduling policy) for the submit to enforce. Written
+    team's queue limits and ``max_priority`` (from its scheduling policy) for the submit to
+    enforce. Written
     as SQL because building the same query through the ORM costs a submit more CPU than the
     query itself.
     """

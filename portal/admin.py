@@ -5,10 +5,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from axes.utils import reset as axes_reset
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from portal.models import ApiToken, Job, JobEvent, Membership, Team
+
+User = get_user_model()
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class PortalUserAdmin(UserAdmin):
+    """Django's user admin, plus unlocking a login that django-axes locked out."""
+
+    actions = ["unlock_login"]
+
+    @admin.action(description="Unlock login (forget failed login attempts)")
+    def unlock_login(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        """Forget the selected users' failed logins, from every address. An address locked by
+        failures under other names is unlocked under Axes → Access attempts."""
+        names = [u.get_username() for u in queryset]
+        forgotten = sum(axes_reset(username=name) for name in names)
+        self.message_user(
+            request,
+            f"Unlocked {', '.join(names)} ({forgotten} failed-attempt record(s) forgotten).",
+            messages.SUCCESS,
+        )
 
 
 class MembershipInline(admin.TabularInline):

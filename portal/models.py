@@ -1,4 +1,5 @@
-"""Teams, memberships, jobs, their event timeline, and personal API tokens."""
+"""Teams, memberships, jobs, their event timeline and earlier attempts, job templates, the
+in-portal notifications, and personal API tokens."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Team(models.Model):
@@ -63,6 +65,18 @@ TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCE
 # Volcano phases of a job that ran and now waits for its pods again (``Job.shown_state``).
 RESTARTING_PHASES = frozenset({"Pending", "Restarting"})
 ACTIVE_STATES = frozenset(set(JobState) - TERMINAL_STATES)
+# Admitted onto a cluster and not yet given back: the job's node plan counts against its
+# nodes, its quota is in use, and the clusters app follows its Volcano Job.
+HOLDING_STATES = (
+    JobState.ADMITTED,
+    JobState.SUBMITTED,
+    JobState.RUNNING,
+    JobState.PREEMPTING,
+    JobState.CANCELLING,
+)
+FOLLOWED_STATES = HOLDING_STATES
+# What a reclaim may take: holding GPUs and not already on the way out.
+PREEMPTIBLE_STATES = (JobState.ADMITTED, JobState.SUBMITTED, JobState.RUNNING)
 
 
 class JobKind(models.TextChoices):
@@ -101,9 +115,25 @@ class Job(models.Model):
     command = models.JSONField(default=list, blank=True)
     args = models.JSONField(default=list, blank=True)
     env = models.JSONField(default=dict, blank=True)
+    env_from_secrets = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='NAME → {"secret": …, "key": …}: read by the kubelet from a Secret in the '
+        "job's namespace (valueFrom.secretKeyRef); the value never reaches the portal",
+    )
 
     replicas = models.PositiveIntegerField(default=1)
-    gpus_per_replica = models.PositiveIntegerField(default=1)
+    gpus_per_replica = models.PositiveIntegerField(
+        default=1,
+        help_text="Capacity units per replica on the job's model: GPUs, MIG slices, or for a "
+        "shared GPU the GiB of GPU memory (equal to gpu_memory_gib)",
+    )
+    gpu_memory_gib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A shared GPU: GPU memory per replica, GiB (else null)"
+    )
+    gpu_cores_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="A shared GPU: compute per replica, % of a device"
+    )
     cpu_millicores = models.PositiveIntegerField(help_text="CPU per replica, millicores")
     memory_mib = models.PositiveIntegerField(help_text="Memory per replica, MiB")
 
@@ -143,6 +173,24 @@ class Job(models.Model):
     pending_reason_code = models.CharField(max_length=40, blank=True)
     pending_reason = models.TextField(blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
+    pending_notes = models.ForeignKey(
+        "PendingNotes",
+        null=True,
+        blank=True,
+        # Notes are shared by every job that waits the same way and pruned by the cycle when
+        # no queued job uses them; a missing row reads as "no notes", so no constraint ties
+        # the two (and a job's delete never waits on them).
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        help_text="The last cycle's note per candidate model (shared by equal waits)",
+    )
+    pending_model = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Key of the closest candidate the job could get (the blocker that matters): "
+        "wait statistics count the job under it",
+    )
     node_plan = models.JSONField(
         default=list, blank=True, help_text="Node name per replica (planned, then as bound)"
     )
@@ -156,12 +204,49 @@ class Job(models.Model):
         blank=True,
         help_text="When the dispatch was last attempted, or when its scheduled retry is due",
     )
+    dispatch_owner = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="The worker process (portal.workers) whose dispatch attempt is in progress",
+    )
+    # Counted up as an attempt starts, down when it ends in a way that proves its create never
+    # reached the API server (connection refused, DNS, TLS certificate, 401, a 4xx answer): a
+    # job may leave an unreachable cluster only at 0 (clusters.status.unreachable_requeue).
+    creates_unsure = models.PositiveIntegerField(
+        default=0,
+        help_text="Create attempts of this admission that may have reached the cluster",
+    )
     usage_accounted_until = models.DateTimeField(
         null=True, blank=True, help_text="GPU-hours up to here are in the usage ledger"
     )
 
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
+
+    cancel_reason = models.TextField(
+        blank=True, help_text="Why it was cancelled, in the words of whoever cancelled it"
+    )
+    preemption_count = models.PositiveIntegerField(
+        default=0, help_text="Times the scheduler preempted it to reclaim quota (and requeued it)"
+    )
+    # The start estimate of a queued job (scheduling.estimates, recomputed by every cycle's
+    # forward simulation): written only when it changes, read by the job and queue pages.
+    estimated_start_at = models.DateTimeField(
+        null=True, blank=True, help_text="Estimated start (null: no estimate, the note says why)"
+    )
+    estimate_model = models.CharField(
+        max_length=64, blank=True, help_text="GPU model key the job would get then"
+    )
+    estimate_cluster = models.CharField(
+        max_length=100, blank=True, help_text="Cluster the job would get then"
+    )
+    estimate_note = models.TextField(
+        blank=True, help_text="How the estimate was reached and why it may move, or why none"
+    )
+    estimate_updated_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the estimate last changed"
+    )
 
     class Meta:
         ordering = ["-id"]
@@ -175,6 +260,10 @@ class Job(models.Model):
                 fields=["state", "state_changed_at"],
                 name="job_active_by_state",
                 condition=~Q(state__in=["SUCCEEDED", "FAILED", "CANCELLED"]),
+            ),
+            # The cycle's pruning of notes no queued job uses any more.
+            models.Index(
+                fields=["pending_notes"], name="job_queued_by_notes", condition=Q(state="QUEUED")
             ),
         ]
         constraints = [
@@ -192,7 +281,23 @@ class Job(models.Model):
 
     @property
     def total_gpus(self) -> int:
+        """Capacity units held in total (GiB of GPU memory for a shared GPU job)."""
         return self.replicas * self.gpus_per_replica
+
+    @property
+    def is_shared_gpu(self) -> bool:
+        """Asks for a fraction of a GPU (Volcano vGPU / HAMi), not whole GPUs or MIG slices."""
+        return self.gpu_memory_gib is not None
+
+    @property
+    def gpu_request_text(self) -> str:
+        """What one replica asks for, in words: "2 GPU" or "20 GiB shared GPU, 50 % compute"."""
+        if self.gpu_memory_gib is None:
+            return f"{self.gpus_per_replica} GPU"
+        text = f"{self.gpu_memory_gib} GiB shared GPU"
+        if self.gpu_cores_percent is not None:
+            text += f", {self.gpu_cores_percent} % compute"
+        return text
 
     @property
     def is_terminal(self) -> bool:
@@ -208,6 +313,24 @@ class Job(models.Model):
             if record is not None and record.phase in RESTARTING_PHASES:
                 return "RESTARTING"
         return str(self.state)
+
+
+class PendingNotes(models.Model):
+    """Why each candidate model of a queued job does not take it, as the scheduling cycle last
+    found: ``[[model, code, message, kind], ...]`` in the engine's order, ``kind`` being
+    ``lead`` (the closest candidate: the blocker that matters), ``other`` (another eligible
+    one) or ``never`` (it can never take the job).
+
+    Keyed by the MD5 of the notes' JSON and shared: the jobs of a deep queue wait in a handful
+    of ways, so a cycle writes a 32-character key per job instead of a kilobyte of notes.
+    """
+
+    key = models.CharField(max_length=32, primary_key=True)
+    notes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.key
 
 
 class JobEvent(models.Model):
@@ -251,3 +374,218 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class WorkerBeat(models.Model):
+    """A Celery worker process that is alive: it writes ``seen_at`` every second.
+
+    A dispatch in progress names its worker on the job (``Job.dispatch_owner``); a worker
+    whose beat stopped (killed, crashed, its machine gone) no longer holds anything, and the
+    re-drive (``clusters.redrive``) sends its jobs again within seconds instead of waiting for
+    the broker's hour-long visibility timeout.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobAttempt(models.Model):
+    """One earlier run of a job, from an admission to the requeue that ended it (a preemption,
+    or pods the cluster could not place). The job row always describes its current or last
+    run; when a run ends in a requeue, the row's placement is copied here before it is cleared,
+    so every attempt keeps where it ran, why, and (``AttemptLog``) what its pods printed.
+
+    Cluster and model are kept by name: the history outlives a deleted cluster or model.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField(help_text="1 for the first run")
+    cluster_name = models.CharField(max_length=100, blank=True)
+    gpu_model_key = models.CharField(max_length=64, blank=True)
+    node_plan = models.JSONField(default=list, blank=True)
+    placement = models.JSONField(default=dict, blank=True)
+    volcano_job_name = models.CharField(max_length=63, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField()
+    end_reason = models.CharField(max_length=64)
+    end_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="one_attempt_per_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.number} ({self.end_reason})"
+
+
+class AttemptLog(models.Model):
+    """The tail of one replica's log, kept when the portal deleted the attempt's pods (a
+    preemption, a requeue, a cancel): the cluster forgets a deleted pod's log."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="kept_logs")
+    attempt = models.PositiveIntegerField()
+    replica = models.PositiveIntegerField()
+    pod = models.CharField(max_length=253)
+    text = models.TextField(blank=True)
+    message = models.TextField(blank=True, help_text="Why there is no text, when there is none")
+    captured_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "attempt", "replica"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "attempt", "replica"], name="one_kept_log_per_replica"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.attempt} replica {self.replica}"
+
+
+class TemplateScope(models.TextChoices):
+    BUILTIN = "builtin", "Built-in"
+    TEAM = "team", "Team"
+    PERSONAL = "personal", "Mine"
+
+
+class JobTemplate(models.Model):
+    """A named job request to start a submission from: a personal one (its owner manages it),
+    a team's (its team admins manage it, every member uses it), or a built-in one shipped as
+    data (``portal/data/job-templates.json``, kept in sync on every ``migrate``).
+
+    ``spec`` holds the request's fields as the REST API names them, without ``team``: the
+    same dict a submission sends, so a template is validated like a job and never drifts
+    from what the form and the API accept.
+    """
+
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    scope = models.CharField(max_length=16, choices=TemplateScope.choices)
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="job_templates"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="job_templates",
+    )
+    key = models.SlugField(
+        max_length=64, null=True, blank=True, unique=True, help_text="Built-ins: id in the data"
+    )
+    spec = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["scope", "name", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(scope="builtin", team__isnull=True, owner__isnull=True, key__isnull=False)
+                    | Q(scope="team", team__isnull=False, owner__isnull=True)
+                    | Q(scope="personal", team__isnull=False, owner__isnull=False)
+                ),
+                name="jobtemplate_scope_fields",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "name"],
+                condition=Q(scope="team"),
+                name="one_team_template_per_name",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "team", "name"],
+                condition=Q(scope="personal"),
+                name="one_personal_template_per_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.scope})"
+
+
+ONCE_PER_JOB_KINDS = ("job.waiting", "job.near_max_runtime")
+
+
+class Notification(models.Model):
+    """A message to one user about one of their own jobs (it started, ended, was preempted,
+    someone else cancelled it, it waits long, it nears its max runtime), their team's quota, or,
+    for platform admins, a cluster. The bell and ``/notifications/`` list them; ``read_at`` is
+    the in-portal delivery. Other channels (email, webhooks) hang off the same rows: they
+    listen to ``portal.hooks.notifications_created`` and record their own
+    delivery, so one state change is one notification whichever way it reaches its user.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    # Null for a notice about no one job: a team's quota changed, a cluster is unreachable.
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    event = models.ForeignKey(
+        JobEvent, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=32, help_text="job.running, job.succeeded, job.failed …")
+    title = models.CharField(max_length=200)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["user", "-created_at"], name="notification_newest"),
+            models.Index(
+                fields=["user"], name="notification_unread", condition=Q(read_at__isnull=True)
+            ),
+        ]
+        constraints = [
+            # The watch notices (waiting long, close to the max runtime) come once per job,
+            # however many beat runs or workers look at it (the notifications app).
+            models.UniqueConstraint(
+                fields=["job", "kind"],
+                name="notification_once_per_job",
+                condition=Q(kind__in=ONCE_PER_JOB_KINDS),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.title}"
+
+
+class TeamChange(models.Model):
+    """One change a team admin (or platform admin) made to the team's own things: a team
+    template or a team notification hook, created, edited or deleted. Who, when, what changed,
+    in words; a webhook's signing secret never appears here.
+
+    It lives in the portal core (the bottom layer) so that both the templates (portal.jobs)
+    and the webhooks (the notifications wing above) can write it without an upward import;
+    the team's members page (identity) reads it next to the membership audit."""
+
+    at = models.DateTimeField(auto_now_add=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="changes")
+    kind = models.CharField(max_length=16, help_text="template or webhook")
+    action = models.CharField(max_length=16, help_text="created, edited or deleted")
+    subject = models.CharField(max_length=100, help_text="The template's or webhook's name")
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["team", "-at"], name="teamchange_team_at")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.kind} {self.action} {self.subject} {self.detail}"

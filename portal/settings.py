@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import hashlib
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 import environ
@@ -98,6 +100,13 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the host check and the HTTPS redirect (kubelets
+    # probe the pod's address over plain HTTP): portal/health.py.
+    "portal.health.HealthMiddleware",
+    # The request id, user, job and cluster of every log line, and the access line.
+    "portal.logs.RequestContextMiddleware",
+    # Outermost: a database or Redis outage anywhere below is a 503 "try again", never a 500.
+    "portal.outages.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -136,6 +145,12 @@ DATABASES = {
 }
 DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("DB_CONN_MAX_AGE", 60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database host that does not answer (down, a failover) fails a request within seconds
+    # (a 503, portal/outages.py) instead of holding it for the system's TCP timeout.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5, minimum=1)
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs web, worker and beat on one SQLite file: wait for locks instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
@@ -151,6 +166,15 @@ CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://gpupool")
 CACHES["default"]["KEY_PREFIX"] = env.str("CACHE_KEY_PREFIX", default="gpupool") + os.environ.get(
     "PYTEST_XDIST_WORKER", ""
 )
+if CACHES["default"]["BACKEND"].startswith("django_redis."):
+    # Everything cached is a hint (throttle counts, cycle triggers, dashboard figures): while
+    # Redis is down the cache answers "nothing stored" within a second instead of failing the
+    # request (portal/outages.py), and requests go on.
+    CACHES["default"].setdefault("OPTIONS", {}).update(
+        {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1}
+    )
+    DJANGO_REDIS_IGNORE_EXCEPTIONS = True
+    DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = False
 
 # ---------------------------------------------------------------------------------------------
 # Auth, i18n, static
@@ -207,10 +231,16 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's three, with a JSON depth limit and no NUL in any string (portal/api/parsers.py)
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.StrictJSONParser",
+        "portal.api.parsers.StrictFormParser",
+        "portal.api.parsers.StrictMultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.JobCursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
@@ -223,7 +253,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "portal.models.JobState"},
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "portal.models.JobState",
+        "ClusterStateEnum": "clusters.models.ClusterState",
+    },
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +275,13 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # A broker host that does not answer fails a publish within seconds (the callers treat a
+    # failed publish as "the reconcile will find it"), instead of the system's TCP timeout.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "socket_connect_timeout": 2}
+# Workers and beat outlive a broker outage of any length: they reconnect until it is back,
+# at start-up too (a worker restarted while Redis is down waits for it instead of exiting).
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TASK_IGNORE_RESULT = True
 # Celery's Django fixup closes every database connection around each task unless this is set;
 # portal/celery.py applies Django's own rule (CONN_MAX_AGE, health checks) at task boundaries
@@ -271,6 +310,9 @@ GPUPOOL_API_TOKEN_DAYS = env_int("GPUPOOL_API_TOKEN_DAYS", 90, minimum=1)
 # Per-user submit rate (DRF rate syntax), counted in the default cache.
 GPUPOOL_SUBMIT_RATE = env.str("SUBMIT_THROTTLE_RATE", default="600/min")
 GPUPOOL_BATCH_MAX = env_int("GPUPOOL_BATCH_MAX", 1000, minimum=1)
+# The largest request body read (Django's own limit, 2.5 MiB by default): a larger one is a 413
+# naming the limit. A 1,000-job batch of ordinary jobs takes about 0.5 MiB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("GPUPOOL_MAX_REQUEST_BYTES", 2_621_440, minimum=1024)
 GPUPOOL_GPU_CATALOG_CSV = env.str(
     "GPUPOOL_GPU_CATALOG_CSV",
     default=str(BASE_DIR / "scheduling" / "data" / "gpu-models.csv"),
@@ -320,13 +362,26 @@ GPUPOOL_ALLOW_PRIVATE_CLUSTER_URLS = env_bool("GPUPOOL_ALLOW_PRIVATE_CLUSTER_URL
 # Defaults for clusters that do not set their own (sized for one Volcano controller).
 GPUPOOL_CLUSTER_REQUEST_RATE = env_int("GPUPOOL_CLUSTER_REQUEST_RATE", 50, minimum=1)
 GPUPOOL_CLUSTER_CREATES_IN_FLIGHT = env_int("GPUPOOL_CLUSTER_CREATES_IN_FLIGHT", 16, minimum=1)
+# Where a pod finds its service account (token, ca.crt): clusters registered --in-cluster.
+GPUPOOL_SERVICE_ACCOUNT_DIR = env.str(
+    "GPUPOOL_SERVICE_ACCOUNT_DIR", default="/var/run/secrets/kubernetes.io/serviceaccount"
+)
 GPUPOOL_CLUSTER_TIMEOUT_SECONDS = env_int("GPUPOOL_CLUSTER_TIMEOUT_SECONDS", 10, minimum=1)
+# Tasks one worker runs for one cluster at once (0: half the worker's slots), so a cluster
+# that hangs never holds every slot: cycles and the other clusters keep the rest.
+GPUPOOL_CLUSTER_TASK_SLOTS = env_int("GPUPOOL_CLUSTER_TASK_SLOTS", 0)
 GPUPOOL_DISPATCH_MAX_ATTEMPTS = env_int("GPUPOOL_DISPATCH_MAX_ATTEMPTS", 8, minimum=1)
 # First retry after about this long, doubling per attempt (with jitter), at most a minute.
 GPUPOOL_DISPATCH_BACKOFF_MS = env_int("GPUPOOL_DISPATCH_BACKOFF_MS", 1000, minimum=1)
 GPUPOOL_INVENTORY_INTERVAL = env_int("GPUPOOL_INVENTORY_INTERVAL", 60, minimum=1)
 GPUPOOL_RECONCILE_INTERVAL = env_int("GPUPOOL_RECONCILE_INTERVAL", 30, minimum=1)
+# A cluster unreachable this long gives back the jobs admitted to it whose Volcano Job was
+# certainly never created there: requeued, they run elsewhere (clusters.status).
+GPUPOOL_UNREACHABLE_REQUEUE_MINUTES = env_int("GPUPOOL_UNREACHABLE_REQUEUE_MINUTES", 10, minimum=1)
 GPUPOOL_QUEUE_SYNC_INTERVAL = env_int("GPUPOOL_QUEUE_SYNC_INTERVAL", 300, minimum=1)
+# Lost hand-offs (a worker killed mid-dispatch, messages gone with a Redis restart) are sent
+# again this often; the reconcile above is the backstop (clusters/redrive.py).
+GPUPOOL_REDRIVE_INTERVAL = env_int("GPUPOOL_REDRIVE_INTERVAL", 2, minimum=1)
 # No job holds GPUs past its bound (clusters/deadlines.py): a RUNNING job is stopped this long
 # after its max runtime; pods that cannot pull their image or build their container fail the
 # job after START_FAILURE; a gang with no replica on a node is requeued after UNSCHEDULABLE,
@@ -358,6 +413,11 @@ CELERY_BEAT_SCHEDULE.update(
             "task": "clusters.sync_all_queues",
             "schedule": GPUPOOL_QUEUE_SYNC_INTERVAL,
         },
+        "clusters-redrive": {
+            "task": "clusters.redrive",
+            "schedule": float(GPUPOOL_REDRIVE_INTERVAL),
+            "options": {"expires": float(GPUPOOL_REDRIVE_INTERVAL)},
+        },
         "clusters-deadlines": {
             "task": "clusters.enforce_deadlines",
             "schedule": GPUPOOL_DEADLINES_INTERVAL,
@@ -366,13 +426,39 @@ CELERY_BEAT_SCHEDULE.update(
     }
 )
 
+# LOG_FORMAT=json: one JSON object a line, with request_id, user, job_id and cluster where they
+# apply (portal/logs.py); plain (the default) keeps the human-readable line.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "portal.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
+# Where long-running processes without HTTP (the cluster watcher) touch their heartbeat for
+# `manage.py probe`; an emptyDir on Kubernetes (the root filesystem is read-only there).
+GPUPOOL_RUN_DIR = env.str("GPUPOOL_RUN_DIR", default=str(VAR_DIR / "run"))
+# A Celery worker serves the histograms its processes observed on this port (0: it does not).
+# On Kubernetes web and workers are separate pods, so the web's /metrics cannot read the
+# workers' multiprocess files; Prometheus scrapes each worker here as well.
+GPUPOOL_WORKER_METRICS_PORT = env_int("GPUPOOL_WORKER_METRICS_PORT", 0)
 
 # ---------------------------------------------------------------------------------------------
 # Scheduling
@@ -385,6 +471,16 @@ GPUPOOL_SCHEDULER_MIN_GAP_MS = env_int("GPUPOOL_SCHEDULER_MIN_GAP_MS", 300)
 GPUPOOL_STARVATION_WAIT_MINUTES = env_int("GPUPOOL_STARVATION_WAIT_MINUTES", 120, minimum=1)
 GPUPOOL_USAGE_HALF_LIFE_HOURS = env_int("GPUPOOL_USAGE_HALF_LIFE_HOURS", 7 * 24, minimum=1)
 GPUPOOL_PREEMPTION = env_bool("GPUPOOL_PREEMPTION", True)
+# Preemption people can live with (docs/scheduling.md): the defaults of teams whose policy
+# names none, and the pool's budget of GPUs preempted per cycle (0 = no budget).
+GPUPOOL_PREEMPTION_MIN_RUNTIME_MINUTES = env_int("GPUPOOL_PREEMPTION_MIN_RUNTIME_MINUTES", 0)
+GPUPOOL_TERMINATION_GRACE_SECONDS = env_int("GPUPOOL_TERMINATION_GRACE_SECONDS", 30)
+GPUPOOL_PREEMPTION_BUDGET_GPUS = env_int("GPUPOOL_PREEMPTION_BUDGET_GPUS", 0)
+# Start estimates (scheduling.estimates): each cycle simulates the queue forward this far and
+# for at most this many engine decisions; finished runs of the last days teach the runtimes.
+GPUPOOL_ESTIMATE_HORIZON_HOURS = env_int("GPUPOOL_ESTIMATE_HORIZON_HOURS", 7 * 24, minimum=1)
+GPUPOOL_ESTIMATE_MAX_STEPS = env_int("GPUPOOL_ESTIMATE_MAX_STEPS", 200, minimum=1)
+GPUPOOL_ESTIMATE_HISTORY_DAYS = env_int("GPUPOOL_ESTIMATE_HISTORY_DAYS", 30, minimum=1)
 CELERY_BEAT_SCHEDULE.update(
     {
         "scheduling-cycle": {
@@ -442,6 +538,10 @@ GPUPOOL_DCGM_NAMESPACE_LABELS = env.list(
 # /metrics: the caller's address must be in one of these networks, and when a token is set the
 # request must carry it (Authorization: Bearer …). Both apply when both are set.
 GPUPOOL_METRICS_TOKEN = env_secret("GPUPOOL_METRICS_TOKEN") or ""
+# Without a token /metrics answers nobody, unless this is explicitly switched off: behind a
+# reverse proxy on the same host every request comes from loopback, so the network check alone
+# would let the world in.
+GPUPOOL_METRICS_REQUIRE_TOKEN = env_bool("GPUPOOL_METRICS_REQUIRE_TOKEN", True)
 GPUPOOL_METRICS_ALLOWED_NETWORKS = env.list(
     "GPUPOOL_METRICS_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"]
 )
@@ -468,3 +568,249 @@ CELERY_BEAT_SCHEDULE.update(
         },
     }
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# notifications: email (SMTP from the environment), webhooks, the watch and the outbox
+# ---------------------------------------------------------------------------------------------
+INSTALLED_APPS.append("notifications")
+# EMAIL_URL (django-environ: smtp://user:pass@host:587/?tls=True, smtp+ssl://…:465,
+# consolemail://, dummymail://) wins; else EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER,
+# EMAIL_HOST_PASSWORD (or _FILE), EMAIL_USE_TLS, EMAIL_USE_SSL. Neither: the console in DEBUG
+# (the demo prints its mail), no mail at all otherwise until one is set.
+if os.environ.get("EMAIL_URL"):
+    globals().update(env.email_url("EMAIL_URL"))
+elif os.environ.get("EMAIL_HOST"):
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = env.str("EMAIL_HOST")
+    EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+    EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+    EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD") or ""
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+    EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+else:
+    EMAIL_BACKEND = (
+        "django.core.mail.backends.console.EmailBackend"
+        if DEBUG
+        else "django.core.mail.backends.dummy.EmailBackend"
+    )
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpupool <gpupool@localhost>")
+# Webhook URLs pass the clusters' URL guard (clusters/urlcheck.py) when saved and before every
+# send: https only, no loopback or link-local address, never a metadata address. The tests and
+# the demo allow local http receivers; private addresses (on-premises chat servers) are allowed.
+GPUPOOL_WEBHOOK_ALLOW_LOCAL = env_bool("GPUPOOL_WEBHOOK_ALLOW_LOCAL", False)
+GPUPOOL_WEBHOOK_ALLOW_HTTP = env_bool("GPUPOOL_WEBHOOK_ALLOW_HTTP", False)
+GPUPOOL_WEBHOOK_ALLOW_PRIVATE = env_bool("GPUPOOL_WEBHOOK_ALLOW_PRIVATE", True)
+GPUPOOL_WEBHOOK_TIMEOUT_SECONDS = env_int("GPUPOOL_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+# A delivery is tried this many times, the n-th retry BACKOFF × 2^(n-1) seconds after the last.
+GPUPOOL_NOTIFY_MAX_ATTEMPTS = env_int("GPUPOOL_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+GPUPOOL_NOTIFY_BACKOFF_SECONDS = env_int("GPUPOOL_NOTIFY_BACKOFF_SECONDS", 30, minimum=1)
+# A worker holds a delivery this long while sending; past it, the sweep records it as
+# "unknown" and never sends it again (at most once, docs/decisions.md). Longer than a send.
+GPUPOOL_NOTIFY_LEASE_SECONDS = env_int("GPUPOOL_NOTIFY_LEASE_SECONDS", 120, minimum=1)
+# "Close to its max runtime": this many minutes before it (at most a tenth of the runtime).
+GPUPOOL_NOTIFY_RUNTIME_MARGIN_MINUTES = env_int("GPUPOOL_NOTIFY_RUNTIME_MARGIN_MINUTES", 15)
+GPUPOOL_NOTIFY_SWEEP_INTERVAL = env_int("GPUPOOL_NOTIFY_SWEEP_INTERVAL", 30, minimum=1)
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "notifications-watch": {
+            "task": "notifications.watch_jobs",
+            "schedule": 60.0,
+            "options": {"expires": 55.0},
+        },
+        "notifications-sweep": {
+            "task": "notifications.sweep",
+            "schedule": float(GPUPOOL_NOTIFY_SWEEP_INTERVAL),
+            "options": {"expires": float(GPUPOOL_NOTIFY_SWEEP_INTERVAL)},
+        },
+    }
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Abuse bounds: trusted proxies, login lockout, API token failures, Content-Security-Policy
+# ---------------------------------------------------------------------------------------------
+def _networks_setting(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of addresses or CIDRs; a malformed one names the variable."""
+    values = [v.strip() for v in env.list(name, default=default) if v.strip()]
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {value!r} is not a network ({exc})") from exc
+    return values
+
+
+# X-Forwarded-Proto and X-Forwarded-For are believed only from these peers (the portal's own
+# reverse proxies) and dropped from every other request, first thing (portal/proxies.py).
+GPUPOOL_TRUSTED_PROXIES = _networks_setting("GPUPOOL_TRUSTED_PROXIES", [])
+MIDDLEWARE.insert(0, "portal.proxies.TrustedProxyMiddleware")
+
+# A team policy's max_priority names priorities as a submit does: one enum in the schema.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["PriorityEnum"] = ["low", "normal", "high"]
+
+# Login brute force (django-axes): failures counted per account and per client address, on
+# /login/ and /admin/login/ alike; past the limit both are locked for the cool-off time,
+# counted from the last failure. Platform admins unlock in the admin (Users → "Unlock").
+INSTALLED_APPS.append("axes")
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as django-axes requires
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # refuses a locked account or address first
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("GPUPOOL_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+GPUPOOL_LOGIN_LOCKOUT_MINUTES = env_int("GPUPOOL_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=GPUPOOL_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
+AXES_CLIENT_IP_CALLABLE = "portal.proxies.client_address"
+AXES_LOCKOUT_CALLABLE = "portal.web.lockout.login_locked_out"
+AXES_DISABLE_ACCESS_LOG = True  # successful logins are not the lockout's business
+AXES_VERBOSE = False  # no banner on every manage.py command; lockouts are still logged
+
+# API token failures: per client address, this many per period (DRF rate syntax); beyond it
+# every token attempt from there is a 429 with Retry-After until the period is over.
+GPUPOOL_API_AUTH_FAILURE_RATE = env.str("GPUPOOL_API_AUTH_FAILURE_RATE", default="20/min")
+if not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", GPUPOOL_API_AUTH_FAILURE_RATE):
+    raise ImproperlyConfigured(
+        "GPUPOOL_API_AUTH_FAILURE_RATE must look like 20/min (per s, min, hour or day), got "
+        f"{GPUPOOL_API_AUTH_FAILURE_RATE!r}"
+    )
+
+# Content-Security-Policy on every response (django-csp): scripts and styles only from the
+# portal's own static files, nothing inline but style attributes (bar widths the server
+# computes), no eval, no frames, forms post only here.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+    "csp.middleware.CSPMiddleware",
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# identity: OpenID Connect and LDAP sign-in, group → team/role rules (identity/, README)
+# ---------------------------------------------------------------------------------------------
+INSTALLED_APPS.append("identity")
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("identity.context_processors.team_admin")
+# Local passwords: on for everyone by default (the demo); off, only these usernames may use
+# one (break-glass platform admins for when the provider is down).
+GPUPOOL_LOCAL_LOGIN = env_bool("GPUPOOL_LOCAL_LOGIN", True)
+GPUPOOL_LOCAL_LOGIN_ADMINS = [u.strip() for u in env.list("GPUPOOL_LOCAL_LOGIN_ADMINS", default=[])]
+AUTHENTICATION_BACKENDS[
+    AUTHENTICATION_BACKENDS.index("django.contrib.auth.backends.ModelBackend")
+] = "identity.backends.LocalBackend"
+AUTHENTICATION_BACKENDS.append("identity.backends.ExternalSessionBackend")
+GPUPOOL_OIDC_TIMEOUT_SECONDS = env_int("GPUPOOL_OIDC_TIMEOUT_SECONDS", 10, minimum=1)
+GPUPOOL_OIDC_CLOCK_SKEW_SECONDS = env_int("GPUPOOL_OIDC_CLOCK_SKEW_SECONDS", 60)
+
+
+def _oidc_providers() -> list[dict[str, object]]:
+    """``GPUPOOL_OIDC_PROVIDERS=corp,lab`` and, per NAME, ``GPUPOOL_OIDC_<NAME>_ISSUER``,
+    ``_CLIENT_ID``, ``_CLIENT_SECRET`` (or ``_CLIENT_SECRET_FILE``), and optional ``_LABEL``,
+    ``_SCOPES``, ``_GROUPS_CLAIM``, ``_USERNAME_CLAIM``, ``_OFFLINE_ACCESS``. A missing one
+    names the variable."""
+    found: list[dict[str, object]] = []
+    for name in [n.strip().lower() for n in env.list("GPUPOOL_OIDC_PROVIDERS", default=[])]:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", name):
+            raise ImproperlyConfigured(f"GPUPOOL_OIDC_PROVIDERS: {name!r} is not a short slug")
+        prefix = f"GPUPOOL_OIDC_{name.upper().replace('-', '_')}_"
+        conf = {
+            "name": name,
+            "issuer": os.environ.get(prefix + "ISSUER", ""),
+            "client_id": os.environ.get(prefix + "CLIENT_ID", ""),
+            "client_secret": env_secret(prefix + "CLIENT_SECRET") or "",
+        }
+        for key, value in conf.items():
+            if not value:
+                raise ImproperlyConfigured(f"{prefix}{key.upper()} must be set for {name!r}")
+        if not conf["issuer"].startswith(("https://", "http://")):
+            raise ImproperlyConfigured(f"{prefix}ISSUER must be an http(s) URL")
+        conf["label"] = os.environ.get(prefix + "LABEL", name)
+        conf["scopes"] = os.environ.get(prefix + "SCOPES", "openid email profile groups")
+        conf["groups_claim"] = os.environ.get(prefix + "GROUPS_CLAIM", "groups")
+        conf["username_claim"] = os.environ.get(prefix + "USERNAME_CLAIM", "preferred_username")
+        # Ask for a refresh token (where discovery offers offline_access): the OIDC sync needs it.
+        conf["offline_access"] = env_bool(prefix + "OFFLINE_ACCESS", True)
+        found.append(conf)
+    return found
+
+
+GPUPOOL_OIDC_PROVIDERS = _oidc_providers()
+if GPUPOOL_OIDC_PROVIDERS:  # the OIDC sync: deleted / disabled accounts, group changes
+    CELERY_BEAT_SCHEDULE["identity-oidc-sync"] = {
+        "task": "identity.oidc_sync",
+        "schedule": float(env_int("GPUPOOL_OIDC_SYNC_INTERVAL", 900, minimum=60)),
+    }
+
+
+def csp_with_providers(policy: dict, providers: list[dict[str, object]]) -> dict:
+    """The policy with each provider's origin allowed as a form target: logging out posts to
+    the portal, which redirects to the provider's end-session endpoint, and browsers hold a
+    form's redirects to ``form-action`` too."""
+    directives = {k: list(v) for k, v in policy["DIRECTIVES"].items()}
+    for conf in providers:
+        origin = "/".join(conf["issuer"].split("/", 3)[:3])
+        if origin not in directives["form-action"]:
+            directives["form-action"].append(origin)
+    return {**policy, "DIRECTIVES": directives}
+
+
+CONTENT_SECURITY_POLICY = csp_with_providers(CONTENT_SECURITY_POLICY, GPUPOOL_OIDC_PROVIDERS)
+
+# LDAP / Active Directory (django-auth-ldap): on when GPUPOOL_LDAP_URI is set.
+AUTH_LDAP_SERVER_URI = env.str("GPUPOOL_LDAP_URI", default="")
+if AUTH_LDAP_SERVER_URI:
+    import ldap
+    from django_auth_ldap.config import (
+        ActiveDirectoryGroupType,
+        GroupOfNamesType,
+        LDAPSearch,
+        PosixGroupType,
+    )
+
+    AUTH_LDAP_BIND_DN = env.str("GPUPOOL_LDAP_BIND_DN", default="")
+    AUTH_LDAP_BIND_PASSWORD = env_secret("GPUPOOL_LDAP_BIND_PASSWORD") or ""
+    AUTH_LDAP_START_TLS = env_bool("GPUPOOL_LDAP_START_TLS", False)
+    AUTH_LDAP_USER_SEARCH = LDAPSearch(
+        env.str("GPUPOOL_LDAP_USER_BASE"),
+        ldap.SCOPE_SUBTREE,
+        env.str("GPUPOOL_LDAP_USER_FILTER", default="(uid=%(user)s)"),
+    )
+    AUTH_LDAP_GROUP_SEARCH = LDAPSearch(
+        env.str("GPUPOOL_LDAP_GROUP_BASE"), ldap.SCOPE_SUBTREE, "(objectClass=*)"
+    )
+    _group_types = {
+        "groupOfNames": GroupOfNamesType,
+        "posixGroup": PosixGroupType,
+        "activeDirectory": ActiveDirectoryGroupType,
+    }
+    _group_type = env.str("GPUPOOL_LDAP_GROUP_TYPE", default="groupOfNames")
+    if _group_type not in _group_types:
+        raise ImproperlyConfigured(
+            f"GPUPOOL_LDAP_GROUP_TYPE must be one of {', '.join(_group_types)}, got {_group_type!r}"
+        )
+    AUTH_LDAP_GROUP_TYPE = _group_types[_group_type]()
+    AUTH_LDAP_USER_ATTR_MAP = {"first_name": "givenName", "last_name": "sn", "email": "mail"}
+    AUTH_LDAP_FIND_GROUP_PERMS = False
+    AUTH_LDAP_CONNECTION_OPTIONS = {
+        ldap.OPT_NETWORK_TIMEOUT: env_int("GPUPOOL_LDAP_TIMEOUT_SECONDS", 5, minimum=1)
+    }
+    AUTHENTICATION_BACKENDS.append("identity.backends.PortalLDAPBackend")
+    CELERY_BEAT_SCHEDULE["identity-ldap-sync"] = {
+        "task": "identity.ldap_sync",
+        "schedule": float(env_int("GPUPOOL_LDAP_SYNC_INTERVAL", 900, minimum=60)),
+    }

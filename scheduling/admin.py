@@ -9,7 +9,12 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from scheduling.models import Cohort, CohortQuota, GpuModel, Quota, QuotaChange, TeamPolicy
-from scheduling.services import cohort_quota_set, quota_set, team_policy_set
+from scheduling.services import (
+    TEAM_POLICY_FIELDS,
+    cohort_quota_set,
+    quota_set,
+    team_policy_set,
+)
 
 
 @admin.register(GpuModel)
@@ -77,14 +82,21 @@ class CohortQuotaAdmin(admin.ModelAdmin):
 
 @admin.register(TeamPolicy)
 class TeamPolicyAdmin(admin.ModelAdmin):
-    list_display = ["team", "weight", "cohort", "held", "max_queued_jobs"]
-    list_filter = ["held", "cohort"]
+    list_display = [
+        "team",
+        "weight",
+        "cohort",
+        "held",
+        "max_queued_jobs",
+        "max_queued_jobs_per_user",
+        "max_priority",
+        "min_runtime_minutes",
+        "termination_grace_seconds",
+    ]
+    list_filter = ["held", "cohort", "max_priority"]
 
     def save_model(self, request: HttpRequest, obj: TeamPolicy, form: Any, change: bool) -> None:
-        fields = {
-            f: getattr(obj, f)
-            for f in ("weight", "cohort", "held", "held_reason", "max_queued_jobs")
-        }
+        fields = {f: getattr(obj, f) for f in TEAM_POLICY_FIELDS}
         policy = team_policy_set(team=obj.team, by=request.user, **fields)
         obj.pk = policy.pk
 

@@ -5,20 +5,50 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.access import jobs_visible_to, teams_visible_to
-from portal.jobs.spec import SpecError
-from portal.models import Team
+from portal.access import job_get_for_user, jobs_visible_to, team_for_submit, teams_visible_to
+from portal.api.query import FlagField, WholeNumberField, query_params
+from portal.api.schema import error
+from portal.api.serializers import BlockerSerializer, JobInputSerializer
+from portal.jobs.blocker import blocker_of
+from portal.jobs.resubmit import resolve_from_job
+from portal.jobs.services import submit_limits
+from portal.jobs.spec import parse_job_spec
+from portal.models import Job, Priority, SelectionPolicy, Team
+from scheduling.catalog import catalog_entries
+from scheduling.estimates import job_estimate, spec_estimate
 from scheduling.matching import requirement_preview
-from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, CohortQuota, GpuModel, Quota
+from scheduling.models import (
+    DEFAULT_COHORT_SLUG,
+    Cohort,
+    CohortQuota,
+    GpuModel,
+    Quota,
+    TeamPolicy,
+)
+from scheduling.preview import (
+    CLUSTER_STATES,
+    KEEP,
+    ClusterProposal,
+    CohortQuotaProposal,
+    Proposal,
+    QuotaProposal,
+    TeamProposal,
+    cluster_names,
+    preview_changes,
+)
 from scheduling.services import (
+    MAX_QUOTA_GPUS,
+    QUEUE_SORTS,
+    TEAM_POLICY_FIELDS,
     cohort_quota_set,
     cohort_quotas,
     gpus_in_use,
@@ -26,7 +56,10 @@ from scheduling.services import (
     queue_pending,
     quota_lowering_warning,
     quota_set,
+    team_policies_visible_to,
+    team_policy_set,
 )
+from scheduling.snapshot import pool_now
 
 
 class QueueEntrySerializer(serializers.Serializer):
@@ -41,28 +74,50 @@ class QueueEntrySerializer(serializers.Serializer):
     position = serializers.IntegerField(source="queue_position", allow_null=True)
     pending_reason_code = serializers.CharField()
     pending_reason = serializers.CharField()
+    queued_at = serializers.DateTimeField(
+        source="state_changed_at",
+        help_text="When it last entered the queue (submitted, or requeued after a preemption)",
+    )
+    blocker = serializers.SerializerMethodField()
+
+    @extend_schema_field(BlockerSerializer)
+    def get_blocker(self, job: Job) -> dict[str, Any] | None:
+        blocker = blocker_of(job)
+        return blocker.as_dict() if blocker else None
+
+
+class QueueQuery(serializers.Serializer):
+    team = serializers.SlugField(required=False, help_text="Team slug")
+    sort = serializers.ChoiceField(
+        choices=sorted(QUEUE_SORTS),
+        required=False,
+        help_text="position (the line, default), waiting (longest waiting first), -waiting",
+    )
 
 
 class QueueView(APIView):
     """Queued jobs of your teams in the order the scheduler will consider them."""
 
-    @extend_schema(
-        parameters=[OpenApiParameter("team", str, description="Team slug")],
-        responses=QueueEntrySerializer(many=True),
-    )
+    @extend_schema(parameters=[QueueQuery], responses=QueueEntrySerializer(many=True))
     def get(self, request: Request) -> Response:
         jobs = jobs_visible_to(request.user)
-        if team := request.query_params.get("team"):
+        query = query_params(QueueQuery, request)
+        if team := query.get("team"):
             jobs = jobs.filter(team__slug=team)
-        return Response(QueueEntrySerializer(queue_pending(jobs=jobs), many=True).data)
+        pending = queue_pending(jobs=jobs, sort=query.get("sort", "position"))
+        return Response(QueueEntrySerializer(pending, many=True).data)
 
 
 class QuotaSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     gpu_model = serializers.SlugRelatedField(slug_field="key", queryset=GpuModel.objects.all())
-    nominal = serializers.IntegerField(min_value=0)
-    borrowing_limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
-    lending_limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    nominal = serializers.IntegerField(min_value=0, max_value=MAX_QUOTA_GPUS)
+    borrowing_limit = serializers.IntegerField(
+        min_value=0, max_value=MAX_QUOTA_GPUS, allow_null=True, required=False
+    )
+    lending_limit = serializers.IntegerField(
+        min_value=0, max_value=MAX_QUOTA_GPUS, allow_null=True, required=False
+    )
 
     class Meta:
         model = Quota
@@ -142,7 +197,9 @@ class CohortSlugField(serializers.SlugRelatedField):
 class CohortQuotaSerializer(serializers.ModelSerializer):
     cohort = CohortSlugField(slug_field="slug", queryset=Cohort.objects.all())
     gpu_model = serializers.SlugRelatedField(slug_field="key", queryset=GpuModel.objects.all())
-    nominal = serializers.IntegerField(min_value=0, help_text="GPUs every member may borrow")
+    nominal = serializers.IntegerField(
+        min_value=0, max_value=MAX_QUOTA_GPUS, help_text="GPUs every member may borrow"
+    )
 
     class Meta:
         model = CohortQuota
@@ -185,32 +242,388 @@ class CohortQuotaDetailView(APIView):
         return Response(CohortQuotaSerializer(quota).data)
 
 
+class PriorityNameField(serializers.ChoiceField):
+    """A priority by name (``low``, ``normal``, ``high``), as jobs are submitted (the same
+    ``PriorityEnum`` in the schema, ``ENUM_NAME_OVERRIDES``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=[p.label for p in Priority], **kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        name = super().to_internal_value(data)
+        return next(p.value for p in Priority if p.label == name)
+
+    def to_representation(self, value: Any) -> str:
+        return Priority(value).label if value in Priority.values else str(value)
+
+
+class TeamPolicySerializer(serializers.ModelSerializer):
+    """A team's scheduling policy; in a POST every field but ``team`` is optional and only the
+    fields given change."""
+
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    weight = serializers.FloatField(min_value=0.01, max_value=1e6, required=False)
+    cohort = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Cohort.objects.all(), allow_null=True, required=False
+    )
+    held = serializers.BooleanField(required=False)
+    held_reason = serializers.CharField(max_length=200, allow_blank=True, required=False)
+    max_queued_jobs = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, allow_null=True, required=False
+    )
+    max_queued_jobs_per_user = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, allow_null=True, required=False
+    )
+    max_priority = PriorityNameField(
+        required=False,
+        help_text="Highest priority the team's members may submit (low, normal or high)",
+    )
+
+    class Meta:
+        model = TeamPolicy
+        fields = ["team", *TEAM_POLICY_FIELDS]
+        validators: list[Any] = []  # the team is an upsert key here, not a conflict
+
+
+class TeamPolicyListView(APIView):
+    """Scheduling policies: fair-share weight, cohort, hold, queue limit and the highest
+    priority a team may submit. GET: your teams' (platform admins: every team's), defaults
+    shown for a team without one. POST (platform admins): change the fields given (audited,
+    like quotas)."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsAdminUser()] if self.request.method == "POST" else [IsAuthenticated()]
+
+    @extend_schema(responses=TeamPolicySerializer(many=True))
+    def get(self, request: Request) -> Response:
+        policies = team_policies_visible_to(request.user)
+        return Response(TeamPolicySerializer(policies, many=True).data)
+
+    @extend_schema(request=TeamPolicySerializer, responses={200: TeamPolicySerializer})
+    def post(self, request: Request) -> Response:
+        data = TeamPolicySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        changes = dict(data.validated_data)
+        team = changes.pop("team")
+        policy = team_policy_set(team=team, by=request.user, **changes)
+        return Response(TeamPolicySerializer(policy).data, status=status.HTTP_200_OK)
+
+
+class TeamPolicyDetailView(APIView):
+    @extend_schema(responses=TeamPolicySerializer)
+    def get(self, request: Request, team: str) -> Response:
+        found = team_policies_visible_to(request.user, slug=team)
+        if not found:
+            raise Http404
+        return Response(TeamPolicySerializer(found[0]).data)
+
+
+class MatchInPoolSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    tried_first = serializers.BooleanField(help_text="The first model the job would try")
+    tried = serializers.BooleanField(help_text="False when fallback is off and it is not first")
+    full_now = serializers.BooleanField(help_text="No enabled cluster has room for the gang now")
+    fits_ever = serializers.BooleanField(help_text="Some cluster could hold the gang when empty")
+    free_gpus = serializers.IntegerField()
+    largest_free_block = serializers.IntegerField(help_text="Most free GPUs on one node")
+    clusters = serializers.ListField(child=serializers.CharField())
+
+
 class MatchSerializer(serializers.Serializer):
     matched = serializers.ListField(child=serializers.CharField(), help_text="In policy order")
-    first_choice = serializers.CharField(allow_null=True)
+    first_choice = serializers.CharField(allow_null=True, help_text="First in the catalog")
     rejected = serializers.ListField(child=serializers.DictField())
+    pool = MatchInPoolSerializer(many=True, help_text="Matched models some cluster has, in order")
+    absent = serializers.ListField(
+        child=serializers.CharField(), help_text="Matched models no enabled cluster has"
+    )
+    slices_left_out = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="MIG slices in the pool that a requirement without a model list does not use",
+    )
+    gang = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="replicas and gpus_per_replica (GiB per replica for a share)",
+    )
+    shared = serializers.BooleanField(
+        help_text="A shared-GPU request: only shared pools are matched, counted in GiB"
+    )
+    allow_fallback = serializers.BooleanField()
+    by_model_list = serializers.BooleanField()
+
+
+class MatchQuery(serializers.Serializer):
+    gpu_models = serializers.RegexField(
+        r"^[-a-zA-Z0-9_.,]*$", required=False, help_text="Model keys in order, comma-separated"
+    )
+    min_gpu_memory_gib = WholeNumberField(min_value=0, required=False)
+    requires_bf16 = FlagField(required=False)
+    requires_fp8 = FlagField(required=False)
+    min_fp16_tflops = serializers.FloatField(min_value=0, required=False)
+    selection_policy = serializers.ChoiceField(choices=SelectionPolicy.choices, required=False)
+    allow_fallback = FlagField(required=False, help_text="Default true")
+    replicas = WholeNumberField(
+        min_value=1, max_value=1_000_000, required=False, help_text="Gang size (default 1)"
+    )
+    gpus_per_replica = WholeNumberField(
+        min_value=1, max_value=1_000_000, required=False, help_text="Default 1"
+    )
+    gpu_memory_gib = WholeNumberField(
+        min_value=1,
+        max_value=4096,
+        required=False,
+        help_text="A share of one device, GiB per replica: matches shared pools only",
+    )
 
 
 class GpuModelMatchView(APIView):
     """Which catalog models a GPU requirement matches, in the order its policy tries them."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("gpu_models", str, description="Comma-separated keys"),
-            OpenApiParameter("min_gpu_memory_gib", int),
-            OpenApiParameter("requires_bf16", bool),
-            OpenApiParameter("requires_fp8", bool),
-            OpenApiParameter("min_fp16_tflops", float),
-            OpenApiParameter("selection_policy", str, enum=["cheapest", "fastest", "ordered"]),
-        ],
-        responses=MatchSerializer,
-    )
+    @extend_schema(parameters=[MatchQuery], responses=MatchSerializer)
     def get(self, request: Request) -> Response:
-        try:
-            preview = requirement_preview(request.query_params)
-        except SpecError as exc:
-            return Response(
-                {"message": exc.message, "extra": {"fields": exc.fields}},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
-        return Response(preview)
+        query = query_params(MatchQuery, request)
+        fallback = query.pop("allow_fallback", True)
+        return Response(requirement_preview(query, allow_fallback=fallback))
+
+
+# ---------------------------------------------------------------------------------------------
+# What-if: the next cycle under proposed changes (scheduling.preview)
+# ---------------------------------------------------------------------------------------------
+class QuotaProposalSerializer(serializers.Serializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    gpu_model = serializers.SlugRelatedField(
+        slug_field="key", queryset=GpuModel.objects.filter(active=True)
+    )
+    nominal = serializers.IntegerField(
+        min_value=0, max_value=MAX_QUOTA_GPUS, required=False, help_text="Absent: as it is"
+    )
+    borrowing_limit = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_QUOTA_GPUS,
+        allow_null=True,
+        required=False,
+        help_text="null: no limit; absent: as it is",
+    )
+    lending_limit = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_QUOTA_GPUS,
+        allow_null=True,
+        required=False,
+        help_text="null: lends all; absent: as it is",
+    )
+
+
+class TeamProposalSerializer(serializers.Serializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    weight = serializers.FloatField(min_value=0.01, max_value=1e6, required=False)
+    cohort = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Cohort.objects.all(),
+        allow_null=True,
+        required=False,
+        help_text="A cohort's slug; null: the default cohort (the pool's); absent: as it is",
+    )
+
+
+class CohortQuotaProposalSerializer(serializers.Serializer):
+    cohort = CohortSlugField(slug_field="slug", queryset=Cohort.objects.all())
+    gpu_model = serializers.SlugRelatedField(
+        slug_field="key", queryset=GpuModel.objects.filter(active=True)
+    )
+    nominal = serializers.IntegerField(min_value=0, max_value=MAX_QUOTA_GPUS)
+
+
+class ClusterProposalSerializer(serializers.Serializer):
+    cluster = serializers.CharField(max_length=100, help_text="A registered cluster's name")
+    state = serializers.ChoiceField(choices=list(CLUSTER_STATES))
+
+
+class ProposalSerializer(serializers.Serializer):
+    """Proposed changes, all applied together; every list may be empty or absent."""
+
+    quotas = QuotaProposalSerializer(many=True, required=False)
+    teams = TeamProposalSerializer(many=True, required=False)
+    cohort_quotas = CohortQuotaProposalSerializer(many=True, required=False)
+    clusters = ClusterProposalSerializer(many=True, required=False)
+
+    def validate_clusters(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        known = set(cluster_names())
+        unknown = sorted({c["cluster"] for c in value} - known)
+        if unknown:
+            raise serializers.ValidationError(f"No such cluster: {', '.join(unknown)}.")
+        return value
+
+    def proposal(self) -> Proposal:
+        v = self.validated_data
+        # An absent key keeps the field as it is now (KEEP); null is a value (no limit).
+        return Proposal(
+            quotas=tuple(
+                QuotaProposal(
+                    team=q["team"].slug,
+                    model=q["gpu_model"].key,
+                    nominal=q.get("nominal", KEEP),
+                    borrowing_limit=q.get("borrowing_limit", KEEP),
+                    lending_limit=q.get("lending_limit", KEEP),
+                )
+                for q in v.get("quotas", ())
+            ),
+            teams=tuple(
+                TeamProposal(
+                    team=t["team"].slug,
+                    weight=t.get("weight", KEEP),
+                    cohort=(t["cohort"].slug if t["cohort"] else None) if "cohort" in t else KEEP,
+                )
+                for t in v.get("teams", ())
+            ),
+            cohort_quotas=tuple(
+                CohortQuotaProposal(
+                    cohort=c["cohort"].slug, model=c["gpu_model"].key, nominal=c["nominal"]
+                )
+                for c in v.get("cohort_quotas", ())
+            ),
+            clusters=tuple(
+                ClusterProposal(cluster=c["cluster"], state=c["state"])
+                for c in v.get("clusters", ())
+            ),
+        )
+
+
+class _Named(serializers.Serializer):
+    job = serializers.UUIDField(help_text="The job's id")
+    name = serializers.CharField()
+    team = serializers.CharField()
+
+
+class PreviewStartSerializer(_Named):
+    gpu_model = serializers.CharField(source="model")
+    cluster = serializers.CharField()
+    gpus = serializers.IntegerField()
+    new = serializers.BooleanField(help_text="False: it would start without the changes too")
+
+
+class PreviewPreemptSerializer(PreviewStartSerializer):
+    for_team = serializers.CharField(help_text="The team that reclaims")
+    for_job = serializers.UUIDField(help_text="The job the GPUs are reclaimed for")
+    message = serializers.CharField(help_text="What the victim's timeline would say")
+    new = serializers.BooleanField(help_text="False: it would be preempted without the changes")
+
+
+class PreviewBlockedSerializer(_Named):
+    code = serializers.CharField(help_text="The reason code it would wait with")
+    message = serializers.CharField()
+    was = serializers.CharField(
+        help_text="Without the changes: 'start', or the reason code it would wait with"
+    )
+
+
+class PreviewTeamSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    jobs = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+
+
+class PreviewGuaranteeSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(source="model")
+    nominal = serializers.IntegerField(help_text="Nominal quotas of all teams, as proposed")
+    nominal_now = serializers.IntegerField()
+    cohort_owned = serializers.IntegerField(help_text="GPUs cohorts own, as proposed")
+    capacity = serializers.IntegerField(help_text="GPUs of clusters taking work, as proposed")
+    capacity_now = serializers.IntegerField()
+    over = serializers.IntegerField(help_text="Nominal quotas beyond that capacity")
+    over_now = serializers.IntegerField()
+
+
+class PreviewSerializer(serializers.Serializer):
+    now = serializers.DateTimeField(help_text="The instant both decisions were made for")
+    would_start = PreviewStartSerializer(many=True)
+    would_preempt = PreviewPreemptSerializer(many=True)
+    preempted_by_team = PreviewTeamSerializer(many=True)
+    newly_blocked = PreviewBlockedSerializer(many=True)
+    guarantees = PreviewGuaranteeSerializer(many=True)
+    starts_now = serializers.IntegerField(help_text="Jobs the next cycle starts without changes")
+    preempts_now = serializers.IntegerField(help_text="Jobs it preempts without changes")
+
+
+class QuotaPreviewView(APIView):
+    """Platform admins: what the next cycle would do differently with these quota, team
+    weight, cohort and cluster-state changes, decided by the real engine on the current
+    snapshot. Nothing is saved."""
+
+    def get_permissions(self) -> list[Any]:
+        # POST only; any other method answers 405 to a signed-in user, as the index expects.
+        return [IsAdminUser()] if self.request.method == "POST" else [IsAuthenticated()]
+
+    @extend_schema(request=ProposalSerializer, responses={200: PreviewSerializer})
+    def post(self, request: Request) -> Response:
+        data = ProposalSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        preview = preview_changes(data.proposal())
+        return Response(PreviewSerializer(preview).data)
+
+
+class EstimateSerializer(serializers.Serializer):
+    """An estimate, never a promise, of when a job starts, and where."""
+
+    start_at = serializers.DateTimeField(
+        allow_null=True, help_text="Estimated start (null: no estimate, `why` says why)"
+    )
+    starts = serializers.CharField(help_text='In words: "now", "in ~40m" (empty without one)')
+    model = serializers.CharField(help_text="GPU model key it would get ('' without one)")
+    model_name = serializers.CharField()
+    cluster = serializers.CharField(help_text="Cluster it would get ('' without one)")
+    why = serializers.CharField(
+        help_text="What the estimate rests on and why it may move, or why there is none"
+    )
+
+
+class AlternativeSerializer(EstimateSerializer):
+    label = serializers.CharField(help_text='E.g. "T4" or "2 replicas instead of 4"')
+    only_model = serializers.CharField(
+        help_text="The one model this alternative asks for ('' = any the job allows)"
+    )
+    replicas = serializers.IntegerField(help_text="Replicas this alternative asks for")
+
+
+class JobEstimateSerializer(serializers.Serializer):
+    estimate = EstimateSerializer(allow_null=True)
+    why = serializers.CharField(help_text="Why there is no estimate at all (empty otherwise)")
+    expected_runtime_minutes = serializers.IntegerField(
+        required=False, help_text="How long the job is expected to run once started"
+    )
+    runtime_basis = serializers.CharField(
+        required=False, help_text="What the expected runtime was learned from"
+    )
+    alternatives = AlternativeSerializer(
+        many=True, help_text="The estimate per candidate model, and with fewer replicas"
+    )
+    computed_at = serializers.DateTimeField(required=False)
+
+
+class JobEstimateView(APIView):
+    """When a queued job of your team is estimated to start, on which model and cluster, and
+    the estimate for each alternative it could ask for instead."""
+
+    @extend_schema(responses={200: JobEstimateSerializer})
+    def get(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(request.user, job_id)
+        snapshot, config = pool_now()
+        return Response(job_estimate(job, snapshot=snapshot, config=config))
+
+
+class SpecEstimateView(APIView):
+    """When a job not yet submitted would start if submitted now (the body of a submit), and
+    per alternative. Nothing is stored."""
+
+    @extend_schema(
+        request=JobInputSerializer,
+        responses={
+            200: JobEstimateSerializer,
+            404: error("No such team, or you are not in it; or no such job to clone"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data, _ = resolve_from_job(user=request.user, data=request.data)
+        spec = parse_job_spec(data, catalog=catalog_entries(), limits=submit_limits())
+        team = team_for_submit(request.user, spec.team)
+        snapshot, config = pool_now()
+        return Response(spec_estimate(spec=spec, team=team, snapshot=snapshot, config=config))

@@ -30,6 +30,18 @@ MIG_SLICES = (
 )
 
 
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def mig_whole_gpu(key: str, resource_name: str) -> str:
+    """For a MIG slice (its pods ask for an ``nvidia.com/mig-<profile>`` resource), the key of
+    the card it is cut from (``a100-80gb-mig-1g.10gb`` → ``a100-80gb``); else empty."""
+    if not resource_name.startswith(MIG_RESOURCE_PREFIX):
+        return ""
+    whole, sep, _profile = key.partition("-mig-")
+    return whole if sep else key
+
+
 def _truthy(value: str) -> bool:
     return value.strip().lower() == "true"
 
@@ -117,15 +129,50 @@ def catalog_seed(*, path: str | Path, update_existing: bool = False) -> tuple[in
     return created, updated
 
 
+SHARED_SUFFIX = "-shared"
+
+
+def shared_pool_create(*, card: GpuModel, cost_factor: float | None = None) -> GpuModel:
+    """Offer ``card`` as a shared (fractional) pool: a catalog model whose capacity, quota and
+    jobs count GiB of one device's memory (``scheduling.engine.sharing``).
+
+    Its cost factor is per GiB-hour: the card's cost divided by its memory unless given, so a
+    share of a quarter of the memory costs a quarter of the card's hour. Idempotent: the pool
+    of a card that has one is returned as it is.
+    """
+    existing = GpuModel.objects.filter(shares=card).first()
+    if existing is not None:
+        return existing
+    per_gib = card.cost_factor / card.memory_gib if card.memory_gib else card.cost_factor
+    return GpuModel.objects.create(
+        key=f"{card.key}{SHARED_SUFFIX}"[:64],
+        vendor=card.vendor,
+        display_name=f"{card.display_name} (shared)",
+        product_labels=[],
+        architecture=card.architecture,
+        memory_gib=card.memory_gib,
+        fp16_tflops=card.fp16_tflops,
+        bf16=card.bf16,
+        fp8=card.fp8,
+        resource_name="volcano.sh/vgpu-memory",
+        cost_factor=max(0.001, cost_factor if cost_factor is not None else per_gib),
+        price_per_hour_usd=None,
+        shares=card,
+    )
+
+
 _cached: tuple[float, dict[str, CatalogEntry]] | None = None
 _cache_lock = threading.Lock()
+_generation = 0  # bumped by every forget: a copy read before a forget is never stored after it
 
 
 def _read_entries() -> dict[str, CatalogEntry]:
     return {
-        key: CatalogEntry(key=key, memory_gib=mem, fp16_tflops=tf, bf16=bf16, fp8=fp8)
-        for key, mem, tf, bf16, fp8 in GpuModel.objects.filter(active=True).values_list(
-            "key", "memory_gib", "fp16_tflops", "bf16", "fp8"
+        key: CatalogEntry(
+            key=key, memory_gib=mem, fp16_tflops=tf, bf16=bf16, fp8=fp8, shared=shares is not None
+        )
+        for key, mem, tf, bf16, fp8, shares in GpuModel.objects.filter(active=True).values_list(
+            "key", "memory_gib", "fp16_tflops", "bf16", "fp8", "shares_id"
         )
     }
 
@@ -147,7 +194,10 @@ def catalog_entries() -> dict[str, CatalogEntry]:
         with _cache_lock:  # one reader per process refreshes; the others wait for its copy
             cached = _cached
             if cached is None or now - cached[0] > CATALOG_CACHE_SECONDS:
-                cached = _cached = (time.monotonic(), _read_entries())
+                generation = _generation
+                cached = (time.monotonic(), _read_entries())
+                if generation == _generation:  # else an edit committed while we read: use, not keep
+                    _cached = cached
     return dict(cached[1])
 
 
@@ -158,14 +208,14 @@ def catalog_forget(**_signal: Any) -> None:
     follows a test database flush), and called by ``catalog_seed``, whose ``update()`` sends
     no signal. The second drop, on commit, covers a copy re-read before the change committed.
     """
-    global _cached
-    _cached = None
+    _drop_cache()
     if connection.in_atomic_block:
         transaction.on_commit(_drop_cache)
 
 
 def _drop_cache() -> None:
-    global _cached
+    global _cached, _generation
+    _generation += 1
     _cached = None
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
+
+from portal.models import Priority
 
 
 class GpuModel(models.Model):
@@ -43,9 +47,23 @@ class GpuModel(models.Model):
     )
     price_per_hour_usd = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True)
     active = models.BooleanField(default=True, help_text="Inactive models take no new jobs")
+    shares = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="shared_pools",
+        help_text="A shared (fractional) pool of this card: capacity, quota and jobs count GiB "
+        "of GPU memory, and cost_factor is per GiB-hour (the card's cost / its memory)",
+    )
 
     class Meta:
         ordering = ["cost_factor", "key"]
+
+    @property
+    def is_shared(self) -> bool:
+        """A shared pool: jobs ask for GiB of a device, never for devices."""
+        return self.shares_id is not None
 
     def __str__(self) -> str:
         return self.key
@@ -68,9 +86,12 @@ DEFAULT_COHORT_SLUG = "default"
 
 
 class TeamPolicy(models.Model):
-    """A team's scheduling policy: fair-share weight, cohort, queue hold and queue limit.
+    """A team's scheduling policy: fair-share weight, cohort, queue hold, queue limits (the
+    team's and each member's), the highest priority its members may submit, and how its jobs
+    are preempted (minimum runtime first, then a grace period between SIGTERM and SIGKILL).
 
-    A team without a row gets the defaults (weight 1, the default cohort, not held).
+    A team without a row gets the defaults (weight 1, the default cohort, not held, no queue
+    limits, priorities up to normal). Platform admins set it.
     """
 
     team = models.OneToOneField("portal.Team", on_delete=models.CASCADE, related_name="policy")
@@ -84,6 +105,32 @@ class TeamPolicy(models.Model):
     held_reason = models.CharField(max_length=200, blank=True)
     max_queued_jobs = models.PositiveIntegerField(
         null=True, blank=True, help_text="Submissions beyond this many queued jobs are refused"
+    )
+    max_queued_jobs_per_user = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A member's submissions beyond this many of their own queued jobs in the team "
+        "are refused",
+    )
+    max_priority = models.SmallIntegerField(
+        choices=Priority.choices,
+        default=Priority.NORMAL,
+        help_text="Highest priority the team's members may submit; a job above it is refused, "
+        "and one submitted before a lowering counts as this in every cycle",
+    )
+
+    min_runtime_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A job of the team running on borrowed quota is not preempted before it has "
+        "run this long (empty: the pool's default, GPUPOOL_PREEMPTION_MIN_RUNTIME_MINUTES)",
+    )
+    termination_grace_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds the team's pods get between SIGTERM and SIGKILL when stopped "
+        "(terminationGracePeriodSeconds; empty: the pool's default, "
+        "GPUPOOL_TERMINATION_GRACE_SECONDS)",
     )
 
     class Meta:
@@ -180,9 +227,49 @@ class QuotaChange(models.Model):
             return f"cohort {self.cohort.slug}"  # type: ignore[union-attr]
         return ""
 
+    # How the audit list names each field, and what an empty value means for it.
+    FIELD_WORDS: ClassVar[dict[str, tuple[str, str]]] = {
+        "nominal": ("nominal quota", "0"),
+        "borrowing_limit": ("borrowing limit", "none"),
+        "lending_limit": ("lending limit", "none"),
+        "cohort_nominal": ("cohort quota", "0"),
+        "weight": ("fair-share weight", "1"),
+        "cohort": ("cohort", "default"),
+        "held": ("queue held", "no"),
+        "held_reason": ("hold reason", "none"),
+        "max_queued_jobs": ("queued jobs limit", "none"),
+        "max_queued_jobs_per_user": ("queued jobs per member limit", "none"),
+        "max_priority": ("highest priority", "none"),
+        "min_runtime_minutes": ("minimum runtime before preemption (min)", "default"),
+        "termination_grace_seconds": ("termination grace period (s)", "default"),
+    }
+
+    @property
+    def field_label(self) -> str:
+        return self.FIELD_WORDS.get(self.field, (self.field.replace("_", " "), ""))[0]
+
+    def _shown(self, value: str) -> str:
+        empty = self.FIELD_WORDS.get(self.field, ("", "none"))[1]
+        if value in ("True", "False"):
+            return "yes" if value == "True" else "no"
+        return value if value != "" else empty
+
+    @property
+    def old_text(self) -> str:
+        return self._shown(self.old_value)
+
+    @property
+    def new_text(self) -> str:
+        return self._shown(self.new_value)
+
+    @property
+    def summary(self) -> str:
+        """The change in words for people: ``borrowing limit: none → 8``."""
+        return f"{self.field_label}: {self.old_text} → {self.new_text}"
+
     def __str__(self) -> str:
         model = self.gpu_model or ""
-        return f"{self.owner} {model} {self.field}: {self.old_value} → {self.new_value}"
+        return f"{self.owner} {model} {self.summary}"
 
 
 class UsageRecord(models.Model):

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
+from clusters.models import Node
+from portal import db, hooks
+from portal.access import teams_visible_to
 from portal.errors import ApplicationError
-from portal.models import Job, JobState, Team
-from scheduling.cycle import HOLDING_STATES
+from portal.models import HOLDING_STATES, Job, JobState, Priority, Team
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,
     Cohort,
@@ -28,20 +33,29 @@ from scheduling.models import (
 AnyUser = AbstractBaseUser | AnonymousUser
 
 
+MAX_QUOTA_GPUS = 1_000_000
+"""The most GPUs a quota or limit may name: more than any pool has, well inside the column."""
+_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,18}")
+
+
 def _validate_limit(name: str, value: Any, *, nullable: bool) -> int | None:
     if value is None or value == "":
         if nullable:
             return None
         raise ApplicationError(f"{name} is required.", fields={name: ["This field is required."]})
     if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            value = int(str(value))
-        except ValueError:
+        text = str(value).strip()
+        if not _WHOLE_NUMBER.fullmatch(text):  # ASCII only: int() also reads "١٢"
             raise ApplicationError(
                 f"{name} must be a whole number.", fields={name: ["Must be a whole number."]}
-            ) from None
+            )
+        value = int(text)
     if value < 0:
         raise ApplicationError(f"{name} cannot be negative.", fields={name: ["Must be 0 or more."]})
+    if value > MAX_QUOTA_GPUS:
+        raise ApplicationError(
+            f"{name} is too large.", fields={name: [f"At most {MAX_QUOTA_GPUS:,}."]}
+        )
     return value
 
 
@@ -70,7 +84,7 @@ def quota_set(
         setattr(quota, k, v)
     quota.save()
     now = now or timezone.now()
-    QuotaChange.objects.bulk_create(
+    changes = QuotaChange.objects.bulk_create(
         [
             QuotaChange(
                 team=team,
@@ -85,6 +99,8 @@ def quota_set(
             if old[k] != v
         ]
     )
+    if changes:  # the team's members hear of it (notifications), once this commits
+        hooks.quota_changed.fire_on_commit([c.pk for c in changes])
     return quota
 
 
@@ -130,19 +146,54 @@ def cohort_quotas() -> list[CohortQuota]:
     return list(CohortQuota.objects.select_related("cohort", "gpu_model"))
 
 
+TEAM_POLICY_FIELDS = (
+    "weight",
+    "cohort",
+    "held",
+    "held_reason",
+    "max_queued_jobs",
+    "max_queued_jobs_per_user",
+    "max_priority",
+    "min_runtime_minutes",
+    "termination_grace_seconds",
+)
+
+
+def team_policies_visible_to(user: AnyUser, *, slug: str | None = None) -> list[TeamPolicy]:
+    """The policy of every team the caller sees (platform admins: all), by team name; a team
+    without a row gets an unsaved one with the defaults, which is what the scheduler uses."""
+    teams = teams_visible_to(user).distinct().order_by("name")
+    if slug is not None:
+        teams = teams.filter(slug=slug)
+    teams_list = list(teams)
+    stored = {
+        p.team_id: p
+        for p in TeamPolicy.objects.filter(team__in=teams_list).select_related("cohort")
+    }
+    policies = []
+    for team in teams_list:
+        policy = stored.get(team.pk) or TeamPolicy(team=team)
+        policy.team = team
+        policies.append(policy)
+    return policies
+
+
 @transaction.atomic
 def team_policy_set(
     *, team: Team, by: AnyUser, now: dt.datetime | None = None, **changes: Any
 ) -> TeamPolicy:
-    """Change a team's weight, cohort, hold or queue limit; audited like quotas."""
-    allowed = {"weight", "cohort", "held", "held_reason", "max_queued_jobs"}
-    unknown = set(changes) - allowed
+    """Change a team's weight, cohort, hold, queue limit or highest allowed priority; audited
+    like quotas."""
+    unknown = set(changes) - set(TEAM_POLICY_FIELDS)
     if unknown:
         raise ApplicationError(f"Unknown policy field(s): {sorted(unknown)}")
     if "weight" in changes and (
         not isinstance(changes["weight"], int | float) or changes["weight"] <= 0
     ):
         raise ApplicationError("weight must be positive.", fields={"weight": ["Must be > 0."]})
+    if "max_priority" in changes and changes["max_priority"] not in Priority.values:
+        names = ", ".join(p.label for p in Priority)
+        raise ApplicationError("Unknown priority.", fields={"max_priority": [f"One of: {names}."]})
     policy, _ = TeamPolicy.objects.select_for_update().get_or_create(team=team)
     now = now or timezone.now()
     audit = []
@@ -153,8 +204,8 @@ def team_policy_set(
                 QuotaChange(
                     team=team,
                     field=k,
-                    old_value=str(old)[:40],
-                    new_value=str(v)[:40],
+                    old_value=_audit_text(k, old),
+                    new_value=_audit_text(k, v),
                     changed_by_id=by.pk,
                     changed_at=now,
                 )
@@ -163,6 +214,95 @@ def team_policy_set(
     policy.save()
     QuotaChange.objects.bulk_create(audit)
     return policy
+
+
+@dataclass(frozen=True)
+class QuotaEdit:
+    """One cell of the quota grid as an admin staged it: the values typed, and the ones the
+    page showed when it loaded (``was_*``), so a cell someone else changed meanwhile is not
+    silently overwritten."""
+
+    team: Team
+    model: GpuModel
+    nominal: Any
+    borrowing_limit: Any
+    was_nominal: Any = None
+    was_borrowing_limit: Any = None
+
+
+def quota_edit_key(edit: QuotaEdit) -> str:
+    """How a staged cell is named in errors: ``vision/a100-80gb``."""
+    return f"{edit.team.slug}/{edit.model.key}"
+
+
+def quota_set_batch(
+    *, edits: list[QuotaEdit], by: AnyUser, now: dt.datetime | None = None
+) -> list[Quota]:
+    """Save several staged quota cells at once: all or nothing, in one transaction, each
+    changed field audited as its own entry (all with the same time, so the audit list reads
+    as one batch). Every cell is checked before anything is written; the errors of all cells
+    come back together, keyed ``team/model field``, and nothing is stored."""
+    now = now or timezone.now()
+    problems: dict[str, list[str]] = {}
+    for edit in edits:
+        for name, value, nullable in (
+            ("nominal", edit.nominal, False),
+            ("borrowing_limit", edit.borrowing_limit, True),
+        ):
+            try:
+                _validate_limit(name, value, nullable=nullable)
+            except ApplicationError as exc:
+                problems[f"{quota_edit_key(edit)} {name}"] = exc.fields.get(name, [exc.message])
+    if problems:
+        raise ApplicationError("Nothing was saved: some values are not valid.", fields=problems)
+    with transaction.atomic():
+        current = {
+            (q.team_id, q.gpu_model_id): q
+            for q in Quota.objects.select_for_update().filter(
+                team__in=[e.team for e in edits], gpu_model__in=[e.model for e in edits]
+            )
+        }
+        for edit in edits:
+            q = current.get((edit.team.pk, edit.model.pk))
+            now_nominal = q.nominal if q else 0
+            now_borrowing = q.borrowing_limit if q else None
+            for name, was, there in (
+                ("nominal", edit.was_nominal, now_nominal),
+                ("borrowing_limit", edit.was_borrowing_limit, now_borrowing),
+            ):
+                if was is None:
+                    continue  # the caller did not say what it saw
+                seen = _validate_limit(name, was, nullable=True)
+                if seen != there:
+                    shown = "none" if there is None else there
+                    problems[f"{quota_edit_key(edit)} {name}"] = [
+                        f"Changed by someone else since this page loaded (now {shown})."
+                    ]
+        if problems:
+            raise ApplicationError(
+                "Nothing was saved: someone else changed these cells meanwhile.", fields=problems
+            )
+        return [
+            quota_set(
+                team=edit.team,
+                model=edit.model,
+                nominal=edit.nominal,
+                borrowing_limit=edit.borrowing_limit,
+                lending_limit=current[(edit.team.pk, edit.model.pk)].lending_limit
+                if (edit.team.pk, edit.model.pk) in current
+                else None,
+                by=by,
+                now=now,
+            )
+            for edit in edits
+        ]
+
+
+def _audit_text(field: str, value: Any) -> str:
+    """A policy value as the audit trail shows it (a priority by its name)."""
+    if field == "max_priority" and value in Priority.values:
+        return str(Priority(value).label)
+    return "" if value is None else str(value)[:40]
 
 
 def gpus_in_use(*, team: Team, model: GpuModel) -> int:
@@ -220,8 +360,6 @@ class QuotaGrid:
 
 def quota_grid(*, teams: list[Team] | None = None) -> QuotaGrid:
     """Team × model: nominal, limits, GPUs in use, GPUs of queued jobs (five queries)."""
-    from clusters.models import Node
-
     teams = teams if teams is not None else list(Team.objects.all())
     team_ids = [t.pk for t in teams]
     models = list(GpuModel.objects.filter(active=True))
@@ -267,16 +405,80 @@ def quota_grid(*, teams: list[Team] | None = None) -> QuotaGrid:
     return QuotaGrid(teams, models, cells, capacity, dict(nominal_total))
 
 
-def queue_pending(*, jobs: Any, limit: int = 500) -> list[Job]:
-    """Queued jobs in the order the scheduler will consider them (its last cycle's positions;
-    jobs it has not ranked yet follow in priority and submit order)."""
-    return list(
-        jobs.filter(state=JobState.QUEUED)
-        .select_related("team", "owner")
-        .order_by(F("queue_position").asc(nulls_last=True), "-priority", "submitted_at", "id")[
-            :limit
-        ]
+# The queue's orders, by the ``sort`` parameter: the line the scheduler keeps (its last cycle's
+# positions; jobs it has not ranked yet follow in priority and submit order), the longest
+# waiting first, the shortest waiting first. A job waits since it last entered QUEUED (its
+# submission, or its requeue after a preemption): ``state_changed_at`` while it is QUEUED.
+QUEUE_SORTS: dict[str, tuple[Any, ...]] = {
+    "position": (F("queue_position").asc(nulls_last=True), "-priority", "submitted_at", "id"),
+    "waiting": ("state_changed_at", "id"),
+    "-waiting": ("-state_changed_at", "-id"),
+}
+
+
+def queue_ordered(*, jobs: Any, sort: str = "position", model: str = "") -> Any:
+    """Queued jobs (a queryset, for a page of it) in the order ``sort`` names (see
+    ``QUEUE_SORTS``; unknown: the line), those that wait for ``model`` only when one is named:
+    the model the cycle found closest, or before a cycle the first the user named."""
+    order = QUEUE_SORTS.get(sort, QUEUE_SORTS["position"])
+    queued = jobs.filter(state=JobState.QUEUED)
+    if model:
+        queued = queued.filter(Q(pending_model=model) | Q(pending_model="", gpu_models__0=model))
+    return queued.select_related("team", "owner", "pending_notes").order_by(*order)
+
+
+def queue_pending(*, jobs: Any, limit: int = 500, sort: str = "position") -> list[Job]:
+    """The first ``limit`` queued jobs in the order ``sort`` names."""
+    return list(queue_ordered(jobs=jobs, sort=sort)[:limit])
+
+
+def queue_models(*, jobs: Any) -> list[str]:
+    """The models queued jobs wait for (the queue's model filter): the closest candidate the
+    cycle stored, or before a cycle the first model the user named."""
+    queued = jobs.filter(state=JobState.QUEUED)
+    stored = queued.exclude(pending_model="").values_list("pending_model", flat=True)
+    named = (
+        queued.filter(pending_model="")
+        .annotate(first=KeyTextTransform("0", "gpu_models"))
+        .exclude(first=None)
+        .values_list("first", flat=True)
     )
+    return sorted(set(stored.distinct()) | set(named.distinct()))
+
+
+def hidden_ahead(positions: list[int | None], visible: list[int]) -> dict[int, int]:
+    """For each position in ``positions``, how many jobs ahead of it the viewer cannot see.
+
+    ``visible``: the positions of every queued job the viewer may see (their teams' jobs).
+    Positions are 1-based ranks over the whole queue, so a job at position p has p - 1 jobs
+    ahead; those not among ``visible`` belong to other teams.
+    """
+    ranks = sorted(visible)
+    out: dict[int, int] = {}
+    for p in positions:
+        if p is None:
+            continue
+        seen_ahead = bisect_left(ranks, p)
+        out[p] = max(0, p - 1 - seen_ahead)
+    return out
+
+
+def queue_oldest_by_team(*, limit: int = 200) -> list[Job]:
+    """Each team's longest-waiting queued job, longest first (platform admins' cross-team view
+    of who waits longest)."""
+    queued = Job.objects.filter(state=JobState.QUEUED).select_related(
+        "team", "owner", "pending_notes"
+    )
+    if db.on_postgresql():
+        firsts = list(
+            queued.order_by("team_id", "state_changed_at", "id").distinct("team_id")[:limit]
+        )
+    else:  # SQLite (the demo): DISTINCT ON is PostgreSQL's
+        seen: dict[int, Job] = {}
+        for job in queued.order_by("state_changed_at", "id"):
+            seen.setdefault(job.team_id, job)
+        firsts = list(seen.values())[:limit]
+    return sorted(firsts, key=lambda j: (j.state_changed_at, j.pk))
 
 
 def queue_counts(*, jobs: Any) -> dict[str, int]:

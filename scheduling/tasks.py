@@ -8,8 +8,11 @@ import time
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
 
+from scheduling import estimates
 from scheduling.cycle import run_cycle
+from scheduling.snapshot import engine_config, snapshot_load
 from scheduling.usage import usage_account
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,28 @@ def run_cycle_task() -> None:
 @shared_task(name="scheduling.account_usage", ignore_result=True)
 def account_usage_task() -> None:
     usage_account()
+
+
+@shared_task(name=estimates.TASK, ignore_result=True)
+def refresh_estimates_task() -> None:
+    cache.delete(estimates.REQUESTED_KEY)  # first: a request during the run owes another
+    estimates_refresh_now()
+
+
+def estimates_refresh_now() -> int | None:
+    """Load the pool as a cycle would and recompute every queued job's estimate; None when
+    another refresh is running (single flight; the next cycle asks again, and beat runs one
+    every few seconds, so nothing is owed)."""
+    if not cache.add(estimates.RUNNING_KEY, 1, timeout=600):
+        return None
+    try:
+        config = engine_config()
+        loaded = snapshot_load(now=timezone.now(), config=config)
+        return estimates.estimates_refresh(
+            snapshot=loaded.snapshot, config=config, job_pk=loaded.job_pk
+        )
+    finally:
+        cache.delete(estimates.RUNNING_KEY)
 
 
 def cycle_request(*, after: float = 0.0) -> None:

@@ -6,6 +6,14 @@ urlpatterns = [
     path("queue/", views.queue_page, name="queue"),
     path("quotas/", views.quota_page, name="quotas"),
     path("jobs/new/match/", views.match_preview, name="match-preview"),
+    path("jobs/new/estimate/", views.estimate_preview, name="estimate-preview"),
+    path(
+        "jobs/<str:job_id>/estimate/",
+        views.job_estimate_alternatives,
+        name="job-estimate-alternatives",
+    ),
     path("quotas/cohort/", views.cohort_quota_save, name="cohort-quota"),
-    path("quotas/<slug:team>/<str:model>/", views.quota_cell_save, name="quota-cell"),
+    path("quotas/check/", views.quota_check, name="quota-check"),
+    path("quotas/preview/", views.quota_preview, name="quota-preview"),
+    path("quotas/teams/", views.team_policies_save, name="team-policies"),
 ]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import Job, JobState
+from scheduling.engine.sharing import charged_gib
 from scheduling.models import GpuModel, UsageRecord
 
 Bucket = tuple[int, int | None, int, dt.datetime]  # team, user, model, hour
@@ -30,6 +32,14 @@ def hour_slices(start: dt.datetime, end: dt.datetime) -> Iterator[tuple[dt.datet
         stop = min(end, hour + dt.timedelta(hours=1))
         yield hour, (stop - cursor).total_seconds() / 3600
         cursor = stop
+
+
+def _units_per_replica(job: dict[str, Any], device_gib: float) -> float:
+    """What a replica is charged per hour, in its model's units: GPUs (or slices), or for a
+    shared GPU its dominant share in GiB-equivalents (see ``scheduling.engine.sharing``)."""
+    if job["gpu_memory_gib"] is None:
+        return float(job["gpus_per_replica"])
+    return charged_gib(job["gpu_memory_gib"], job["gpu_cores_percent"], device_gib)
 
 
 def usage_account(*, now: dt.datetime | None = None) -> int:
@@ -50,6 +60,8 @@ def usage_account(*, now: dt.datetime | None = None) -> int:
             "gpu_model_id",
             "replicas",
             "gpus_per_replica",
+            "gpu_memory_gib",
+            "gpu_cores_percent",
             "started_at",
             "finished_at",
             "usage_accounted_until",
@@ -58,6 +70,7 @@ def usage_account(*, now: dt.datetime | None = None) -> int:
     if not jobs:
         return 0
     cost = dict(GpuModel.objects.values_list("id", "cost_factor"))
+    device_gib = dict(GpuModel.objects.values_list("id", "memory_gib"))
     buckets: dict[Bucket, float] = defaultdict(float)
     accounted: dict[int, dt.datetime] = {}
     for j in jobs:
@@ -65,7 +78,7 @@ def usage_account(*, now: dt.datetime | None = None) -> int:
         end = min(j["finished_at"] or now, now)
         if end <= start:
             continue
-        gpus = j["replicas"] * j["gpus_per_replica"]
+        gpus = j["replicas"] * _units_per_replica(j, device_gib.get(j["gpu_model_id"], 0))
         for hour, hours in hour_slices(start, end):
             buckets[(j["team_id"], j["owner_id"], j["gpu_model_id"], hour)] += gpus * hours
         accounted[j["id"]] = end

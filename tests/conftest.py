@@ -23,6 +23,18 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _no_api_token_failures_from_earlier_tests() -> None:
+    """Every test calls from 127.0.0.1: one test's bad tokens must not count in the next's
+    period (the count lives in the shared cache, not in the rolled-back database)."""
+    from django.core.cache import cache
+
+    from portal.api.auth import FAILURES_KEY
+
+    if hasattr(cache, "delete_pattern"):  # django-redis; the local-memory cache is per process
+        cache.delete_pattern(f"{FAILURES_KEY}:*")
+
+
 @pytest.fixture
 def catalog(db: Any) -> None:
     catalog_seed(path=settings.GPUPOOL_GPU_CATALOG_CSV)

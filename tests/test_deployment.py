@@ -120,7 +120,11 @@ def test_production_refuses_loopback_cluster_urls_unless_the_operator_opts_in(ex
 
 def _settings_variables() -> set[str]:
     source = (ROOT / "portal" / "settings.py").read_text()
-    names = set(re.findall(r'env(?:\.\w+|_int|_bool|_secret)\(\s*"([A-Z_]+)"', source))
+    names = set(
+        re.findall(
+            r'(?:env(?:\.\w+|_int|_bool|_secret|_float)|_networks_setting)\(\s*"([A-Z_]+)"', source
+        )
+    )
     names |= set(re.findall(r'os\.environ\.get\(\s*"([A-Z_]+)"', source))
     return names
 
@@ -133,7 +137,8 @@ def test_compose_services_run_commands_of_this_project_and_set_only_read_variabl
     for name in ("web", "worker", "beat"):
         service = services[name]
         assert "healthcheck" in service, name
-        unknown = set(service["environment"]) - known
+        # PROMETHEUS_MULTIPROC_DIR is read by prometheus-client, not by the settings.
+        unknown = set(service["environment"]) - known - {"PROMETHEUS_MULTIPROC_DIR"}
         assert not unknown, f"{name} sets variables the settings never read: {unknown}"
         command = " ".join(service["command"])
         for module in re.findall(r"gunicorn (\S+)", command):
@@ -150,3 +155,20 @@ def test_compose_services_run_commands_of_this_project_and_set_only_read_variabl
 
 def test_celery_worker_and_beat_commands_exist():
     assert shutil.which("celery", path=str(Path(sys.executable).parent))
+
+
+def test_every_portal_process_is_restarted_when_it_exits():
+    """A worker, beat, watcher or web process that dies (a crash, the OOM killer) comes back by
+    itself, in docker-compose and in the systemd units under deploy/."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name in ("web", "worker", "beat", "watcher"):
+        assert compose["services"][name].get("restart") in ("always", "unless-stopped"), name
+    units = sorted((ROOT / "deploy" / "systemd").glob("gpupool-*.service"))
+    commands = " ".join(
+        line for unit in units for line in unit.read_text().splitlines() if "ExecStart=" in line
+    )
+    for process in ("gunicorn portal.wsgi", "celery -A portal worker", "celery -A portal beat",
+                    "manage.py watch_clusters"):  # fmt: skip
+        assert process in commands, f"no unit runs {process}"
+    for unit in units:
+        assert "\nRestart=always\n" in unit.read_text(), unit.name

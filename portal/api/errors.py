@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from portal.errors import ApplicationError
+from portal.errors import ApplicationError, error_body, too_large_message
 from portal.jobs.spec import SpecError
 
 
 def _error(
     message: str, fields: dict[str, Any] | None, code: int, headers: dict[str, str] | None = None
 ) -> Response:
-    body: dict[str, Any] = {"message": message, "extra": {"fields": fields or {}}}
-    return Response(body, status=code, headers=headers)
+    return Response(error_body(message, fields), status=code, headers=headers)
 
 
 def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
@@ -48,6 +47,13 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return _error("Not found.", None, status.HTTP_404_NOT_FOUND)
     if isinstance(exc, PermissionDenied):
         return _error("You do not have permission to do this.", None, status.HTTP_403_FORBIDDEN)
+    if isinstance(exc, SuspiciousOperation):
+        # A body over Django's size or field-count limits (read by the parser), or another
+        # request Django refuses to read: the caller's to fix, never a 500.
+        too_large = too_large_message(exc)
+        if too_large is not None:
+            return _error(too_large, None, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        return _error("The request could not be read.", None, status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.ValidationError):
         return _error("Invalid request.", _flatten(exc.detail), status.HTTP_400_BAD_REQUEST)
     response = exception_handler(exc, context)

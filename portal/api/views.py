@@ -5,55 +5,75 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.utils import (
+    OpenApiExample,
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
-    inline_serializer,
 )
 from rest_framework import generics, serializers, status
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.serializer_helpers import ReturnDict
 from rest_framework.views import APIView
 
 from portal.access import job_get_for_user, jobs_visible_to, team_roles_of, teams_visible_to
+from portal.api.body import request_object
 from portal.api.filters import JobFilter
 from portal.api.pagination import EventCursorPagination
+from portal.api.schema import error
 from portal.api.serializers import (
+    AttemptDetailSerializer,
+    AttemptSerializer,
     BatchInputSerializer,
+    BatchResultSerializer,
+    CancelInputSerializer,
     GpuModelSerializer,
+    JobDetailSerializer,
     JobEventSerializer,
     JobInputSerializer,
     JobSerializer,
     TeamSerializer,
 )
 from portal.api.throttles import SubmitThrottle
+from portal.errors import NotFound
+from portal.jobs.attempts import AttemptView, job_attempt, job_attempts
+from portal.jobs.blocker import estimate_dict, start_estimate
+from portal.jobs.resubmit import resolve_from_job, resubmit_note
 from portal.jobs.services import job_cancel, job_submit, job_submit_batch
 from portal.models import Job, Team
 from scheduling.models import GpuModel
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
+    type={"type": "string", "minLength": 1, "maxLength": 200},
     location=OpenApiParameter.HEADER,
     required=False,
     description="Repeat a submission safely: the same key from the same user returns the "
     "original job(s), never new ones.",
 )
-ERROR = inline_serializer(
-    "Error",
-    {
-        "message": serializers.CharField(),
-        "extra": inline_serializer(
-            "ErrorExtra",
-            {
-                "fields": serializers.DictField(
-                    child=serializers.ListField(child=serializers.CharField())
-                )
-            },
-        ),
-    },
-)
+_JOB_EXAMPLE = {
+    "team": "vision",
+    "name": "resnet50",
+    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+    "command": ["torchrun", "train.py"],
+    "replicas": 2,
+    "gpus_per_replica": 4,
+    "min_gpu_memory_gib": 40,
+    "requires_bf16": True,
+}
+SUBMIT_EXAMPLES = [OpenApiExample("A training gang", value=_JOB_EXAMPLE, request_only=True)]
+BATCH_EXAMPLES = [
+    OpenApiExample(
+        "Two jobs",
+        value={"jobs": [_JOB_EXAMPLE, {**_JOB_EXAMPLE, "name": "resnet101", "replicas": 1}]},
+        request_only=True,
+    )
+]
 
 
 @functools.cache
@@ -74,7 +94,9 @@ def job_data(job: Job) -> ReturnDict:
 
 
 def _job_queryset(request: Request) -> Any:
-    return jobs_visible_to(request.user).select_related("team", "owner", "cluster", "gpu_model")
+    return jobs_visible_to(request.user).select_related(
+        "team", "owner", "cluster", "gpu_model", "pending_notes"
+    )
 
 
 class JobListCreateView(generics.ListAPIView):
@@ -101,21 +123,23 @@ class JobListCreateView(generics.ListAPIView):
     @extend_schema(
         request=JobInputSerializer,
         parameters=[IDEMPOTENCY_HEADER],
+        examples=SUBMIT_EXAMPLES,
         responses={
             201: JobSerializer,
             200: OpenApiResponse(JobSerializer, description="Replay of an earlier Idempotency-Key"),
-            400: ERROR,
-            403: ERROR,
-            404: ERROR,
-            409: ERROR,
+            404: error("No such team, or you are not in it; or no such job to resubmit"),
+            409: error("The Idempotency-Key was used for a different request"),
         },
     )
     def post(self, request: Request) -> Response:
+        data, source = resolve_from_job(user=request.user, data=request.data)
         result = job_submit(
             user=request.user,
-            data=request.data,
+            data=data,
             idempotency_key=request.headers.get("Idempotency-Key"),
         )
+        if result.created and source is not None:
+            resubmit_note(job=result.job, source=source)
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(job_data(result.job), status=code)
 
@@ -128,11 +152,14 @@ class JobBatchView(APIView):
     @extend_schema(
         request=BatchInputSerializer,
         parameters=[IDEMPOTENCY_HEADER],
+        examples=BATCH_EXAMPLES,
         responses={
-            201: JobSerializer(many=True),
-            200: JobSerializer(many=True),
-            400: ERROR,
-            409: ERROR,
+            201: BatchResultSerializer,
+            200: OpenApiResponse(
+                BatchResultSerializer, description="Replay of an earlier Idempotency-Key"
+            ),
+            404: error("No such team, or you are not in it"),
+            409: error("The Idempotency-Key was used for a different batch"),
         },
     )
     def post(self, request: Request) -> Response:
@@ -147,16 +174,80 @@ class JobBatchView(APIView):
 
 
 class JobDetailView(APIView):
-    @extend_schema(responses={200: JobSerializer, 404: ERROR})
+    @extend_schema(responses={200: JobDetailSerializer})
     def get(self, request: Request, job_id: str) -> Response:
-        return Response(job_data(job_get_for_user(request.user, job_id)))
+        """One job; a queued one leads with its blocker and carries a start estimate."""
+        job = job_get_for_user(request.user, job_id)
+        data = job_data(job)
+        data["start_estimate"] = estimate_dict(start_estimate(job, timezone.now()))
+        return Response(data)
 
 
 class JobCancelView(APIView):
-    @extend_schema(request=None, responses={202: JobSerializer, 403: ERROR, 404: ERROR, 409: ERROR})
+    """Cancel a job, optionally saying why (the owner reads it on the job and its timeline)."""
+
+    @extend_schema(
+        request=CancelInputSerializer,
+        responses={202: JobSerializer, 409: error("The job has already finished")},
+    )
     def post(self, request: Request, job_id: str) -> Response:
-        job = job_cancel(job=job_get_for_user(request.user, job_id), by=request.user)
+        job = job_get_for_user(request.user, job_id)
+        body = request_object(request)
+        job = job_cancel(job=job, by=request.user, reason=body.get("reason"))
         return Response(job_data(job), status=status.HTTP_202_ACCEPTED)
+
+
+def _attempt_data(attempt: AttemptView, *, with_logs: bool) -> dict[str, Any]:
+    data = {
+        "number": attempt.number,
+        "current": attempt.current,
+        "cluster": attempt.cluster,
+        "gpu_model": attempt.gpu_model,
+        "node_plan": attempt.node_plan,
+        "placement": attempt.placement,
+        "volcano_job_name": attempt.volcano_job_name,
+        "admitted_at": attempt.admitted_at,
+        "started_at": attempt.started_at,
+        "ended_at": attempt.ended_at,
+        "end_reason": attempt.end_reason,
+        "end_message": attempt.end_message,
+    }
+    if with_logs:
+        data["logs"] = [
+            {
+                "replica": log.replica,
+                "pod": log.pod,
+                "text": log.text,
+                "message": log.message,
+                "captured_at": log.captured_at,
+            }
+            for log in attempt.logs
+        ]
+        return dict(AttemptDetailSerializer(data).data)
+    return dict(AttemptSerializer(data).data)
+
+
+class JobAttemptsView(APIView):
+    """A job's attempts, oldest first: each admission, with its placement and how it ended
+    (preempted or requeued); the last is the current run once it is placed."""
+
+    @extend_schema(responses={200: AttemptSerializer(many=True)})
+    def get(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(request.user, job_id)
+        return Response([_attempt_data(a, with_logs=False) for a in job_attempts(job)])
+
+
+class JobAttemptDetailView(APIView):
+    """One attempt, with the last lines of each replica's log kept when its pods were deleted
+    (the current run's live log is ``jobs/{id}/logs/``)."""
+
+    @extend_schema(responses={200: AttemptDetailSerializer})
+    def get(self, request: Request, job_id: str, number: int) -> Response:
+        job = job_get_for_user(request.user, job_id)
+        attempt = job_attempt(job, number)
+        if attempt is None:
+            raise NotFound("No such attempt.", fields={"number": ["No attempt with this number."]})
+        return Response(_attempt_data(attempt, with_logs=True))
 
 
 class JobEventsView(generics.ListAPIView):
@@ -190,3 +281,83 @@ class TeamListView(generics.ListAPIView):
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "roles": team_roles_of(self.request.user)}
+
+
+# The collections the index lists, as (key, URL name, what it is). Details ({id}/…) are reached
+# from their collection, so only collections are here; a route added to portal/api/urls.py
+# belongs here too (tests/portal/test_api_index.py checks that every one listed answers).
+API_COLLECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("jobs", "api-jobs", "your teams' jobs; POST submits one"),
+    ("jobs_batch", "api-jobs-batch", "POST submits up to GPUPOOL_BATCH_MAX jobs, all or nothing"),
+    (
+        "jobs_estimate",
+        "api-jobs-estimate",
+        "POST a job's body: when it would start, per model and with fewer replicas",
+    ),
+    ("templates", "api-template-list", "job templates: built-in, your teams', your own"),
+    ("notifications", "api-notifications", "your jobs' state changes"),
+    ("notifications_read", "api-notifications-read", "POST marks notifications read"),
+    (
+        "notification_preferences",
+        "api-notification-preferences",
+        "which events also come by email; the waiting threshold",
+    ),
+    ("notification_deliveries", "api-notification-deliveries", "your email delivery log"),
+    ("tokens", "api-tokens", "your API tokens (never their secret)"),
+    ("clusters", "api-clusters", "registered clusters and their GPU nodes by model"),
+    ("gpu_models", "api-gpu-models", "the GPU model catalog"),
+    ("gpu_models_match", "api-gpu-match", "the models a requirement matches in the pool"),
+    ("teams", "api-teams", "your teams and your role in each"),
+    ("queue", "api-queue", "queued jobs in scheduler order"),
+    ("queue_stats", "api-queue-stats", "queued demand and wait percentiles per model"),
+    ("quotas", "api-quotas", "team quotas per GPU model"),
+    (
+        "quotas_preview",
+        "api-quotas-preview",
+        "platform admins: what the next cycle would do with proposed quota or policy changes",
+    ),
+    ("cohort_quotas", "api-cohort-quotas", "GPUs owned by a cohort"),
+    ("team_policies", "api-team-policies", "weight, cohort, hold and limits per team"),
+    ("pool", "api-pool", "the pool now, per cluster and model"),
+    ("pool_history", "api-pool-history", "the pool over time"),
+    ("fair_share", "api-fair-share", "every team's fair share"),
+)
+
+
+class ApiLinkSerializer(serializers.Serializer):
+    url = serializers.URLField()
+    description = serializers.CharField()
+
+
+class ApiIndexSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    version = serializers.CharField()
+    schema = serializers.URLField(help_text="the OpenAPI schema of every operation")
+    docs = serializers.URLField(help_text="the same schema as a page to read and try")
+    collections = serializers.DictField(child=ApiLinkSerializer())
+
+
+class ApiIndexView(APIView):
+    """``GET /api/v1/``: where everything is, so a client (or a person with curl) starts here
+    instead of at a 404. Open to anyone, as the schema and its docs are: it names routes, never
+    data."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: ApiIndexSerializer}, operation_id="api_index")
+    def get(self, request: Request) -> Response:
+        def url(name: str) -> str:
+            return request.build_absolute_uri(reverse(name))
+
+        return Response(
+            {
+                "name": settings.SPECTACULAR_SETTINGS["TITLE"],
+                "version": settings.SPECTACULAR_SETTINGS["VERSION"],
+                "schema": url("api-schema"),
+                "docs": url("api-docs"),
+                "collections": {
+                    key: {"url": url(name), "description": what}
+                    for key, name, what in API_COLLECTIONS
+                },
+            }
+        )

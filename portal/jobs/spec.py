@@ -29,8 +29,39 @@ RESERVED_ENV_PREFIXES = ("VC_", "VK_", "GPUPOOL_", "KUBERNETES_", "NVIDIA_")
 RESERVED_ENV_NAMES = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES", "HOSTNAME"}
 )
-# Env is stored in plain text and shown to the whole team: refuse what looks like a credential.
-SECRET_LIKE_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|PRIVATE_KEY|CREDENTIAL)")
+# Env is stored in plain text and shown to the whole team: refuse what looks like a credential
+# (``secret_like_env_name``). Spelled anywhere in the name, these always mean one:
+SECRET_LIKE_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|CREDENTIAL|PASSPHRASE|PRIVATE_?KEY|API_?KEY)")
+# As a whole word (between underscores), these do; ``TOKENIZERS_PARALLELISM`` does not.
+SECRET_WORDS = frozenset({"TOKEN", "CREDS", "PASS", "PAT", "HTPASSWD", "ACCESS_KEY"})
+# As the last word: ``*_KEY`` (``SSH_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``GPG_KEY``), ``*_PASS``,
+# ``*_PAT`` (a personal access token), ``*_KEY_ID`` (``AWS_ACCESS_KEY_ID``).
+SECRET_LAST_WORDS = frozenset({"KEY", "KEYS", "PASS", "PAT", "PWD", "KEY_ID"})
+# ``*_KEY`` names that name something other than a credential, and the shell's own ``PWD``.
+NOT_SECRET_ENV_NAMES = frozenset(
+    {
+        "PWD",
+        "CACHE_KEY",
+        "SORT_KEY",
+        "PARTITION_KEY",
+        "PRIMARY_KEY",
+        "SHARD_KEY",
+        "ROUTING_KEY",
+        "GROUP_KEY",
+        "METRIC_KEY",
+        "DATASET_KEY",
+        "CONFIG_KEY",
+        "S3_KEY",
+    }
+)
+SECRET_STORE_HINT = (
+    "env is stored in plain text and visible to your team: keep the value in a Kubernetes "
+    "Secret in the job's namespace on the cluster and reference it in env_from_secrets "
+    "(NAME: {secret, key}) instead"
+)
+# A Kubernetes Secret's name (DNS-1123 subdomain) and one of its data keys.
+SECRET_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+SECRET_KEY_RE = re.compile(r"[-._a-zA-Z0-9]+")
 
 MAX_ENV_VARS = 100
 MAX_ENV_VALUE_BYTES = 4096
@@ -57,8 +88,11 @@ FIELDS = frozenset(
         "command",
         "args",
         "env",
+        "env_from_secrets",
         "replicas",
         "gpus_per_replica",
+        "gpu_memory_gib",
+        "gpu_cores_percent",
         "cpu_per_replica",
         "memory_gib_per_replica",
         "gpu_models",
@@ -86,6 +120,8 @@ class CatalogEntry:
     fp16_tflops: float
     bf16: bool
     fp8: bool
+    shared: bool = False
+    """A shared (fractional) GPU pool: asked for with ``gpu_memory_gib``, never with GPUs."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +143,8 @@ class JobSpec:
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    env_from_secrets: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """NAME → {"secret": …, "key": …}: filled by the kubelet from a Secret on the cluster."""
     replicas: int = 1
     gpus_per_replica: int = 1
     cpu_millicores: int = 4000
@@ -122,6 +160,11 @@ class JobSpec:
     max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_MINUTES * 60
     max_retry: int = DEFAULT_MAX_RETRY
     port: int | None = None
+    gpu_memory_gib: int | None = None
+    """A shared GPU: GiB of one device's memory per replica (``gpus_per_replica`` then holds
+    the same number, as the pool counts GiB); None for whole GPUs or MIG slices."""
+    gpu_cores_percent: int | None = None
+    """A shared GPU: the share of the device's compute per replica, 1–100 (None: uncapped)."""
 
     def as_model_fields(self) -> dict[str, Any]:
         """Keyword arguments for ``Job(...)`` (the team is resolved by the caller)."""
@@ -132,6 +175,7 @@ class JobSpec:
             "command": list(self.command),
             "args": list(self.args),
             "env": dict(self.env),
+            "env_from_secrets": {n: dict(ref) for n, ref in self.env_from_secrets.items()},
             "replicas": self.replicas,
             "gpus_per_replica": self.gpus_per_replica,
             "cpu_millicores": self.cpu_millicores,
@@ -147,6 +191,8 @@ class JobSpec:
             "max_runtime_seconds": self.max_runtime_seconds,
             "max_retry": self.max_retry,
             "port": self.port,
+            "gpu_memory_gib": self.gpu_memory_gib,
+            "gpu_cores_percent": self.gpu_cores_percent,
         }
 
 
@@ -236,6 +282,8 @@ def _choice(
 
 
 def _text(data: Mapping[str, Any], name: str, errors: _Errors) -> str:
+    """A required string, taken as given: the submit form strips its fields itself, and a space
+    around a team, image or name sent to the API is an error to show, not to guess about."""
     value = data.get(name)
     if value is None or value == "":
         errors.add(name, "This field is required.")
@@ -243,7 +291,7 @@ def _text(data: Mapping[str, Any], name: str, errors: _Errors) -> str:
     if not isinstance(value, str):
         errors.add(name, "Must be a string.")
         return ""
-    return value.strip()
+    return value
 
 
 def _string_list(data: Mapping[str, Any], name: str, errors: _Errors) -> tuple[str, ...]:
@@ -280,6 +328,31 @@ def _parse_image(data: Mapping[str, Any], errors: _Errors) -> str:
     return image
 
 
+def secret_like_env_name(name: str) -> bool:
+    """Whether an env name reads like a credential's (the rules above, upper-cased)."""
+    upper = name.upper()
+    if upper in NOT_SECRET_ENV_NAMES:
+        return False
+    if SECRET_LIKE_RE.search(upper):
+        return True
+    words = upper.split("_")
+    pairs = {"_".join(words[i : i + 2]) for i in range(len(words) - 1)}
+    if SECRET_WORDS & (set(words) | pairs):
+        return True
+    last_two = "_".join(words[-2:])
+    return words[-1] in SECRET_LAST_WORDS or last_two in SECRET_LAST_WORDS
+
+
+def _env_name_refusal(name: object) -> str | None:
+    """Why ``name`` cannot be an env variable of a job, or None when it can."""
+    if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
+        return f"{name!r} is not a valid variable name (letters, digits, _)."
+    upper = name.upper()
+    if upper in RESERVED_ENV_NAMES or upper.startswith(RESERVED_ENV_PREFIXES):
+        return f"{name} is set by the platform and cannot be overridden."
+    return None
+
+
 def _parse_env(data: Mapping[str, Any], errors: _Errors) -> dict[str, str]:
     value = data.get("env")
     if value is None:
@@ -291,19 +364,12 @@ def _parse_env(data: Mapping[str, Any], errors: _Errors) -> dict[str, str]:
         errors.add("env", f"At most {MAX_ENV_VARS} variables.")
     env: dict[str, str] = {}
     for name, val in value.items():
-        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
-            errors.add("env", f"{name!r} is not a valid variable name (letters, digits, _).")
+        refusal = _env_name_refusal(name)
+        if refusal is not None:
+            errors.add("env", refusal)
             continue
-        upper = name.upper()
-        if upper in RESERVED_ENV_NAMES or upper.startswith(RESERVED_ENV_PREFIXES):
-            errors.add("env", f"{name} is set by the platform and cannot be overridden.")
-            continue
-        if SECRET_LIKE_RE.search(upper):
-            errors.add(
-                "env",
-                f"{name} looks like a secret; env is stored in plain text and visible to your "
-                "team, so pass credentials through your cluster's secret store instead.",
-            )
+        if secret_like_env_name(name):
+            errors.add("env", f"{name} looks like a secret; {SECRET_STORE_HINT}.")
             continue
         if not isinstance(val, str):
             errors.add("env", f"The value of {name} must be a string.")
@@ -313,6 +379,55 @@ def _parse_env(data: Mapping[str, Any], errors: _Errors) -> dict[str, str]:
             continue
         env[name] = val
     return env
+
+
+def _parse_env_from_secrets(
+    data: Mapping[str, Any], errors: _Errors, env: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
+    """``{"HF_TOKEN": {"secret": "hf-credentials", "key": "token"}}``: variables the kubelet
+    reads from a Secret in the job's namespace, so the value never reaches the portal. Names
+    that look like secrets are what this is for; the reference itself is not a secret."""
+    field_name = "env_from_secrets"
+    value = data.get(field_name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        errors.add(field_name, 'Must be an object of NAME: {"secret": …, "key": …}.')
+        return {}
+    if len(value) + len(env) > MAX_ENV_VARS:
+        errors.add(field_name, f"At most {MAX_ENV_VARS} variables with env.")
+    refs: dict[str, dict[str, str]] = {}
+    for name, ref in value.items():
+        refusal = _env_name_refusal(name)
+        if refusal is not None:
+            errors.add(field_name, refusal)
+            continue
+        if name in env:
+            errors.add(field_name, f"{name} is also set in env; give it once.")
+            continue
+        if not isinstance(ref, Mapping) or set(ref) != {"secret", "key"}:
+            errors.add(field_name, f'{name}: give exactly {{"secret": …, "key": …}}.')
+            continue
+        secret, key = ref["secret"], ref["key"]
+        if not isinstance(secret, str) or len(secret) > 253 or not SECRET_NAME_RE.fullmatch(secret):
+            errors.add(
+                field_name,
+                f"{name}: {secret!r} is not a Secret name (lower-case letters, digits, - and .).",
+            )
+            continue
+        if (
+            not isinstance(key, str)
+            or len(key) > 253
+            or not SECRET_KEY_RE.fullmatch(key)
+            or key.startswith("..")
+            or key == "."
+        ):
+            errors.add(
+                field_name, f"{name}: {key!r} is not a Secret key (letters, digits, -, _ and .)."
+            )
+            continue
+        refs[name] = {"secret": secret, "key": key}
+    return refs
 
 
 def _parse_requirement(
@@ -341,12 +456,61 @@ def _parse_requirement(
         errors.add("gpu_models", "Give either a list of GPU models or constraints, not both.")
     if policy == SelectionPolicy.ORDERED and not models:
         errors.add("selection_policy", "'ordered' needs a list of GPU models in gpu_models.")
+    shared = data.get("gpu_memory_gib") not in (None, "")
+    for key in models:
+        entry = catalog.get(key)
+        if entry is not None and entry.shared and not shared:
+            errors.add(
+                "gpu_models",
+                f"{key} is a shared GPU pool: ask for a share with gpu_memory_gib instead.",
+            )
+        elif entry is not None and not entry.shared and shared:
+            errors.add(
+                "gpu_models",
+                f"{key} is not a shared GPU pool: a job with gpu_memory_gib runs on shared "
+                "pools only.",
+            )
     if has_constraints and not errors.fields.keys() & set(CONSTRAINT_FIELDS):
-        matching = [e for e in catalog.values() if _meets(e, req)]
+        matching = [e for e in catalog.values() if e.shared == shared and _meets(e, req)]
         if not matching:
             first = next(f for f in CONSTRAINT_FIELDS if req[f] not in (None, False))
             errors.add(first, "No GPU model in the catalog meets these constraints.")
     return req
+
+
+def _parse_share(
+    data: Mapping[str, Any],
+    errors: _Errors,
+    catalog: Mapping[str, CatalogEntry],
+    models: tuple[str, ...],
+) -> tuple[int | None, int | None]:
+    """(GiB, compute %) of a shared-GPU request, checked against the shared pools the request
+    may use: the named ones, else every shared pool. A replica's share lives on one device, so
+    it may not ask more memory than the largest of those devices has."""
+    memory = _int(data, "gpu_memory_gib", errors, default=None, maximum=4096)
+    cores = _int(data, "gpu_cores_percent", errors, default=None, maximum=100)
+    if memory is None:
+        if cores is not None:
+            errors.add("gpu_cores_percent", "Only a shared GPU job (gpu_memory_gib) sets this.")
+        return None, None
+    if data.get("gpus_per_replica") not in (None, "", 1):
+        errors.add(
+            "gpus_per_replica",
+            "A share lives on one device: leave this at 1 and ask for gpu_memory_gib "
+            "(and gpu_cores_percent).",
+        )
+    pools = [catalog[k] for k in models if k in catalog] or list(catalog.values())
+    pools = [e for e in pools if e.shared]
+    if not pools:
+        errors.add("gpu_memory_gib", "No GPU model in the catalog is offered as a shared pool.")
+    elif memory > max(e.memory_gib for e in pools):
+        largest = max(pools, key=lambda e: e.memory_gib)
+        errors.add(
+            "gpu_memory_gib",
+            f"At most {largest.memory_gib} GiB: a share lives on one device, and the largest "
+            f"shared device is {largest.key} ({largest.memory_gib} GiB).",
+        )
+    return memory, cores
 
 
 def _meets(entry: CatalogEntry, req: Mapping[str, Any]) -> bool:
@@ -380,6 +544,7 @@ def parse_job_spec(
     if sum(len(s.encode()) for s in (*command, *args)) > MAX_COMMAND_BYTES:
         errors.add("command", f"Command and args together exceed {MAX_COMMAND_BYTES} bytes.")
     env = _parse_env(data, errors)
+    env_from_secrets = _parse_env_from_secrets(data, errors, env)
     replicas = _int(data, "replicas", errors, default=1, maximum=limits.max_replicas) or 1
     gpus = (
         _int(data, "gpus_per_replica", errors, default=1, maximum=limits.max_gpus_per_replica) or 1
@@ -387,6 +552,9 @@ def parse_job_spec(
     cpu = _number(data, "cpu_per_replica", errors, minimum=0.1, maximum=512)
     memory = _number(data, "memory_gib_per_replica", errors, minimum=0.25, maximum=4096)
     requirement = _parse_requirement(data, errors, catalog)
+    share_gib, share_cores = _parse_share(data, errors, catalog, requirement["gpu_models"])
+    if share_gib is not None:
+        gpus = share_gib  # a shared pool counts GiB: the gang asks for this many per replica
     allow_fallback = _bool(data, "allow_fallback", errors, default=True)
     priority = _choice(data, "priority", errors, PRIORITY_BY_NAME, "normal")
     runtime = _int(
@@ -405,6 +573,7 @@ def parse_job_spec(
 
     if errors:
         raise SpecError(errors.fields)
+    devices = 1 if share_gib is not None else gpus  # a share's CPU and memory default: one GPU's
     return JobSpec(
         team=team,
         name=name,
@@ -413,12 +582,15 @@ def parse_job_spec(
         command=command,
         args=args,
         env=env,
+        env_from_secrets=env_from_secrets,
         replicas=replicas,
         gpus_per_replica=gpus,
-        cpu_millicores=round((cpu if cpu is not None else DEFAULT_CPU_PER_GPU * gpus) * 1000),
+        cpu_millicores=round((cpu if cpu is not None else DEFAULT_CPU_PER_GPU * devices) * 1000),
         memory_mib=round(
-            (memory if memory is not None else DEFAULT_MEMORY_GIB_PER_GPU * gpus) * 1024
+            (memory if memory is not None else DEFAULT_MEMORY_GIB_PER_GPU * devices) * 1024
         ),
+        gpu_memory_gib=share_gib,
+        gpu_cores_percent=share_cores,
         allow_fallback=allow_fallback,
         priority=PRIORITY_BY_NAME[priority],
         max_runtime_seconds=(runtime or DEFAULT_MAX_RUNTIME_MINUTES) * 60,

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import DateTimeField, F, Subquery, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from portal.models import TERMINAL_STATES, Job, JobEvent, JobState
+from portal import db, hooks
+from portal.jobs.attempts import ARCHIVED_FIELDS, attempt_archive
+from portal.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobEvent, JobState
+from portal.notifications import notify_job_event
 
 S = JobState
 
-_NON_TERMINAL = (S.QUEUED, S.ADMITTED, S.SUBMITTED, S.RUNNING, S.PREEMPTING, S.CANCELLING)
-
 LEGAL_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.ADMITTED, S.CANCELLING, S.CANCELLED, S.FAILED}),
-    S.ADMITTED: frozenset({S.SUBMITTED, S.PREEMPTING, S.CANCELLING, S.FAILED}),
+    # ADMITTED -> QUEUED: a cluster unreachable past its grace, whose create never reached it
+    # (``clusters.status.unreachable_requeue``).
+    S.ADMITTED: frozenset({S.SUBMITTED, S.QUEUED, S.PREEMPTING, S.CANCELLING, S.FAILED}),
     S.SUBMITTED: frozenset({S.RUNNING, S.PREEMPTING, S.CANCELLING, S.FAILED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTING, S.CANCELLING}),
     S.PREEMPTING: frozenset({S.QUEUED, S.FAILED}),
@@ -35,7 +40,7 @@ LEGAL_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
 }
-assert all(S.FAILED in LEGAL_TRANSITIONS[s] for s in _NON_TERMINAL)
+assert all(S.FAILED in LEGAL_TRANSITIONS[s] for s in ACTIVE_STATES)
 
 # Fields a transition may set alongside the state (assignment, timestamps, reasons).
 _UPDATABLE = frozenset(
@@ -48,24 +53,23 @@ _UPDATABLE = frozenset(
         "pending_reason_code",
         "pending_reason",
         "queue_position",
+        "pending_notes_id",
+        "pending_model",
         "volcano_job_name",
         "node_plan",
         "placement",
         "dispatch_attempts",
         "dispatch_next_at",
+        "dispatch_owner",
+        "cancel_reason",
     }
 )
 
 
-# Called on commit after a job released its reservation (terminal, or requeued): capacity and
-# quota came free, so the scheduling cycle should run soon.
-on_released: list[Callable[[], None]] = []
-
-
 def _notify_released(to: JobState) -> None:
+    """Capacity and quota came free (terminal, or requeued): ``hooks.released`` on commit."""
     if to in TERMINAL_STATES or to == S.QUEUED:
-        for hook in on_released:
-            transaction.on_commit(hook)
+        hooks.released.fire_on_commit()
 
 
 class IllegalTransition(ValueError):
@@ -88,17 +92,25 @@ def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
         return {"finished_at": now}
     if to == S.ADMITTED:
         # A new admission is a new dispatch: attempts spent on an earlier run do not count.
-        return {"admitted_at": now, "dispatch_attempts": 0, "dispatch_next_at": None}
+        return {
+            "admitted_at": now,
+            "dispatch_attempts": 0,
+            "dispatch_next_at": None,
+            "dispatch_owner": "",
+            "creates_unsure": 0,
+        }
     if to == S.RUNNING:
         return {"started_at": now}
     if to == S.QUEUED:
         # Requeued (after preemption): the reservation is gone, the place in line is kept.
+        # The run that ended is archived first (``attempt_archive``), so nothing is lost.
         return {
             "cluster_id": None,
             "gpu_model_id": None,
             "admitted_at": None,
             "started_at": None,
             "node_plan": [],
+            "placement": {},
             "volcano_job_name": "",
         }
     return {}
@@ -130,37 +142,66 @@ def job_transition(
     if unknown:
         raise ValueError(f"job_transition cannot set {sorted(unknown)}")
     now = now or timezone.now()
-    fields = {**_timestamp_updates(to, now), **extra, "state": to, "state_changed_at": now}
+    fields = {
+        **_timestamp_updates(to, now),
+        **extra,
+        "state": to,
+        "state_changed_at": _not_before_the_last_change(now),
+    }
+    if to == S.PREEMPTING and reason == PREEMPTED_REASON:
+        fields["preemption_count"] = F("preemption_count") + 1
+    # A requeue ends a run whose placement the update clears: read it, under the lock, first.
+    archiving = to == S.QUEUED
 
     with transaction.atomic():
-        if len(expected_states) == 1:
+        before: dict[str, Any] | None = None
+        if len(expected_states) == 1 and not archiving:
             from_state = expected_states[0]
             won = Job.objects.filter(id=job_id, state=from_state).update(**fields) == 1
         else:
             # Several possible origins: lock the row to learn which one the event records.
-            current = (
-                Job.objects.select_for_update()
+            before = (
+                Job.objects.select_for_update(of=("self",))
                 .filter(id=job_id, state__in=expected_states)
-                .values_list("state", flat=True)
+                .values("state", *(ARCHIVED_FIELDS if archiving else ()))
                 .first()
             )
-            if current is None:
+            if before is None:
                 return False
-            from_state = JobState(current)
+            from_state = JobState(before["state"])
             won = Job.objects.filter(id=job_id, state=from_state).update(**fields) == 1
         if not won:
             return False
-        JobEvent.objects.create(
+        if archiving and before is not None:
+            attempt_archive(job_id=job_id, before=before, reason=reason, message=message, now=now)
+        event = JobEvent.objects.create(
             job_id=job_id,
-            created_at=now,
+            # The moment the row now carries: never before the event of the state it left.
+            created_at=Subquery(Job.objects.filter(pk=job_id).values("state_changed_at")[:1]),
             from_state=from_state,
             to_state=to,
             reason=reason,
             message=message,
             actor_id=actor_id,
         )
+        notify_job_event(event)
         _notify_released(to)
     return True
+
+
+def _not_before_the_last_change(now: dt.datetime) -> Greatest:
+    """``now``, or the job's last change if that is later.
+
+    Events of one job must read in causal order. A caller's clock can be behind the change it
+    follows: the scheduling cycle reads ``now`` before it loads the queue, so a submit that
+    commits in between was stamped after the cycle's ``now``, and its "Admitted" came out a
+    few milliseconds before its "Submitted". The row decides, under its own lock.
+    """
+    return Greatest(Value(now, output_field=DateTimeField()), F("state_changed_at"))
+
+
+# The changes the cycle and the dispatcher make by the thousand; no one is notified of them.
+BULK_TARGETS = frozenset({S.ADMITTED, S.SUBMITTED})
 
 
 @dataclass(frozen=True)
@@ -189,6 +230,9 @@ def jobs_transition_bulk(
     """
     expected, to = JobState(expected), JobState(to)
     _check_edges((expected,), to)
+    if to not in BULK_TARGETS:
+        # Other changes archive a run or notify the owner, which job_transition does per job.
+        raise ValueError(f"jobs_transition_bulk moves jobs to {sorted(BULK_TARGETS)} only")
     for change in changes:
         unknown = set(change.updates) - _UPDATABLE
         if unknown:
@@ -201,7 +245,7 @@ def jobs_transition_bulk(
     base = {**_timestamp_updates(to, now), "state": to, "state_changed_at": now}
     # No savepoint: a caller's transaction (a dispatch batch's) takes this one in whole.
     with transaction.atomic(savepoint=False):
-        if connection.vendor == "postgresql":
+        if db.on_postgresql():
             won = _bulk_cas_postgres(changes, expected, base, reason)
         else:
             won = _bulk_cas_locked(changes, expected, base)
@@ -239,7 +283,13 @@ def _bulk_cas_postgres(
         raise ValueError("every change of a bulk transition must set the same fields")
     fields = [Job._meta.get_field(k) for k in keys]
     fixed = [(Job._meta.get_field(k), v) for k, v in base.items() if k not in changes[0].updates]
-    assignments = [f'"{f.column}" = %s' for f, _ in fixed]
+    # state_changed_at never goes back (see _not_before_the_last_change); the events take it.
+    assignments = [
+        f'"{f.column}" = GREATEST(%s, j."{f.column}")'
+        if f.name == "state_changed_at"
+        else f'"{f.column}" = %s'
+        for f, _ in fixed
+    ]
     assignments += [f'"{f.column}" = v."{f.column}"' for f in fields]
     record = ", ".join(
         [
@@ -258,17 +308,17 @@ def _bulk_cas_postgres(
     ]
     params: list[Any] = [json.dumps(rows, default=str)]
     params += [f.get_db_prep_save(v, connection) for f, v in fixed]
-    # The events: at the transition's time, from ``expected`` to the new state, with ``reason``.
-    params += [expected, base["state_changed_at"], expected, base["state"], reason]
+    # The events: at the moment each row now carries, from ``expected`` to the new state.
+    params += [expected, expected, base["state"], reason]
     with connection.cursor() as cur:
         cur.execute(
             f"WITH v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x({record})), "  # noqa: S608
             f"won AS (UPDATE portal_job AS j SET {', '.join(assignments)} FROM v "
-            "WHERE j.id = v.id AND j.state = %s RETURNING j.id), "
+            "WHERE j.id = v.id AND j.state = %s RETURNING j.id, j.state_changed_at), "
             "events AS (INSERT INTO portal_jobevent "
             "(job_id, created_at, from_state, to_state, reason, message, actor_id) "
-            "SELECT won.id, %s, %s, %s, %s, v.event_message, NULL FROM won JOIN v USING (id) "
-            "ORDER BY won.id) "
+            "SELECT won.id, won.state_changed_at, %s, %s, %s, v.event_message, NULL "
+            "FROM won JOIN v USING (id) ORDER BY won.id) "
             "SELECT id FROM won",
             params,
         )

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from dashboards.views import pool_overview_page
 from portal.access import (
     SUBMIT_ROLES,
     can_cancel,
@@ -19,13 +24,34 @@ from portal.access import (
     team_roles_of,
     teams_visible_to,
 )
+from portal.api.throttles import SubmitThrottle
 from portal.errors import ApplicationError, NotFound
-from portal.jobs.services import job_cancel, job_submit
-from portal.jobs.spec import SpecError
-from portal.models import ApiToken, Job, JobState, Team
+from portal.jobs.attempts import attempt_events, job_attempt, job_attempts
+from portal.jobs.blocker import blocker_of, start_estimate
+from portal.jobs.job_templates import (
+    template_get_for_user,
+    template_request_data,
+    templates_visible_to,
+)
+from portal.jobs.resubmit import job_request_data, resubmit_note
+from portal.jobs.services import job_cancel, job_submit, submit_limits
+from portal.jobs.spec import SpecError, parse_job_spec
+from portal.jobs.state import PREEMPTED_REASON, USER_CANCEL_REASON
+from portal.models import (
+    ApiToken,
+    Job,
+    JobEvent,
+    JobState,
+    JobTemplate,
+    Priority,
+    Team,
+    TemplateScope,
+)
 from portal.tokens import api_token_create, api_token_revoke
-from portal.web.forms import JobSubmitForm
-from scheduling.models import GpuModel
+from portal.web.forms import JobSubmitForm, error_list, initial_from_request
+from scheduling.catalog import catalog_entries
+from scheduling.matching import models_unavailable
+from scheduling.models import GpuModel, TeamPolicy
 
 PAGE_SIZE = 50
 
@@ -47,8 +73,6 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     """The pool overview is the home page (``dashboards``)."""
-    from dashboards.views import pool_overview_page
-
     return pool_overview_page(request)
 
 
@@ -94,15 +118,75 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    """A job's page. While the job is not terminal its live parts refresh themselves:
+    ``?fragment=live`` answers them alone (the state and why it waits, with the placement and
+    the timeline swapped out of band)."""
     job = _job_or_404(request, job_id)
     events = list(job.events.select_related("actor"))
+    attempts = job_attempts(job)
+    blocker = blocker_of(job)
+    hidden = None
+    if blocker is not None and job.queue_position and not request.user.is_staff:
+        # Positions rank the whole queue; the jobs ahead the viewer cannot see, in words.
+        seen = (
+            jobs_visible_to(request.user)
+            .filter(state=JobState.QUEUED, queue_position__lt=job.queue_position)
+            .count()
+        )
+        hidden = max(0, job.queue_position - 1 - seen)
+    context = {
+        "job": job,
+        "events": events,
+        "attempts": attempts,
+        "current_attempt": attempts[-1] if attempts and attempts[-1].current else None,
+        "can_cancel": can_cancel(request.user, job) and not job.is_terminal,
+        "can_resubmit": bool(_submit_teams(request)),
+        "cancel_event": _cancel_event(events),
+        "preempted_event": _preempted_event(events),
+        "blocker": blocker,
+        "hidden_ahead": hidden,
+        "estimate": start_estimate(job, timezone.now()) if blocker is not None else None,
+        "now": timezone.now(),
+    }
+    if request.GET.get("fragment") == "live":
+        return render(request, "jobs/_live.html", {**context, "fragment": True})
+    return render(request, "jobs/detail.html", context)
+
+
+def _preempted_event(events: list[JobEvent]) -> JobEvent | None:
+    """The scheduler's last reclaim of this job: its words say who reclaimed what and why."""
+    return next(
+        (
+            e
+            for e in reversed(events)
+            if e.to_state == JobState.PREEMPTING and e.reason == PREEMPTED_REASON
+        ),
+        None,
+    )
+
+
+def _cancel_event(events: list[JobEvent]) -> JobEvent | None:
+    """The user's cancel, if the job was cancelled by someone (its actor and words)."""
+    return next((e for e in reversed(events) if e.reason == USER_CANCEL_REASON), None)
+
+
+@login_required
+def job_attempt_view(request: HttpRequest, job_id: str, number: int) -> HttpResponse:
+    """One attempt: where it ran and why, its part of the timeline, and its logs (the kept
+    tail for a run whose pods were deleted, the live viewer for the current run)."""
+    job = _job_or_404(request, job_id)
+    attempt = job_attempt(job, number)
+    if attempt is None:
+        raise Http404("No such attempt.")
     return render(
         request,
-        "jobs/detail.html",
+        "jobs/attempt.html",
         {
             "job": job,
-            "events": events,
-            "can_cancel": can_cancel(request.user, job) and not job.is_terminal,
+            "attempt": attempt,
+            "events": list(attempt_events(job, attempt)),
+            "attempt_count": len(job_attempts(job)),
+            "live_logs": attempt.current and job.cluster_id is not None,
         },
     )
 
@@ -110,13 +194,17 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_cancel_view(request: HttpRequest, job_id: str) -> HttpResponse:
-    """GET asks for confirmation; POST cancels."""
+    """GET asks for confirmation and an optional reason; POST cancels."""
     job = _job_or_404(request, job_id)
     if request.method == "GET":
         return render(request, "jobs/cancel_confirm.html", {"job": job})
+    reason = request.POST.get("reason", "")
     try:
-        job = job_cancel(job=job, by=request.user)
+        job = job_cancel(job=job, by=request.user, reason=reason)
     except ApplicationError as exc:
+        if "reason" in exc.fields:  # the only thing the user can fix here: ask again
+            context = {"job": job, "reason": reason, "error": " ".join(exc.fields["reason"])}
+            return render(request, "jobs/cancel_confirm.html", context, status=400)
         messages.error(request, exc.message)
     else:
         messages.success(request, f"Job {job.name} is {job.get_state_display().lower()}.")
@@ -128,30 +216,167 @@ def _submit_teams(request: HttpRequest) -> list[Team]:
     return [t for t in Team.objects.filter(pk__in=roles) if roles[t.pk] in SUBMIT_ROLES]
 
 
+def _priority_limits(teams: list[Team]) -> dict[str, str]:
+    """The highest priority each team may submit, by team name (normal without a policy)."""
+    stored = dict(TeamPolicy.objects.filter(team__in=teams).values_list("team_id", "max_priority"))
+    return {t.name: Priority(stored.get(t.pk, Priority.NORMAL)).label for t in teams}
+
+
+def _last_team(request: HttpRequest, teams: list[Team]) -> str | None:
+    """The team the user last submitted to, if they still may (the newest of their jobs)."""
+    slug = (
+        Job.objects.filter(owner_id=request.user.pk)
+        .order_by("-id")
+        .values_list("team__slug", flat=True)
+        .first()
+    )
+    return slug if slug in {t.slug for t in teams} else None
+
+
+def _starting_point(
+    request: HttpRequest, teams: list[Team]
+) -> tuple[dict[str, Any], Job | None, JobTemplate | None]:
+    """What the form starts from: a job to resubmit (``?from_job=``), a template
+    (``?template=``), or a blank job; plus the job or template it came from."""
+    source_job = template = None
+    data: dict[str, Any] = {}
+    if from_job := request.GET.get("from_job"):
+        try:
+            source_job = job_get_for_user(request.user, from_job)
+        except NotFound as exc:
+            raise Http404("Job not found.") from exc
+        data = job_request_data(source_job)
+    elif template_id := request.GET.get("template"):
+        try:
+            template = template_get_for_user(request.user, template_id)
+        except NotFound as exc:
+            raise Http404("Template not found.") from exc
+        data = template_request_data(template)
+    allowed = {t.slug for t in teams}
+    if data.get("team") not in allowed:
+        data["team"] = _last_team(request, teams) or (teams[0].slug if len(teams) == 1 else None)
+    return initial_from_request(data), source_job, template
+
+
+def _form_templates(request: HttpRequest, teams: list[Team]) -> list[tuple[str, list[JobTemplate]]]:
+    """Templates to start from, grouped for the picker: built-in, each team's, the user's."""
+    allowed = {t.pk for t in teams}
+    groups: dict[str, list[JobTemplate]] = {}
+    for t in templates_visible_to(request.user).order_by("name"):
+        if t.scope == TemplateScope.BUILTIN:
+            groups.setdefault("Built-in", []).append(t)
+        elif t.team_id in allowed and t.scope == TemplateScope.TEAM:
+            groups.setdefault(f"Team {t.team.name}", []).append(t)
+        elif t.team_id in allowed:
+            groups.setdefault("Mine", []).append(t)
+    order = ["Built-in", *sorted(k for k in groups if k.startswith("Team ")), "Mine"]
+    return [(k, groups[k]) for k in order if k in groups]
+
+
+def _submit_form_kwargs(teams: list[Team]) -> dict[str, Any]:
+    """What the submit form needs to know of the pool: the catalog, which models no cluster
+    has (and why), and the submit bounds."""
+    catalog = list(GpuModel.objects.filter(active=True).values_list("key", "display_name"))
+    return {
+        "teams": teams,
+        "models": [(k, f"{name} ({k})") for k, name in catalog],
+        "unavailable": models_unavailable([k for k, _ in catalog]),
+        "limits": submit_limits(),
+        "priority_limits": _priority_limits(teams),
+    }
+
+
+def _submit_form(
+    request: HttpRequest, teams: list[Team], initial: dict[str, Any] | None = None
+) -> JobSubmitForm:
+    bound = request.POST if request.method == "POST" else None
+    return JobSubmitForm(bound, initial=initial, **_submit_form_kwargs(teams))
+
+
+def _submit_posted(request: HttpRequest, form: JobSubmitForm) -> tuple[Job | None, int]:
+    """Validate everything in one pass (the form's conversions and the spec's rules), and
+    submit when nothing is wrong; (the new job, 302), or (None, the status) with the form's
+    errors set."""
+    form.is_valid()
+    data = form.to_spec_data()
+    try:
+        parse_job_spec(data, catalog=catalog_entries(), limits=submit_limits())
+    except SpecError as exc:
+        form.add_spec_errors(exc.fields)
+    if form.errors:
+        return None, 400
+    try:
+        result = job_submit(user=request.user, data=data)
+    except SpecError as exc:
+        form.add_spec_errors(exc.fields)
+        return None, 400
+    except ApplicationError as exc:
+        # The API's status too: 403 for a priority the team may not use, 409 for a full
+        # queue, 404 for a team the user is not in.
+        form.add_spec_errors(exc.fields or {"__all__": [exc.message]})
+        return None, exc.status
+    source = request.POST.get("from_job")
+    if result.created and source:
+        # A resubmit of a job no longer visible is still a good job, just without the note.
+        with contextlib.suppress(NotFound):
+            resubmit_note(job=result.job, source=job_get_for_user(request.user, source))
+    return result.job, 302
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_submit_view(request: HttpRequest) -> HttpResponse:
     teams = _submit_teams(request)
-    form = JobSubmitForm(request.POST or None, teams=teams)
-    if request.method == "POST" and form.is_valid():
-        data = form.to_spec_data()
-        if form.is_valid():  # conversion (shell quoting, env lines) may have added errors
-            try:
-                result = job_submit(user=request.user, data=data)
-            except SpecError as exc:
-                form.add_spec_errors(exc.fields)
-            except ApplicationError as exc:
-                form.add_spec_errors(exc.fields or {"__all__": [exc.message]})
-            else:
-                messages.success(request, f"Job {result.job.name} submitted.")
-                return redirect("job-detail", job_id=result.job.public_id)
-    status = 400 if request.method == "POST" else 200
+    if not teams:
+        return render(request, "jobs/submit.html", {"teams": teams}, status=200)
+    source_job = template = None
+    initial: dict[str, Any] = {}
+    if request.method == "GET":
+        initial, source_job, template = _starting_point(request, teams)
+    form = _submit_form(request, teams, initial)
+    status = 200
+    wait = _submit_wait(request) if request.method == "POST" else None
+    if wait is not None:
+        form.is_valid()  # the fields are shown back as typed, with the refusal on top
+        form.add_error(
+            None,
+            f"You are submitting jobs faster than {settings.GPUPOOL_SUBMIT_RATE} (the form and "
+            f"the API together); try again in {wait} s.",
+        )
+        status = 429
+    elif request.method == "POST":
+        job, status = _submit_posted(request, form)
+        if job is not None:
+            messages.success(request, f"Job {job.name} submitted.")
+            return redirect("job-detail", job_id=job.public_id)
+    if source := request.POST.get("from_job"):
+        try:
+            source_job = job_get_for_user(request.user, source)
+        except NotFound:
+            source_job = None
     context: dict[str, Any] = {
         "form": form,
         "teams": teams,
+        "errors": error_list(form),
+        "non_field_errors": form.non_field_errors() if form.is_bound else [],
+        "source_job": source_job,
+        "template": template,
+        "templates": _form_templates(request, teams),
         "gpu_models": GpuModel.objects.filter(active=True),
     }
-    return render(request, "jobs/submit.html", context, status=status)
+    response = render(request, "jobs/submit.html", context, status=status)
+    if wait is not None:
+        response["Retry-After"] = str(wait)
+    return response
+
+
+def _submit_wait(request: HttpRequest) -> int | None:
+    """Whole seconds to wait when this user is over the submit rate, counted together with
+    the API's submits (one throttle, one cache key per user); None when the submit may go."""
+    throttle = SubmitThrottle()
+    if throttle.allow_request(request, None):  # type: ignore[arg-type]
+        return None
+    return max(1, math.ceil(throttle.wait() or 1))
 
 
 @login_required

@@ -12,7 +12,8 @@ from scheduling.engine.snapshot import ClusterState, Node
 
 
 class Pool:
-    """Free GPUs of one GPU model in one cluster; mutated as the cycle admits jobs.
+    """Free GPUs of one GPU model in one cluster (and one ``Node.group`` of it); mutated as
+    the cycle admits jobs.
 
     ``buckets[f]`` holds the indices of the nodes with exactly ``f`` usable free GPUs, as an
     insertion-ordered dict used as an ordered set (O(1) add, remove and "take one").
@@ -23,8 +24,10 @@ class Pool:
         "cluster",
         "free",
         "free_total",
+        "group",
         "held",
         "index",
+        "key",
         "max_total",
         "model",
         "names",
@@ -34,11 +37,21 @@ class Pool:
         "total_gpus",
     )
 
-    def __init__(self, cluster: str, state: ClusterState, model: str, nodes: Iterable[Node]):
+    def __init__(
+        self,
+        cluster: str,
+        state: ClusterState,
+        model: str,
+        nodes: Iterable[Node],
+        group: str = "",
+    ):
         ordered = sorted(nodes, key=lambda n: n.name)
         self.cluster = cluster
         self.state = state
         self.model = model
+        self.group = group
+        self.key = (cluster, model, group)
+        """A pool's identity: one cluster's nodes of one model under one ``Node.group``."""
         self.names = [n.name for n in ordered]
         self.index = {name: i for i, name in enumerate(self.names)}
         self.total = [max(0, n.total_gpus) for n in ordered]

@@ -1,6 +1,8 @@
 """One scheduling decision over a snapshot: ``decide(snapshot) -> Decision``.
 
-The steps, in order (each is one method of :class:`_Cycle`):
+The steps, in order (methods of :class:`Placement`, the state of one decision; preemption,
+the starvation holds and the wording of reasons are functions of that state in their own
+modules: ``preemption``, ``holds``, ``wording``):
 
 1. Index the snapshot into in-cycle state: pools of free GPUs per (cluster, model), the quota
    book, the share book; charge running allocations; mark which of them run on borrowed quota.
@@ -26,6 +28,7 @@ of the cycle, and the numbers at the end of the cycle explain every failure seen
 
 from __future__ import annotations
 
+import functools
 import heapq
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -51,8 +54,10 @@ from scheduling.engine.decision import (
     pending_reason,
 )
 from scheduling.engine.fairshare import ShareBook
+from scheduling.engine.holds import try_hold
+from scheduling.engine.preemption import Victim, try_preempt
 from scheduling.engine.quota import COHORT_SHORT, QuotaBook
-from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
+from scheduling.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
 from scheduling.engine.snapshot import (
     ClusterState,
     EngineConfig,
@@ -65,24 +70,21 @@ from scheduling.engine.snapshot import (
     Snapshot,
     Team,
 )
+from scheduling.engine.wording import (
+    candidate_note,
+    fallback_note,
+    not_tried_note,
+    pending_reason_of,
+    reason_words,
+)
 
 DEFAULT_CONFIG = EngineConfig()
 
-# The candidate failure "closest to running" explains the job: lower rank wins.
-_RANK = {
-    SkipCode.HELD_FOR_OTHER_JOB: 0,
-    SkipCode.NO_NODE_FITS: 1,
-    SkipCode.COHORT_CANNOT_LEND: 2,
-    SkipCode.QUOTA_FULL: 3,
-    SkipCode.NO_ENABLED_CLUSTER: 4,
-    SkipCode.TOO_LARGE: 5,
-}
-_RANK_QUOTA = _RANK[SkipCode.QUOTA_FULL]  # candidates blocked by quota or capacity are counted
-# The reason a primary candidate failure gives, where it depends on nothing else.
-_REASON_OF = {
-    SkipCode.HELD_FOR_OTHER_JOB: ReasonCode.CAPACITY_HELD,
-    SkipCode.COHORT_CANNOT_LEND: ReasonCode.COHORT_HAS_NOTHING_TO_LEND,
-    SkipCode.QUOTA_FULL: ReasonCode.QUOTA_EXHAUSTED,
+# What a cluster that takes nothing new is noted as, by its state.
+_NOTE_OF_STATE = {
+    ClusterState.DRAINING: ClusterNoteCode.DRAINING,
+    ClusterState.DISABLED: ClusterNoteCode.DISABLED,
+    ClusterState.UNREACHABLE: ClusterNoteCode.UNREACHABLE,
 }
 
 
@@ -93,7 +95,7 @@ def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decisio
     Decision, whatever the order of the input tuples); nothing is read from the clock or the
     environment, nothing is mutated.
     """
-    return _Cycle(snapshot, config).run()
+    return Placement(snapshot, config).run()
 
 
 class _Failure:
@@ -109,7 +111,7 @@ class _Failure:
         self.model = model
         self.fit_at_start = fit_at_start
         self.holder = holder
-        # Once the cycle is final: GPUs needed -> (its note, the note's rank in _RANK).
+        # Once the cycle is final: GPUs needed -> (its note, the note's rank in wording._RANK).
         self.notes: dict[int, tuple[CandidateNote, int]] = {}
 
 
@@ -151,30 +153,24 @@ _Blocked = tuple[PendingJob, "tuple[_Failure, ...]", Candidates, int, int, int]
 admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
 
 
-class _Victim:
-    """A running allocation that could be preempted, with its node indices in its pool."""
-
-    __slots__ = ("alloc", "nodes", "sort_key")
-
-    def __init__(self, alloc: RunningAllocation, nodes: list[int]) -> None:
-        self.alloc = alloc
-        self.nodes = nodes
-        # Lowest priority first, then most recently started, then id (deterministic).
-        self.sort_key = (alloc.priority, -alloc.started_at.timestamp(), alloc.job_id)
-
-
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
 class _Forgetful(dict[_K, _V]):
-    """A memo that remembers nothing (``_Cycle.memos = False``)."""
+    """A memo that remembers nothing (``Placement.memos = False``)."""
 
     def __setitem__(self, key: _K, value: _V) -> None:
         pass
 
 
-class _Cycle:
+class Placement:
+    """The state of one decision over one snapshot, and the steps that fill it.
+
+    (Named for what it decides, where the jobs go, not ``Cycle``: the scheduling cycle is
+    ``scheduling.cycle``, which loads the snapshot, calls :func:`decide` and persists.)
+    """
+
     memos = True
     """False words every pending reason afresh instead of sharing the words of an equal job
     (the reason memo): the straightforward path the tests compare the memoised one with. The
@@ -197,6 +193,7 @@ class _Cycle:
         self._deferred_sig: set[_Signature] = set()
         self._no_cluster: dict[str, _Failure] = {}
         self._preempt_failed: set[tuple[str, int, int]] = set()
+        self._protected_memo: dict[tuple[str, int, int], datetime | None] = {}
         self._fit0_memo: dict[tuple[str, int, int], bool] = {}
         self._ever_memo: dict[tuple[str, int, int], bool] = {}
         self._held_by: dict[int, str] = {}  # id(pool) -> first holder's job id
@@ -204,7 +201,7 @@ class _Cycle:
         self._held_models: set[str] = set()  # one hold per model and cycle
         self._final = False
         self._cluster_note_memo: dict[object, ClusterNote] = {}
-        self._free_cache: dict[str, tuple[int, int, int]] = {}
+        self._free_cache: dict[str, tuple[int, str, int, int]] = {}
         self._fallback_memo: dict[str, CandidateNote] = {}
         self._not_tried_memo: dict[str, CandidateNote] = {}
 
@@ -213,17 +210,21 @@ class _Cycle:
     def _index(self) -> None:
         snap = self.snap
         self.teams: dict[str, Team] = {t.id: t for t in snap.teams}
-        self.pools: dict[tuple[str, str], Pool] = {}
+        self.pools: dict[tuple[str, str, str], Pool] = {}
+        """By ``Pool.key``: (cluster, model, node group)."""
+        self._pool_of_node: dict[tuple[str, str, str], Pool] = {}
         self.enabled: dict[str, list[Pool]] = {}
         self.unavailable: dict[str, list[Pool]] = {}
         capacity: dict[str, int] = {}
         for cluster in sorted(snap.clusters, key=lambda c: c.id):
-            by_model: dict[str, list[Node]] = {}
+            by_model: dict[tuple[str, str], list[Node]] = {}
             for node in cluster.nodes:
-                by_model.setdefault(node.model, []).append(node)
-            for model in sorted(by_model):
-                pool = Pool(cluster.id, cluster.state, model, by_model[model])
-                self.pools[(cluster.id, model)] = pool
+                by_model.setdefault((node.model, node.group), []).append(node)
+            for model, group in sorted(by_model):
+                pool = Pool(cluster.id, cluster.state, model, by_model[(model, group)], group)
+                self.pools[pool.key] = pool
+                for name in pool.names:
+                    self._pool_of_node[(cluster.id, model, name)] = pool
                 capacity[model] = capacity.get(model, 0) + pool.total_gpus
                 target = self.enabled if cluster.state is ClusterState.ENABLED else self.unavailable
                 target.setdefault(model, []).append(pool)
@@ -261,26 +262,45 @@ class _Cycle:
         self.quota.start()
         # Which running jobs are on borrowed quota: count each team's jobs on a model in start
         # order; a job any of whose GPUs lies above nominal is borrowed (the newest are).
-        self.victims: dict[tuple[str, str], list[_Victim]] = {}
-        self.inflight: dict[tuple[str, str], list[_Victim]] = {}
+        self.victims: dict[tuple[str, str, str], list[Victim]] = {}
+        self.inflight: dict[tuple[str, str, str], list[Victim]] = {}
+        self.protected: dict[tuple[str, str, str], list[Victim]] = {}
+        # GPUs of preemptions under way count against this cycle's preemption budget.
+        self.preempted_gpus = sum(
+            a.replicas * a.gpus_per_replica for a in snap.running if a.preempting
+        )
         for (team, model), allocs in by_team_model.items():
             nominal = self.quota.row(team, model).nominal
             allocs.sort(key=lambda a: (a.started_at, a.job_id))
             cumulative = 0
             for a in allocs:
                 cumulative += a.replicas * a.gpus_per_replica
-                home = self.pools.get((a.cluster, model))
+                home = self._home_pool(a, model)
                 if home is None or home.state is not ClusterState.ENABLED or not a.nodes:
                     continue
                 if a.preempting:
                     nodes = [home.index[n] for n in a.nodes if n in home.index]
-                    self.inflight.setdefault((a.cluster, model), []).append(_Victim(a, nodes))
+                    self.inflight.setdefault(home.key, []).append(Victim(a, nodes))
                 elif cumulative > nominal:
                     nodes = [home.index[n] for n in a.nodes if n in home.index]
-                    self.victims.setdefault((a.cluster, model), []).append(_Victim(a, nodes))
+                    if a.protected_until is not None and a.protected_until > snap.now:
+                        # Within its team's minimum runtime: not a victim yet, but a claimer
+                        # it would make room for is told until when.
+                        self.protected.setdefault(home.key, []).append(Victim(a, nodes))
+                        continue
+                    self.victims.setdefault(home.key, []).append(Victim(a, nodes))
         for lst in (*self.victims.values(), *self.inflight.values()):
             lst.sort(key=lambda v: v.sort_key)
         self.share_before = {t: self.shares.share(t) for t in self.teams}
+
+    def _home_pool(self, a: RunningAllocation, model: str) -> Pool | None:
+        """The pool a running allocation's nodes are in (by its first planned node; every
+        replica of a job is in one pool), else the cluster's only pool of the model."""
+        for name in a.nodes:
+            pool = self._pool_of_node.get((a.cluster, model, name))
+            if pool is not None:
+                return pool
+        return self.pools.get((a.cluster, model, ""))
 
     # -- step 2 -------------------------------------------------------------------------------
 
@@ -388,7 +408,15 @@ class _Cycle:
                 req = job.requirement
                 policy = job.policy
                 cands = resolved.get(
-                    (req.models, req.min_memory_gib, req.min_tflops_fp16, req.bf16, req.fp8, policy)
+                    (
+                        req.models,
+                        req.min_memory_gib,
+                        req.min_tflops_fp16,
+                        req.bf16,
+                        req.fp8,
+                        req.shared,
+                        policy,
+                    )
                 ) or candidates(req, policy)
                 n_tried = len(cands.matched) if job.fallback else 1
                 signature = (team, id(cands), n_tried, job.gpus_per_replica, job.replicas)
@@ -536,17 +564,17 @@ class _Cycle:
         # Reclaim: a team within nominal takes back what borrowers hold.
         if self.config.preemption:
             for f in failures:
-                if f.code is SkipCode.NO_NODE_FITS and self._try_preempt(job, f.model):
+                if f.code is SkipCode.NO_NODE_FITS and try_preempt(self, job, f.model):
                     return True
         if starving:
             for f in failures:
                 if f.code is SkipCode.NO_NODE_FITS:
-                    if self._try_hold(job, f.model, quota_short=False):
+                    if try_hold(self, job, f.model, quota_short=False):
                         return True
                 elif (
                     f.code is SkipCode.QUOTA_FULL
                     and self.quota.fits(team_id, f.model.key, need) == COHORT_SHORT
-                    and self._try_hold(job, f.model, quota_short=True)
+                    and try_hold(self, job, f.model, quota_short=True)
                 ):
                     return True
         known = tuple(failures)
@@ -558,7 +586,15 @@ class _Cycle:
     def _candidates(self, req: Requirement, policy: Policy) -> Candidates:
         """resolve_candidates, memoised per cycle by value (a plain tuple key: hashing and
         comparing the frozen dataclass itself runs Python code per lookup)."""
-        key = (req.models, req.min_memory_gib, req.min_tflops_fp16, req.bf16, req.fp8, policy)
+        key = (
+            req.models,
+            req.min_memory_gib,
+            req.min_tflops_fp16,
+            req.bf16,
+            req.fp8,
+            req.shared,  # a share and a whole-GPU job of the same list resolve differently
+            policy,
+        )
         cands = self._resolved.get(key)
         if cands is None:
             cands = self._resolved[key] = resolve_candidates(req, policy, self.snap.models)
@@ -597,7 +633,7 @@ class _Cycle:
         fit0 = self._fit0_memo.get(key)
         if fit0 is None:
             fit0 = self._fit0_memo[key] = any(
-                _fits_counts(self.initial_counts[(p.cluster, p.model)], g, r) for p in pools
+                _fits_counts(self.initial_counts[p.key], g, r) for p in pools
             )
         return _Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
 
@@ -623,11 +659,11 @@ class _Cycle:
         row = self.quota.row(job.team, model.key)
         self._charge(job.team, model.key, job.gpus)
         skipped = list(cands.rejected)
-        skipped.extend(self._note(f, job) for f in failures)
+        skipped.extend(candidate_note(self, f, job) for f in failures)
         chosen_at = cands.matched.index(model)
         for later in cands.matched[chosen_at + 1 :]:
             skipped.append(
-                self._not_tried_note(later) if job.fallback else self._fallback_note(later)
+                not_tried_note(self, later) if job.fallback else fallback_note(self, later)
             )
         message = reasons.msg_admitted(
             job.replicas,
@@ -693,11 +729,7 @@ class _Cycle:
         for other in self.unavailable.get(model.key, ()):
             note = memo.get(other.cluster)
             if note is None:
-                code = (
-                    ClusterNoteCode.DRAINING
-                    if other.state is ClusterState.DRAINING
-                    else ClusterNoteCode.DISABLED
-                )
+                code = _NOTE_OF_STATE.get(other.state, ClusterNoteCode.DISABLED)
                 note = memo[other.cluster] = ClusterNote(
                     cluster=other.cluster,
                     code=code,
@@ -706,370 +738,6 @@ class _Cycle:
             notes.append(note)
         return notes
 
-    # -- preemption (what-if on a copy) ---------------------------------------------------------
-
-    def _try_preempt(self, job: PendingJob, model: GpuModel) -> bool:
-        """Reclaim nominal quota from borrowers so that ``job`` fits; True when it does.
-
-        Rule: only for a job whose team stays within nominal on this model with it; victims are
-        other teams' jobs on borrowed quota in one enabled cluster (jobs already being preempted
-        are used first, for free); lowest priority, then most recently started first; the set is
-        then minimised by dropping any victim not needed. Fewest victims wins across clusters.
-        """
-        g, r, need = job.gpus_per_replica, job.replicas, job.gpus
-        row = self.quota.row(job.team, model.key)
-        if row.used + need > row.nominal:
-            return False
-        memo_key = (model.key, g, r)
-        if memo_key in self._preempt_failed:
-            return False
-        # Rank across clusters: fewest victims, lowest sum of their priorities, least leftover
-        # on the nodes used, cluster id. The placement (for the leftover) is worked out only
-        # for the clusters tied on the first two.
-        found: list[tuple[tuple[int, int], Pool, list[_Victim], list[_Victim], dict[int, int]]] = []
-        for pool in self.enabled.get(model.key, ()):
-            if pool.max_total < g:
-                continue
-            key = (pool.cluster, model.key)
-            inflight = self.inflight.get(key, [])
-            # No own-team job can be a victim: a team within nominal with this job has none
-            # above nominal on this model (borrowed flags count from the cycle's start).
-            victims = self.victims.get(key, [])
-            if not inflight and not victims:
-                continue
-            chosen = _what_if(pool, g, r, inflight, victims)
-            if chosen is not None:
-                used_inflight, used_victims, released = chosen
-                rank = (len(used_victims), sum(v.alloc.priority for v in used_victims))
-                found.append((rank, pool, used_inflight, used_victims, released))
-        best: tuple[tuple[int, str], Pool, list[_Victim], list[_Victim], list[int]] | None = None
-        if found:
-            least = min(f[0] for f in found)
-            for rank, pool, used_inflight, used_victims, released in found:
-                if rank != least:
-                    continue
-                placed = _plan_released(pool, released, g, r)
-                if placed is None:  # pragma: no cover - the slot count said it fits
-                    continue
-                plan, leftover = placed
-                tie = (leftover, pool.cluster)
-                if best is None or tie < best[0]:
-                    best = (tie, pool, used_inflight, used_victims, plan)
-        if best is None:
-            self._preempt_failed.add(memo_key)
-            return False
-        _, pool, used_inflight, used_victims, plan = best
-        # Apply: victims leave the candidate lists, the job's share of the currently free GPUs
-        # on its future nodes is reserved, and its quota and share are charged.
-        per_node: dict[int, int] = {}
-        for i in plan:
-            per_node[i] = per_node.get(i, 0) + g
-        for i, gpus in sorted(per_node.items()):
-            reserve = min(gpus, pool.free[i])
-            if reserve:
-                pool.take(i, reserve)
-        key = (pool.cluster, model.key)
-        for v in used_inflight:
-            self.inflight[key].remove(v)
-            self.claimed.add(v.alloc.job_id)
-        for v in used_victims:
-            self.victims[key].remove(v)
-            self.claimed.add(v.alloc.job_id)
-        self._charge(job.team, model.key, need)
-        for v in used_victims:
-            a = v.alloc
-            self.preemptions.append(
-                Preemption(
-                    job_id=a.job_id,
-                    team=a.team,
-                    cluster=a.cluster,
-                    model=a.model,
-                    for_job=job.id,
-                    for_team=job.team,
-                    code=PreemptionCode.RECLAIM_NOMINAL,
-                    message=reasons.msg_preempted(
-                        a.team, model.label, job.id, job.team, row.used, row.nominal
-                    ),
-                )
-            )
-        detail = reasons.detail_preempting(
-            len(used_victims), len(used_inflight), pool.cluster, row.used, row.nominal
-        )
-        self._wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
-        return True
-
-    # -- starvation guard -------------------------------------------------------------------------
-
-    def _try_hold(self, job: PendingJob, model: GpuModel, *, quota_short: bool) -> bool:
-        """Hold what a starving job lacks on ``model`` (the starvation guard); True when held.
-
-        Capacity: on the enabled cluster where the most of its GPUs are already free, the free
-        GPUs of the nodes it would use (most free first) are held, so that no later job takes
-        them and the job fits once the jobs still running there end. Quota: when the cohort
-        cannot lend enough (``quota_short``), what it can lend now is held for the job, so that
-        later borrowers do not take it; jobs within their own nominal quota are not affected.
-        """
-        if len(self.holds) >= self.config.max_capacity_holds or model.key in self._held_models:
-            return False
-        g, r = job.gpus_per_replica, job.replicas
-        pools = self.enabled.get(model.key, ())
-        if not any(p.could_ever_fit(g, r) for p in pools):
-            return False
-        chosen: tuple[Pool, list[tuple[int, int]]] | None = None
-        if not any(p.free_total >= job.gpus and p.fits(g, r) for p in pools):
-            best: tuple[tuple[int, str], Pool, list[tuple[int, int]]] | None = None
-            for pool in pools:
-                if not pool.could_ever_fit(g, r):
-                    continue
-                order = sorted(
-                    (i for i in range(len(pool.names)) if pool.total[i] >= g),
-                    key=lambda i: (-pool.free[i], pool.names[i]),
-                )
-                remaining = r
-                picks: list[tuple[int, int]] = []
-                for i in order:
-                    k = min(pool.total[i] // g, remaining)
-                    picks.append((i, min(pool.free[i], k * g)))
-                    remaining -= k
-                    if remaining == 0:
-                        break
-                rank = (-sum(h for _, h in picks), pool.cluster)
-                if best is None or rank < best[0]:
-                    best = (rank, pool, picks)
-            if best is not None:
-                chosen = (best[1], best[2])
-        elif not quota_short:  # pragma: no cover - it would have been admitted
-            return False
-        cohort_gpus = max(0, self.quota.can_lend(job.team, model.key)) if quota_short else 0
-        if cohort_gpus:
-            self.quota.hold(job.team, model.key, cohort_gpus)
-            self._quota_held_by.setdefault(
-                (self.quota.row(job.team, model.key).cohort, model.key), job.id
-            )
-        held_nodes: list[tuple[str, int]] = []
-        cluster = ""
-        if chosen is not None:
-            pool, picks = chosen
-            cluster = pool.cluster
-            for i, h in picks:
-                if h:
-                    pool.hold(i, h)
-                held_nodes.append((pool.names[i], h))
-            self._held_by.setdefault(id(pool), job.id)
-        # A failure may now be "held for another job": classify afresh.
-        self._cap_failed = {k: f for k, f in self._cap_failed.items() if k[0] != model.key}
-        self._failed_sig.clear()
-        self._held_models.add(model.key)
-        hold = CapacityHold(
-            job_id=job.id,
-            team=job.team,
-            cluster=cluster,
-            model=model.key,
-            nodes=tuple(held_nodes),
-            cohort_gpus=cohort_gpus,
-        )
-        self.holds.append(hold)
-        detail = reasons.detail_holding(
-            hold.gpus,
-            job.gpus,
-            len(held_nodes),
-            cluster,
-            cohort_gpus,
-            self.snap.now - job.submitted_at,
-            self.config.starvation_wait,
-        )
-        self._wait(job, ReasonCode.HOLDING_CAPACITY, label=model.label, detail=detail)
-        return True
-
-    # -- step 5: reasons ------------------------------------------------------------------------
-
-    def _quota_code(self, team: str, model: str, need: int) -> SkipCode:
-        outcome = self.quota.fits(team, model, need)
-        if outcome != COHORT_SHORT:
-            return SkipCode.QUOTA_FULL
-        if self.quota.held(team, model) and self.quota.fits_ignoring_holds(team, model, need):
-            return SkipCode.HELD_FOR_OTHER_JOB
-        return SkipCode.COHORT_CANNOT_LEND
-
-    def _code(self, f: _Failure, job: PendingJob) -> SkipCode:
-        if f.code is SkipCode.QUOTA_FULL:
-            return self._quota_code(job.team, f.model.key, job.gpus)
-        return f.code
-
-    def _detail(self, code: SkipCode, f: _Failure, job: PendingJob) -> str:
-        """The sentence for one candidate failure, with end-of-cycle numbers (see the module
-        docstring for why those explain a failure seen earlier in the cycle)."""
-        m = f.model.key
-        g, r, need = job.gpus_per_replica, job.replicas, job.gpus
-        if code is SkipCode.QUOTA_FULL:
-            row = self.quota.row(job.team, m)
-            return reasons.detail_quota_full(need, row.used, row.nominal, row.borrowing_limit)
-        if code is SkipCode.COHORT_CANNOT_LEND:
-            row = self.quota.row(job.team, m)
-            return reasons.detail_cohort_cannot_lend(
-                row.used,
-                row.nominal,
-                max(0, row.used + need - row.nominal),
-                row.borrowing_limit,
-                self.quota.can_lend(job.team, m),
-            )
-        if code is SkipCode.NO_ENABLED_CLUSTER:
-            unavailable = self.unavailable.get(m, ())
-            return reasons.detail_no_enabled_cluster(
-                [p.cluster for p in unavailable if p.state is ClusterState.DRAINING],
-                [p.cluster for p in unavailable if p.state is ClusterState.DISABLED],
-            )
-        if code is SkipCode.TOO_LARGE:
-            pools = self.enabled[m]
-            return reasons.detail_too_large(
-                r, g, max(p.max_total for p in pools), max(p.empty_slots(g) for p in pools)
-            )
-        if code is SkipCode.HELD_FOR_OTHER_JOB:
-            if f.code is SkipCode.QUOTA_FULL:  # the cohort's lending is held
-                cohort = self.quota.row(job.team, m).cohort
-                holder = self._quota_held_by.get((cohort, m), "")
-                return reasons.detail_held_for_other(holder, self.quota.held(job.team, m))
-            held = sum(p.held_total() for p in self.enabled[m])
-            return reasons.detail_held_for_other(f.holder, held)
-        largest, free, out_of_service = self._model_free(m)
-        return reasons.detail_no_node_fits(r, g, largest, free, out_of_service)
-
-    def _model_free(self, model: str) -> tuple[int, int, int]:
-        """(largest free block, free GPUs, GPUs on nodes out of service) in enabled clusters."""
-        cached = self._free_cache.get(model) if self._final else None
-        if cached is None:
-            pools = self.enabled.get(model, ())
-            cached = (
-                max((p.max_block() for p in pools), default=0),
-                sum(p.free_total for p in pools),
-                sum(p.out_of_service for p in pools),
-            )
-            if self._final:  # nothing changes any more: compute once per model
-                self._free_cache[model] = cached
-        return cached
-
-    def _note(self, f: _Failure, job: PendingJob) -> CandidateNote:
-        """The note for one failure, with the numbers as they are now."""
-        code = self._code(f, job)
-        return CandidateNote(
-            model=f.model.key,
-            code=code,
-            message=reasons.note(f.model.label, self._detail(code, f, job)),
-        )
-
-    def _final_note(self, f: _Failure, job: PendingJob) -> tuple[CandidateNote, int]:
-        """The note for one failure once the cycle is final, and its rank; shared between jobs.
-
-        A quota failure object belongs to one (team, model), a capacity failure to one
-        (model, gang shape), so (failure, GPUs needed) identifies the words."""
-        note = self._note(f, job)
-        f.notes[job.gpus] = entry = (note, _RANK[note.code])
-        return entry
-
-    def _pending_reason(self, w: _Waiting, position: int) -> PendingReason:
-        """A wait decided and worded when the job was visited."""
-        job = w.job
-        if w.code is ReasonCode.TEAM_HELD:
-            message = reasons.msg_team_held(job.team)
-        elif w.code is ReasonCode.INVALID_JOB:
-            message = reasons.msg_invalid(w.detail)
-        elif w.code is ReasonCode.NO_MODEL_MATCHES:
-            message = reasons.msg_no_model_matches(
-                len(self.snap.models), [n.message for n in w.rejected]
-            )
-        else:  # PREEMPTING, HOLDING_CAPACITY
-            message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail)
-        return PendingReason(
-            job_id=job.id,
-            team=job.team,
-            code=w.code,
-            message=message,
-            position=position,
-            candidates=w.rejected,
-        )
-
-    def _reason_words(
-        self, job: PendingJob, failures: tuple[_Failure, ...], cands: Candidates, n_tried: int
-    ) -> tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]:
-        """Code, message, candidate notes and the message's frame of a capacity/quota wait.
-
-        Jobs of one group share one failures tuple (the group memo), hence the same words:
-        they are assembled once per tuple. WAITING_BEHIND differs per job only in its counts:
-        its message is left empty and the frame (what goes before and after the detail) is
-        returned instead."""
-        need = job.gpus_per_replica * job.replicas
-        final_note = self._final_note
-        if len(failures) == 1:
-            f = failures[0]
-            primary, best = f.notes.get(need) or final_note(f, job)
-            notes = [primary]
-            primary_at = others = 0
-        else:
-            entries = [f.notes.get(need) or final_note(f, job) for f in failures]
-            ranks = [rank for _, rank in entries]
-            notes = [note for note, _ in entries]
-            best = min(ranks)
-            primary_at = ranks.index(best)
-            primary = notes[primary_at]
-            others = sum(1 for rank in ranks if rank <= _RANK_QUOTA) - (best <= _RANK_QUOTA)
-            if primary_at:
-                notes.insert(0, notes.pop(primary_at))
-        f = failures[primary_at]
-        code = _REASON_OF.get(primary.code) or self._reason_code(primary.code, f, failures)
-        label = f.model.label
-        frame_key = (job.replicas, job.gpus_per_replica, label, others)
-        frame = self._frames.get(frame_key)
-        if frame is None:
-            frame = self._frames[frame_key] = reasons.pending_frame(*frame_key)
-        head, tail = frame
-        message = ""
-        if code is not ReasonCode.WAITING_BEHIND:
-            message = f"{head}{primary.message[len(label) + 2 :]}{tail}"
-        if n_tried < len(cands.matched):
-            notes.extend(self._fallback_note(m) for m in cands.matched[n_tried:])
-        rejected = cands.rejected
-        return code, message, (*rejected, *notes) if rejected else tuple(notes), head, tail
-
-    def _reason_code(
-        self, primary: SkipCode, f: _Failure, failures: tuple[_Failure, ...]
-    ) -> ReasonCode:
-        if primary is SkipCode.HELD_FOR_OTHER_JOB:
-            return ReasonCode.CAPACITY_HELD
-        if primary is SkipCode.NO_NODE_FITS:
-            return ReasonCode.WAITING_BEHIND if f.fit_at_start else ReasonCode.NO_CAPACITY
-        if primary is SkipCode.COHORT_CANNOT_LEND:
-            return ReasonCode.COHORT_HAS_NOTHING_TO_LEND
-        if primary is SkipCode.QUOTA_FULL:
-            return ReasonCode.QUOTA_EXHAUSTED
-        if primary is SkipCode.NO_ENABLED_CLUSTER:
-            draining = any(
-                p.state is ClusterState.DRAINING
-                for g in failures
-                for p in self.unavailable.get(g.model.key, ())
-            )
-            return ReasonCode.CLUSTER_DRAINING if draining else ReasonCode.NO_ENABLED_CLUSTER
-        return ReasonCode.JOB_TOO_LARGE
-
-    def _not_tried_note(self, model: GpuModel) -> CandidateNote:
-        note = self._not_tried_memo.get(model.key)
-        if note is None:
-            note = self._not_tried_memo[model.key] = CandidateNote(
-                model=model.key,
-                code=SkipCode.NOT_TRIED,
-                message=reasons.note(model.label, reasons.detail_not_tried()),
-            )
-        return note
-
-    def _fallback_note(self, model: GpuModel) -> CandidateNote:
-        note = self._fallback_memo.get(model.key)
-        if note is None:
-            note = self._fallback_memo[model.key] = CandidateNote(
-                model=model.key,
-                code=SkipCode.FALLBACK_NOT_ALLOWED,
-                message=reasons.note(model.label, reasons.detail_fallback_not_allowed()),
-            )
-        return note
-
     def _assemble(self) -> Decision:
         self._final = True
         self._frames: dict[tuple[int, int, str, int], tuple[str, str]] = {}
@@ -1077,8 +745,8 @@ class _Cycle:
         self._reason_memo: dict[int, _Words] = {}
         # The loop below is the one place that runs once per pending job: kept flat.
         memo = self._reason_memo if self.memos else _Forgetful[int, _Words]()
-        words = self._reason_words
-        worded = self._pending_reason
+        words = functools.partial(reason_words, self)
+        worded = functools.partial(pending_reason_of, self)
         waiting_behind = ReasonCode.WAITING_BEHIND
         detail_waiting = reasons.detail_waiting_behind
         new = pending_reason
@@ -1197,99 +865,3 @@ def _fits_counts(counts: list[int], g: int, r: int) -> bool:
             if slots >= r:
                 return True
     return False
-
-
-def _what_if(
-    pool: Pool, g: int, r: int, inflight: list[_Victim], victims: list[_Victim]
-) -> tuple[list[_Victim], list[_Victim], dict[int, int]] | None:
-    """Find victims whose release lets the gang fit in ``pool``, on a copy of its free GPUs:
-    (in-flight preemptions used, victims chosen, node -> free GPUs once they are released).
-
-    Greedy in order (in-flight preemptions first, then victims by priority and recency), then
-    minimised: each chosen victim whose release is not needed is dropped again. Counts slots
-    (replicas that fit) only; :func:`_plan_released` places the gang.
-    """
-    released: dict[int, int] = {}
-    base = pool.free
-    total = pool.total
-    buckets = pool.buckets
-    slots = 0
-    for f in range(g, len(buckets)):
-        slots += len(buckets[f]) * (f // g)
-    chosen: list[_Victim] = []
-    for v in (*inflight, *victims):
-        if slots >= r:
-            break
-        gv = v.alloc.gpus_per_replica
-        for i in v.nodes:
-            t, b, rel = total[i], base[i], released.get(i, 0)
-            before = (b + rel if b + rel < t else t) // g
-            rel += gv
-            released[i] = rel
-            slots += (b + rel if b + rel < t else t) // g - before
-        chosen.append(v)
-    if slots < r:
-        return None
-    for v in reversed(chosen):
-        # Would the gang still fit without this victim?
-        gv = v.alloc.gpus_per_replica
-        delta = 0
-        for i in v.nodes:
-            t, b, rel = total[i], base[i], released[i]
-            before = (b + rel if b + rel < t else t) // g
-            rel -= gv
-            released[i] = rel
-            delta += (b + rel if b + rel < t else t) // g - before
-        if slots + delta >= r:
-            slots += delta
-            chosen.remove(v)
-        else:
-            for i in v.nodes:
-                released[i] += gv
-    free = {}
-    for i, rel in released.items():
-        f = base[i] + rel
-        free[i] = f if f < total[i] else total[i]
-    inflight_ids = {id(v) for v in inflight}
-    return (
-        [v for v in chosen if id(v) in inflight_ids],
-        [v for v in chosen if id(v) not in inflight_ids],
-        free,
-    )
-
-
-def _plan_released(
-    pool: Pool, released: dict[int, int], g: int, r: int
-) -> tuple[list[int], int] | None:
-    """Best-fit placement in ``pool`` once the nodes of ``released`` have the free GPUs it
-    gives them: (node index per replica, leftover GPUs on the nodes used).
-
-    The same order as :meth:`Pool.plan` over a plain copy: fewest free GPUs that still take a
-    replica first, then node index; the pool's buckets are walked, not its nodes.
-    """
-    extra: dict[int, list[int]] = {}
-    for i, f in released.items():
-        if f >= g:
-            extra.setdefault(f, []).append(i)
-    buckets = pool.buckets
-    remaining = r
-    chosen: list[int] = []
-    leftover = 0
-    for f in range(g, len(buckets)):
-        bucket = buckets[f]
-        more = extra.get(f)
-        if not bucket and not more:
-            continue
-        nodes = [i for i in bucket if i not in released]
-        if more:
-            nodes.extend(more)
-        nodes.sort()
-        per_node = f // g
-        for i in nodes:
-            k = per_node if per_node < remaining else remaining
-            chosen.extend([i] * k)
-            leftover += f - k * g
-            remaining -= k
-            if remaining == 0:
-                return chosen, leftover
-    return None

@@ -7,7 +7,7 @@ Messages carry the numbers that block a job; their wording may change, their cod
 from __future__ import annotations
 
 import enum
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 
 class ReasonCode(enum.StrEnum):
@@ -25,6 +25,8 @@ class ReasonCode(enum.StrEnum):
     """No enabled cluster has nodes of any candidate model."""
     CLUSTER_DRAINING = "CLUSTER_DRAINING"
     """The only clusters with a candidate model are draining."""
+    CLUSTER_UNREACHABLE = "CLUSTER_UNREACHABLE"
+    """The only clusters with a candidate model take work but cannot be reached now."""
     QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
     """The team's nominal plus borrowing limit is used on every candidate model."""
     COHORT_HAS_NOTHING_TO_LEND = "COHORT_HAS_NOTHING_TO_LEND"
@@ -41,6 +43,12 @@ class ReasonCode(enum.StrEnum):
     """Jobs on borrowed quota are being preempted so that this job fits next cycle."""
     NOT_CONSIDERED = "NOT_CONSIDERED"
     """Beyond the per-team lookback; not considered this cycle."""
+    MIN_RUNTIME = "MIN_RUNTIME"
+    """Borrowed jobs would make room, but they are within their team's minimum runtime; it
+    reclaims once that has passed."""
+    PREEMPTION_BUDGET = "PREEMPTION_BUDGET"
+    """Reclaiming its room would preempt more GPUs than this cycle's preemption budget has
+    left; it tries again next cycle."""
 
 
 class SkipCode(enum.StrEnum):
@@ -48,6 +56,11 @@ class SkipCode(enum.StrEnum):
 
     NOT_IN_CATALOG = "NOT_IN_CATALOG"
     REQUIREMENT_NOT_MET = "REQUIREMENT_NOT_MET"
+    SLICE_NOT_NAMED = "SLICE_NOT_NAMED"
+    """A MIG slice, and the requirement names no models: slices are tried only when named."""
+    KIND_MISMATCH = "KIND_MISMATCH"
+    """A shared pool for a job asking for whole GPUs (or MIG slices), or the other way round:
+    capacity kinds are never mixed."""
     FALLBACK_NOT_ALLOWED = "FALLBACK_NOT_ALLOWED"
     QUOTA_FULL = "QUOTA_FULL"
     COHORT_CANNOT_LEND = "COHORT_CANNOT_LEND"
@@ -64,6 +77,7 @@ class ClusterNoteCode(enum.StrEnum):
 
     DRAINING = "DRAINING"
     DISABLED = "DISABLED"
+    UNREACHABLE = "UNREACHABLE"
     NO_ROOM = "NO_ROOM"
     WORSE_FIT = "WORSE_FIT"
 
@@ -125,6 +139,16 @@ def detail_requirement_not_met(failures: list[str]) -> str:
     return f"does not meet the requirement ({'; '.join(failures)})"
 
 
+def detail_slice_not_named(whole: str) -> str:
+    return f"a MIG slice of {whole}, used only when the model list names it"
+
+
+def detail_kind_mismatch(kind: str, shared_asked: bool) -> str:
+    if shared_asked:
+        return f"a {'MIG slice' if kind == 'mig' else 'whole GPU'}, and the job asks for a share"
+    return "a shared GPU pool, and the job asks for whole GPUs"
+
+
 def detail_fallback_not_allowed() -> str:
     return "not tried, the job does not allow fallback"
 
@@ -150,7 +174,14 @@ def detail_cohort_cannot_lend(
     )
 
 
-def detail_no_enabled_cluster(draining: list[str], disabled: list[str]) -> str:
+def detail_no_enabled_cluster(
+    draining: list[str], disabled: list[str], unreachable: list[str] | None = None
+) -> str:
+    if unreachable:
+        return (
+            f"its clusters cannot be reached ({', '.join(unreachable)}) and take nothing new "
+            "until they answer"
+        )
     if draining:
         return f"its clusters are draining ({', '.join(draining)}) and take nothing new"
     if disabled:
@@ -158,14 +189,28 @@ def detail_no_enabled_cluster(draining: list[str], disabled: list[str]) -> str:
     return "no cluster has nodes of this model"
 
 
-def detail_too_large(replicas: int, gpr: int, largest_node: int, slots: int) -> str:
+def detail_too_large(
+    replicas: int, gpr: int, largest_node: int, slots: int, split: bool = False
+) -> str:
+    """``split``: some cluster offers the model under two resource names (MIG single and
+    mixed strategy), which one gang cannot mix: say so, or "an empty cluster" would puzzle."""
     if gpr > largest_node:
         return f"needs {gpr} GPUs per replica; the largest node has {largest_node}"
+    if split:
+        return (
+            f"needs {replicas} replicas of {gpr}; even empty, the nodes that offer it under one "
+            f"resource name hold only {slots} (a gang cannot mix resource names)"
+        )
     return f"needs {replicas} replicas of {gpr}; even an empty cluster holds only {slots}"
 
 
 def detail_no_node_fits(
-    replicas: int, gpr: int, largest_block: int, free: int, out_of_service: int = 0
+    replicas: int,
+    gpr: int,
+    largest_block: int,
+    free: int,
+    out_of_service: int = 0,
+    largest_in: str = "",
 ) -> str:
     where = (
         f"no node with {gpr} free"
@@ -175,7 +220,8 @@ def detail_no_node_fits(
     # A user who sees "0 free" on a pool they know is large should learn it is out of
     # service (cordoned or NotReady nodes), not busy: an admin can act on the first.
     down = f"; {out_of_service} more on cordoned or NotReady nodes" if out_of_service else ""
-    return f"{where} (largest free block {largest_block}, {free} free in enabled clusters{down})"
+    block = f"largest free block {largest_block}" + (f" in {largest_in}" if largest_in else "")
+    return f"{where} ({block}, {free} free in enabled clusters{down})"
 
 
 def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:
@@ -220,6 +266,21 @@ def detail_preempting(victims: int, inflight: int, cluster: str, used: int, nomi
     return (
         f"{' and '.join(parts)} in {cluster} to reclaim nominal quota (team uses {used} of "
         f"{nominal} nominal, this job included); admitted once they stop"
+    )
+
+
+def detail_min_runtime(until: datetime, wait: timedelta) -> str:
+    return (
+        f"jobs on borrowed quota that would make room are within their team's minimum runtime "
+        f"until {until.strftime('%H:%M')} UTC (in {fmt_wait(wait)}); reclaimed then"
+    )
+
+
+def detail_preemption_budget(victims: int, gpus: int, budget: int, spent: int) -> str:
+    return (
+        f"reclaiming its room would preempt {count(victims, 'job')} on borrowed quota "
+        f"({count(gpus, 'GPU')}), more than the preemption budget has left "
+        f"({budget} GPUs per cycle, {spent} being preempted already); tried again next cycle"
     )
 
 
@@ -285,6 +346,8 @@ def msg_admitted(
 
 
 def msg_cluster_state(state: str) -> str:
+    if state == "unreachable":
+        return "cannot be reached, takes nothing new until it answers"
     return f"{state}, takes nothing new"
 
 
@@ -302,12 +365,15 @@ def msg_cluster_worse_fit(
 
 
 def msg_preempted(
-    victim_team: str, label: str, for_job: str, for_team: str, used: int, nominal: int
+    victim_team: str, label: str, gpus: int, cluster: str, for_team: str, used: int, nominal: int
 ) -> str:
+    """The victim's timeline entry: who reclaimed what, and why. The job it is reclaimed for
+    belongs to another team, so it is not named (``Preemption.for_job`` keeps it)."""
     return (
-        f"preempted: ran on {label} quota team {victim_team} had borrowed; team {for_team} "
-        f"reclaims its nominal quota ({used} of {nominal} with the new job) for job {for_job}; "
-        f"requeued with its submit time"
+        f"preempted: team {for_team} reclaims its nominal {label} quota ({used} of {nominal} "
+        f"with the job it reclaims for); this job's {gpus} {label} GPU{'s' if gpus != 1 else ''} "
+        f"in {cluster} ran on quota team {victim_team} had borrowed; its pods get SIGTERM and "
+        f"their grace period to checkpoint, then it is requeued with its submit time"
     )
 
 

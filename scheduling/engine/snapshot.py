@@ -1,8 +1,8 @@
 """The engine's input: a frozen picture of the pool at one instant.
 
-The cycle (``scheduling/cycle.py``) builds one :class:`Snapshot` from the database in a handful of
-queries and hands it to :func:`scheduling.engine.decide`. Nothing here is mutated by the engine;
-the engine copies what it needs into its own in-cycle state.
+The cycle's loaders (``scheduling/snapshot.py``) build one :class:`Snapshot` from the database in
+a handful of queries; the cycle hands it to :func:`scheduling.engine.decide`. Nothing here is
+mutated by the engine; the engine copies what it needs into its own in-cycle state.
 
 Units are stated on every field: GPUs are whole devices (or whole MIG slices when a model is a
 MIG profile), memory is GiB, compute is dense fp16 TFLOPS per GPU, usage is cost-weighted,
@@ -20,13 +20,16 @@ from typing import Any
 class ClusterState(enum.StrEnum):
     """Whether a cluster takes new work.
 
-    ``DRAINING`` and ``DISABLED`` both get nothing new; their running jobs keep running and keep
-    counting against quota. They differ only in what the pending reason says.
+    ``DRAINING``, ``DISABLED`` and ``UNREACHABLE`` all get nothing new; their running jobs keep
+    running and keep counting against quota. They differ only in what the pending reason says.
+    ``UNREACHABLE`` is an enabled cluster the portal cannot reach right now (the cycle derives
+    it from the cluster's unreachable mark): a job admitted there would only wait.
     """
 
     ENABLED = "enabled"
     DRAINING = "draining"
     DISABLED = "disabled"
+    UNREACHABLE = "unreachable"
 
 
 class Policy(enum.StrEnum):
@@ -59,6 +62,23 @@ class GpuModel:
     """Whether the model computes in bfloat16."""
     fp8: bool = False
     """Whether the model computes in fp8."""
+    slice_of: str = ""
+    """For a MIG slice, the key of the whole GPU it is cut from; empty for a whole GPU. A
+    requirement without a model list matches whole GPUs only (see ``resolve_candidates``)."""
+    shared_of: str = ""
+    """For a shared pool (fractional GPUs through Volcano vGPU or HAMi), the key of the card
+    whose devices it shares; empty otherwise. Its capacity, quota and a job's
+    ``gpus_per_replica`` on it are GiB of GPU memory, not devices, and ``cost_factor`` is per
+    GiB-hour (the card's cost / its memory). Only a requirement with ``shared`` set matches it,
+    and such a requirement matches nothing else (the no-mixing rule)."""
+
+    @property
+    def kind(self) -> str:
+        """The capacity kind: ``whole``, ``mig`` or ``shared``; pools of different kinds never
+        take each other's jobs."""
+        if self.shared_of:
+            return "shared"
+        return "mig" if self.slice_of else "whole"
 
     @property
     def label(self) -> str:
@@ -137,6 +157,12 @@ class Node:
     """GPUs that would be free were the node in service (it is cordoned or not Ready, so the
     caller gives it ``free_gpus`` 0): counted only to tell a waiting user that the room
     exists but is out of service."""
+    group: str = ""
+    """Nodes of one model in one cluster that a job may not mix: each group is a pool of its
+    own and a gang is placed within one. The cycle gives the GPU resource the node advertises
+    the model under, since a MIG profile offered as ``nvidia.com/gpu`` (single strategy) on
+    some nodes and as ``nvidia.com/mig-1g.10gb`` (mixed) on others is requested by a different
+    name on each: a gang spanning both could never run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,7 +172,7 @@ class Cluster:
     id: str
     """Stable cluster identifier (slug)."""
     state: ClusterState = ClusterState.ENABLED
-    """Enabled clusters take new work; draining and disabled ones take none."""
+    """Enabled clusters take new work; draining, disabled and unreachable ones take none."""
     nodes: tuple[Node, ...] = ()
     """Every GPU node of the cluster."""
 
@@ -183,6 +209,10 @@ class RunningAllocation:
     as a victim."""
     preempting: bool = False
     """A preemption is already under way; it still holds its GPUs until it stops."""
+    protected_until: datetime | None = None
+    """Never chosen as a victim before this instant: its team's minimum runtime, counted from
+    when its pods started running (the caller works it out). ``None``: no protection (a job
+    not running yet has lost no work to a preemption)."""
 
     @property
     def gpus(self) -> int:
@@ -211,6 +241,7 @@ _RA = slot_setters(
         "started_at",
         "nodes",
         "preempting",
+        "protected_until",
     ),
 )
 
@@ -226,13 +257,26 @@ def running_allocation(
     started_at: datetime,
     nodes: tuple[str, ...],
     preempting: bool,
+    protected_until: datetime | None = None,
 ) -> RunningAllocation:
     """``RunningAllocation(...)`` without the frozen dataclass's ``__init__``, for the
     thousands of running jobs the cycle loads every few hundred milliseconds (the generated
     ``__init__`` goes through ``object.__setattr__`` per field, slower than the slot setters).
     Equal to the keyword construction (tests/scheduling/engine/test_fast_paths.py)."""
     a: RunningAllocation = object.__new__(RunningAllocation)
-    s_id, s_team, s_cluster, s_model, s_replicas, s_gpus, s_prio, s_start, s_nodes, s_pre = _RA
+    (
+        s_id,
+        s_team,
+        s_cluster,
+        s_model,
+        s_replicas,
+        s_gpus,
+        s_prio,
+        s_start,
+        s_nodes,
+        s_pre,
+        s_prot,
+    ) = _RA
     s_id(a, job_id)
     s_team(a, team)
     s_cluster(a, cluster)
@@ -243,6 +287,7 @@ def running_allocation(
     s_start(a, started_at)
     s_nodes(a, nodes)
     s_pre(a, preempting)
+    s_prot(a, protected_until)
     return a
 
 
@@ -277,6 +322,9 @@ class Requirement:
     """Requires bfloat16 support."""
     fp8: bool = False
     """Requires fp8 support."""
+    shared: bool = False
+    """Asks for a fraction of a GPU (GiB of GPU memory per replica): only shared pools qualify.
+    Without it, shared pools never do, whatever the model list names."""
 
 
 ANY_GPU = Requirement()
@@ -349,6 +397,11 @@ class EngineConfig:
     """How much decayed usage counts against current allocation in the share (0 = none)."""
     preemption: bool = True
     """Whether a team within nominal may reclaim from borrowers."""
+    preemption_budget_gpus: int | None = None
+    """At most this many GPUs are preempted per cycle, GPUs of jobs still being preempted from
+    earlier cycles included (so cycles run in quick succession do not multiply it). A reclaim
+    larger than the whole budget goes alone: only when nothing else is being preempted.
+    ``None``: no budget."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

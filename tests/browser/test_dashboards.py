@@ -9,15 +9,18 @@ import os
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from clusters.models import Cluster
-from dashboards.models import JobUtilization, MetricsSource, QueueWait
+from dashboards.live import LiveState
+from dashboards.models import JobUtilization, MetricsSource, QueueWait, TeamHour, TeamMinute
 from portal.jobs.services import job_submit
 from portal.models import JobState, Membership, Role
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota, TeamPolicy, UsageRecord
-from tests.browser.conftest import PageRecorder, log_in
+from tests.browser.conftest import PageRecorder, log_in, wait_until
 from tests.conftest import job_body
 from tests.dashboards.conftest import inventory_from_kubesim, place, start
 from tests.dashboards.history import seed_history, team_gpus
@@ -114,9 +117,10 @@ def test_the_chart_range_changes_by_keyboard_without_a_reload(
     p.evaluate("window.__marker = 1")
     p.locator("nav.ranges a", has_text="7d").first.focus()
     p.keyboard.press("Enter")
-    p.wait_for_function("window.gpupoolCharts['usage-chart']?.data.range === '7d'")
+    wait_until(p, "window.gpupoolCharts['usage-chart']?.data.range === '7d'")
     chart = _chart(p, "usage-chart")
-    assert chart["points"] == 24 * 7 and chart["labels"] == ["Vision", "Language"]
+    # 168 hourly means and the current hour, not downsampled yet, from its minutes
+    assert chart["points"] == 24 * 7 + 1 and chart["labels"] == ["Vision", "Language"]
     assert p.evaluate("window.__marker") == 1
     assert p.url.endswith("/?range=7d")
     assert page.console_errors == []
@@ -144,9 +148,7 @@ def test_the_overview_refreshes_a_number_when_a_job_starts(
     p.evaluate("window.__marker = 1")
     now = timezone.now()
     start(place(job, cluster=scenario, model="t4", nodes=["t4-0"], at=now), at=now)
-    p.wait_for_function(
-        "document.querySelector('[data-total=running_jobs]').innerText === '2'", timeout=10_000
-    )
+    expect(p.locator("[data-total=running_jobs]")).to_have_text("2", timeout=10_000)
     assert t4_allocated.inner_text() == "1"
     assert p.evaluate("window.__marker") == 1  # refreshed in place, not reloaded
     assert page.console_errors == []
@@ -158,8 +160,10 @@ def test_the_queue_page_shows_a_pending_reason_and_waits(page, live_server, scen
     p = page.page
     log_in(p, live_server, "charlie", next_url="/queue/")
     reason = p.locator("#queue-table tr.mine .reason-cell").first
-    assert reason.locator("code").inner_text()  # a reason code …
-    assert "needs 2 × 4" in reason.inner_text() or "v100" in reason.inner_text().lower()
+    # Language's 2 x 4 on V100 is twice its nominal 4, and no team of the cohort has any to lend.
+    assert reason.locator("code").inner_text() == "COHORT_HAS_NOTHING_TO_LEND"
+    text = reason.inner_text()
+    assert "needs 2 replicas × 4 v100-32gb" in text and "team uses 0 of 4 nominal" in text
     assert p.locator("#wait-table tr[data-model=v100-32gb]").count() == 1
     assert page.console_errors == []
     assert page.foreign_requests() == []
@@ -257,6 +261,14 @@ def demo_pool(scenario, alice, bob, charlie, vision, language, root):
         minutes=24 * 60,
         hours=24 * 30,
     )
+    # the share history waves around each team's share now, as a real one would lead up to it
+    live = LiveState()
+    for team, base in ((vision, 9), (language, 14), (robotics, 10)):
+        now_share = live.standings[team.pk].allocation_share
+        for series in (TeamMinute, TeamHour):
+            series.objects.filter(team=team).update(
+                allocation_share=F("gpus_allocated") * now_share / base
+            )
     run_cycle()  # reasons and positions for the queue
     return west
 
@@ -280,6 +292,7 @@ def test_every_dashboard_page_at_desktop_and_phone_width(
     shots = Path(os.environ.get("GPUPOOL_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     p = page.page
+    p.set_viewport_size({"width": 1400, "height": 900})  # the README's desktop pictures
     log_in(p, live_server, "bob", next_url="/")
     for name, url in PAGES:
         p.goto(f"{live_server.url}{url}")
@@ -309,10 +322,14 @@ def test_the_admin_sees_idle_allocations_and_unavailable_metrics(
 ):
     shots = Path(os.environ.get("GPUPOOL_SCREENSHOT_DIR") or tmp_path)
     p = page.page
+    p.set_viewport_size({"width": 1400, "height": 900})
     log_in(p, live_server, "root", next_url="/pool/clusters/")
     assert "notebook-idle" in p.inner_text("#idle-allocations")
     assert "GPU metrics unavailable" in p.inner_text("#cluster-east h2")
-    assert p.locator(".node.cordoned").count() >= 1 and p.locator(".node.notready").count() >= 1
+    # The scenario cordons v100-1 and takes t4-2 NotReady; nothing else on either cluster is.
+    cordoned, notready = p.locator(".node.cordoned"), p.locator(".node.notready")
+    assert cordoned.count() == 1 and cordoned.get_attribute("aria-label").startswith("v100-1: ")
+    assert notready.count() == 1 and notready.get_attribute("aria-label").startswith("t4-2: ")
     p.screenshot(path=str(shots / "clusters-admin.png"), full_page=True)
     p.goto(f"{live_server.url}/jobs/")
     assert page.console_errors == []

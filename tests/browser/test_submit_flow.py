@@ -41,8 +41,9 @@ def test_a_form_error_is_announced_next_to_the_field(page, live_server, bob, cat
     p.fill("#id_name", "bad")
     p.fill("#id_image", "not a valid image")
     p.click("button:has-text('Submit')")
-    error = p.locator(".field.has-error [role=alert]").first
+    error = p.locator("#field-image.has-error #id_image_error")
     assert "image reference" in error.inner_text()
+    assert "image reference" in p.inner_text("#error-summary[role=alert]")
     assert Job.objects.count() == 0
 
 

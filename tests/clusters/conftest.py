@@ -35,6 +35,8 @@ from django.db import connection, connections
 from clusters.kubeconfig import parse_kubeconfig
 from clusters.models import Cluster
 from kubesim import KubeSim
+from portal import hooks
+from tests.builders import admitted_job
 
 ROOT = Path(__file__).resolve().parents[2]
 # Fixed test keys (never used anywhere else): the first seals, the second only opens.
@@ -272,10 +274,18 @@ def _test_broker() -> tuple[str, str]:
 
 
 def worker_start(
-    *, queue: str, broker: str, database_url: str, log_path: Path, app_name: str = ""
+    *,
+    queue: str,
+    broker: str,
+    database_url: str,
+    log_path: Path,
+    app_name: str = "",
+    concurrency: int = 2,
+    extra_env: dict[str, str] | None = None,
 ) -> WorkerProcess:
     """Start ``celery -A portal worker`` on ``queue`` in its own process group; wait until
-    it is ready."""
+    it is ready. Its ``concurrency`` tasks may all be for one cluster unless ``extra_env``
+    sets ``GPUPOOL_CLUSTER_TASK_SLOTS`` (the tests of that bound do)."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -288,12 +298,14 @@ def worker_start(
         "GPUPOOL_CLUSTER_TIMEOUT_SECONDS": str(TIMEOUT_SECONDS),
         "DB_CONN_MAX_AGE": "0",
         "PYTHONUNBUFFERED": "1",
+        "GPUPOOL_CLUSTER_TASK_SLOTS": str(concurrency),
+        **(extra_env or {}),
     }
     if app_name:
         env["PGAPPNAME"] = app_name
     cmd = [
         sys.executable, "-m", "celery", "-A", "portal", "worker",
-        "-Q", queue, "-c", "2", "-l", "INFO", "--without-gossip", "--without-mingle",
+        "-Q", queue, "-c", str(concurrency), "-l", "INFO", "--without-gossip", "--without-mingle",
         "--without-heartbeat", "-n", f"{queue}@%h",
     ]  # fmt: skip
     log_file = log_path.open("wb")
@@ -327,14 +339,14 @@ def _app_reset_connections() -> None:
 
 
 @contextmanager
-def app_publishing_to(broker: str, queue: str) -> Iterator[None]:
-    """While inside, this process publishes clusters tasks to ``queue`` on ``broker``; the
-    previous broker and routes come back on the way out."""
+def app_publishing_to(broker: str, queue: str, tasks: str = "clusters") -> Iterator[None]:
+    """While inside, this process publishes the ``tasks`` app's tasks to ``queue`` on
+    ``broker``; the previous broker and routes come back on the way out."""
     from portal.celery import app
 
     previous = {key: app.conf[key] for key in _APP_KEYS}
     app.conf.update(broker_url=broker, broker_read_url=broker, broker_write_url=broker)
-    app.conf.task_routes = {"clusters.*": {"queue": queue}}
+    app.conf.task_routes = {f"{tasks}.*": {"queue": queue}}
     _app_reset_connections()
     try:
         yield
@@ -381,14 +393,16 @@ class PrivateWorkers:
         self.folder = folder
         self.started: list[WorkerProcess] = []
 
-    def start(self) -> WorkerProcess:
-        """A fresh worker process on the test's queue (its connections are named after it)."""
+    def start(self, **options: Any) -> WorkerProcess:
+        """A fresh worker process on the test's queue (its connections are named after it);
+        ``options`` go to :func:`worker_start` (``concurrency``, ``extra_env``)."""
         worker = worker_start(
             queue=self.queue,
             broker=self.broker,
             database_url=self.database_url,
             log_path=self.folder / f"worker-{len(self.started)}.log",
             app_name=self.queue[:63],
+            **options,
         )
         self.started.append(worker)
         return worker
@@ -490,10 +504,6 @@ def watchers(transactional_db: Any) -> Iterator[Watchers]:
 @pytest.fixture
 def admit(bob: Any) -> Callable[..., Any]:
     """``admit(cluster, model="a100-80gb", nodes=[...], **job fields)`` → an ADMITTED job."""
-    from portal.jobs.state import job_transition
-    from portal.models import Job, JobState
-    from scheduling.models import GpuModel
-    from tests.factories import JobFactory
 
     def make(
         cluster: Cluster,
@@ -501,34 +511,39 @@ def admit(bob: Any) -> Callable[..., Any]:
         model: str = "a100-80gb",
         nodes: list[str] | None = None,
         **fields: Any,
-    ) -> Job:
+    ) -> Any:
         fields.setdefault("command", ["sh", "-c", "sleep 60"])
-        job = JobFactory(team=bob.memberships.first().team, owner=bob, **fields)
-        gpu_model = GpuModel.objects.get(key=model)
-        plan = nodes or [f"{'a100' if model.startswith('a100') else model}-0"] * job.replicas
-        assert job_transition(
-            job_id=job.pk,
-            expected=JobState.QUEUED,
-            to=JobState.ADMITTED,
-            reason="Admitted",
+        fields.setdefault("replicas", 1)
+        default_node = f"{'a100' if model.startswith('a100') else model}-0"
+        plan = nodes or [default_node] * fields["replicas"]
+        return admitted_job(
+            cluster=cluster,
+            model=model,
+            plan=plan,
             message="admitted by the test",
-            updates={"cluster_id": cluster.pk, "gpu_model_id": gpu_model.pk, "node_plan": plan},
+            team=bob.memberships.first().team,
+            owner=bob,
+            **fields,
         )
-        job.refresh_from_db()
-        return job
 
     return make
 
 
 def dispatch(*jobs: Any) -> None:
-    """Hand jobs to the clusters app the way the scheduling cycle does (its on_admitted hook)."""
-    from scheduling import cycle
-
-    for hook in cycle.on_admitted:
+    """Hand jobs to the clusters app the way the scheduling cycle does (``hooks.admitted``)."""
+    for hook in hooks.admitted.listeners:
         hook([j.pk for j in jobs])
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
+# How long a test waits for what a worker, a watch or kubesim does on its own. The waits end as
+# soon as the thing happens (tens of milliseconds on a quiet machine); the bound only matters
+# when it never does, and on a loaded 2-core machine "eventually" can take tens of seconds.
+PATIENCE = 45.0
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = PATIENCE, interval: float = 0.05
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -543,7 +558,30 @@ def state_of(job: Any) -> str:
     return str(Job.objects.values_list("state", flat=True).get(pk=job.pk))
 
 
-def wait_state(job: Any, *states: str, timeout: float = 20.0) -> str:
+def wait_state(job: Any, *states: str, timeout: float = PATIENCE) -> str:
     state = wait_for(lambda: (s := state_of(job)) in states and s, timeout=timeout)
     assert state, f"job {job.pk} stayed {state_of(job)}, expected {' or '.join(states)}"
     return str(state)
+
+
+def wait_deleted(
+    sim: Any, job: Any, *states: str, namespace: str = "gpupool", timeout: float = PATIENCE
+) -> str:
+    """Wait for the portal to delete the job's Volcano Job, let the kubelet's grace period pass,
+    then wait for one of ``states``.
+
+    The portal deletes in the foreground: the Volcano Job stays, marked for deletion, until its
+    pods are gone, and the job keeps its GPUs (CANCELLING, PREEMPTING) until then. On kubesim's
+    frozen clock the pods go only when the test lets their termination time pass.
+    """
+    from clusters import volcano
+
+    name = volcano.volcano_job_name(str(job.public_id))
+
+    def marked_or_gone() -> bool:
+        obj = sim.get("jobs", name, namespace)
+        return obj is None or bool(obj["metadata"].get("deletionTimestamp"))
+
+    assert wait_for(marked_or_gone, timeout=timeout), f"{name} was never deleted"
+    sim.advance(max(1.0, float(sim.config.simulation.pod_termination_seconds)))
+    return wait_state(job, *states, timeout=timeout)

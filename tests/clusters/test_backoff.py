@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from clusters.dispatch import MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, backoff_seconds
+from clusters.outcome import MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, backoff_seconds
 
 
 @pytest.fixture(autouse=True)

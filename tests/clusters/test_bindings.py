@@ -17,10 +17,11 @@ import pytest
 
 from clusters import volcano
 from clusters.bindings import node_plans_apply, pod_bindings
-from clusters.dispatch import job_dispatch, job_manifest
+from clusters.dispatch import job_dispatch
 from clusters.inventory import inventory_sync
+from clusters.manifests import job_manifest
 from clusters.services import cluster_client
-from clusters.status import cluster_reconcile
+from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.jobs.services import job_submit
 from portal.models import Job, JobState
 from scheduling.cycle import run_cycle
@@ -57,12 +58,14 @@ def _per_node(plans: dict[str, list[str]]) -> Counter[str]:
 
 @pytest.fixture
 def drifted(sim, cluster, admit):
-    """16 one-GPU jobs planned 8 on a100-0 then 8 on a100-1, created last-planned first: every
-    plan is wrong, and no watcher runs to say so."""
+    """16 one-GPU jobs running 8 on a100-0 and 8 on a100-1 whose plans all name the other
+    node (the books of a portal that lost track), and no watcher runs to say so."""
     jobs = [admit(cluster, nodes=[f"a100-{0 if i < 8 else 1}"], name=f"j{i}") for i in range(16)]
-    for job in reversed(jobs):
+    for job in jobs:
         assert job_dispatch(job_id=job.pk).done
     sim.settle()
+    for i, job in enumerate(jobs):
+        Job.objects.filter(pk=job.pk).update(node_plan=[f"a100-{1 if i < 8 else 0}"])
     truth = _truth(sim)
     assert _per_node(truth) == {"a100-0": 8, "a100-1": 8}
     assert sum(_plans(jobs)[k] != v for k, v in truth.items()) == 16
@@ -74,10 +77,10 @@ def test_a_binding_reported_while_the_job_is_still_admitted_moves_its_plan(
 ):
     """The pod is bound between the create and the dispatcher's SUBMITTED: that event must
     count (it used to be dropped, and the next one skipped as already seen)."""
-    sim.cordon("a100-1")  # after the inventory read: the portal still plans there
-    job = admit(cluster, nodes=["a100-1"])
+    job = admit(cluster, nodes=["a100-0"])
     watchers.start(cluster, "pods")
-    namespace, manifest = job_manifest(job)
+    namespace, manifest = job_manifest(job)  # pinned to a100-0
+    Job.objects.filter(pk=job.pk).update(node_plan=["a100-1"])  # books that drifted meanwhile
     cluster_client(cluster).create_job(namespace, manifest)
     sim.settle()
     assert _truth(sim) == {str(job.public_id): ["a100-0"]}
@@ -86,7 +89,7 @@ def test_a_binding_reported_while_the_job_is_still_admitted_moves_its_plan(
 
 
 def test_one_reconcile_corrects_every_drifted_plan(sim, cluster, drifted):
-    result = cluster_reconcile(cluster=cluster)
+    result = cluster_reconcile_and_enqueue(cluster=cluster)
     assert result.ok and result.plans_corrected == 16
     assert _plans(drifted) == _truth(sim)
 
@@ -102,10 +105,10 @@ def test_a_full_pool_with_half_corrected_plans_admits_nothing_and_is_repaired(
     """The issue's trial: some bindings arrived, others were lost, so the plans put 16 GPUs on
     an 8-GPU node and none on the other. One more job must wait, the over-count is logged,
     and the refresh it triggers (a real Celery worker) puts every plan where its pod runs."""
-    first_created = {str(j.public_id) for j in drifted[8:]}
+    reported = {str(j.public_id) for j in drifted[:8]}  # the bindings that did arrive
     truth = _truth(sim)
     node_plans_apply(
-        {u: b for u, b in pod_bindings(sim.list("pods")).items() if str(u) in first_created}
+        {u: b for u, b in pod_bindings(sim.list("pods")).items() if str(u) in reported}
     )
     assert _per_node(_plans(drifted)) == {"a100-0": 16}
     Quota.objects.create(
@@ -115,14 +118,14 @@ def test_a_full_pool_with_half_corrected_plans_admits_nothing_and_is_repaired(
     )
     extra = job_submit(user=bob, data=job_body(replicas=1, gpus_per_replica=1)).job
 
-    with caplog.at_level(logging.WARNING, logger="scheduling.cycle"):
+    with caplog.at_level(logging.WARNING, logger="scheduling.snapshot"):
         result = run_cycle()
     assert extra.pk not in result.admitted
     extra.refresh_from_db()
     assert (extra.state, extra.pending_reason_code) == (JobState.QUEUED, "NO_CAPACITY")
     assert "node a100-0: 16 GPUs planned" in caplog.text and "8 too many" in caplog.text
 
-    assert wait_for(lambda: _plans(drifted) == truth, timeout=20), _per_node(_plans(drifted))
+    assert wait_for(lambda: _plans(drifted) == truth), _per_node(_plans(drifted))
     assert run_cycle().admitted == []
     assert not [p for p in sim.list("pods") if not p["spec"].get("nodeName")]
     assert all(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from clusters import volcano
+from portal import hooks
 from portal.errors import Conflict
 from portal.jobs.services import job_cancel
 from portal.jobs.state import job_transition
 from portal.models import Job, JobEvent, JobState
-from scheduling import cycle
-from tests.clusters.conftest import dispatch, wait_for, wait_state
+from tests.clusters.conftest import dispatch, state_of, wait_deleted, wait_for, wait_state
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -44,7 +44,7 @@ def test_cancelling_a_submitted_job_deletes_its_volcano_job(sim, cluster, admit,
     wait_state(job, JobState.SUBMITTED)
     answer = api_as(bob).post(f"/api/v1/jobs/{job.public_id}/cancel/")
     assert answer.status_code == 202 and answer.json()["state"] == JobState.CANCELLING
-    wait_state(job, JobState.CANCELLED)
+    wait_deleted(sim, job, JobState.CANCELLED)
     assert _gone(sim, job)
     last = JobEvent.objects.filter(job_id=job.pk).order_by("-id").first()
     assert (last.reason, last.message) == ("Cancelled", "The Volcano Job was deleted.")
@@ -58,7 +58,7 @@ def test_a_cancel_the_api_server_fails_is_retried_until_the_volcano_job_is_gone(
     wait_state(job, JobState.SUBMITTED)
     sim.faults.add(verb="delete", resource="jobs", status=503, count=2)
     job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
-    wait_state(job, JobState.CANCELLED)
+    wait_deleted(sim, job, JobState.CANCELLED)
     assert _gone(sim, job)
     assert sim.faults.count(verb="delete", resource="jobs") == 2
 
@@ -66,7 +66,7 @@ def test_a_cancel_the_api_server_fails_is_retried_until_the_volcano_job_is_gone(
 def test_a_lost_cancel_message_is_finished_by_the_reconcile(sim, cluster, admit):
     import datetime as dt
 
-    from clusters.status import cluster_reconcile
+    from clusters.tasks import cluster_reconcile_and_enqueue
 
     job = admit(cluster)
     dispatch(job)
@@ -79,8 +79,8 @@ def test_a_lost_cancel_message_is_finished_by_the_reconcile(sim, cluster, admit)
         state_changed_at=Job.objects.get(pk=job.pk).state_changed_at - dt.timedelta(minutes=5)
     )
     assert sim.get("jobs", _name(job), "gpupool") is not None
-    assert cluster_reconcile(cluster=cluster).ok
-    wait_state(job, JobState.CANCELLED)
+    assert cluster_reconcile_and_enqueue(cluster=cluster).ok
+    wait_deleted(sim, job, JobState.CANCELLED)
     assert _gone(sim, job)
 
 
@@ -102,10 +102,17 @@ def test_cancelling_a_running_job_stops_its_pods(sim, cluster, admit, bob, watch
     sim.advance(3)
     wait_state(job, JobState.RUNNING)
     job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
-    wait_state(job, JobState.CANCELLED)
+    # Deleted in the foreground: while its pods terminate the job is still CANCELLING, and
+    # its GPUs still counted as taken on its nodes.
+    assert wait_for(
+        lambda: sim.get("jobs", _name(job), "gpupool")["metadata"].get("deletionTimestamp")
+    )
+    assert sim.job_pods("gpupool", _name(job))
+    assert state_of(job) == JobState.CANCELLING
+    assert Job.objects.get(pk=job.pk).node_plan
+    wait_deleted(sim, job, JobState.CANCELLED)
     assert _gone(sim, job)
-    sim.advance(5)
-    assert wait_for(lambda: not sim.job_pods("gpupool", _name(job)), timeout=10)
+    assert not sim.job_pods("gpupool", _name(job))
 
 
 def test_a_preempting_job_cannot_be_cancelled_but_is_requeued(sim, cluster, admit, bob):
@@ -121,9 +128,17 @@ def test_a_preempting_job_cannot_be_cancelled_but_is_requeued(sim, cluster, admi
     )
     with pytest.raises(Conflict):
         job_cancel(job=Job.objects.get(pk=job.pk), by=bob)
-    for hook in cycle.on_preempted:  # what the cycle does on commit
+    for hook in hooks.preempted.listeners:  # what the cycle does on commit
         hook([job.pk])
-    wait_state(job, JobState.QUEUED)
+    # Until its pods are gone the victim stays PREEMPTING on its node: the GPUs it frees
+    # are not offered to anyone before the cluster has them back.
+    assert wait_for(
+        lambda: sim.get("jobs", _name(job), "gpupool")["metadata"].get("deletionTimestamp")
+    )
+    assert sim.job_pods("gpupool", _name(job))
+    preempting = Job.objects.get(pk=job.pk)
+    assert preempting.state == JobState.PREEMPTING and preempting.node_plan
+    wait_deleted(sim, job, JobState.QUEUED)
     assert _gone(sim, job)
     requeued = Job.objects.get(pk=job.pk)
     assert requeued.cluster_id is None and requeued.node_plan == []
@@ -133,7 +148,7 @@ def test_a_preempting_job_cannot_be_cancelled_but_is_requeued(sim, cluster, admi
 
 
 def test_a_requeued_job_is_dispatched_again_under_a_new_submission_uid(sim, cluster, admit):
-    from clusters.dispatch import submission_uid
+    from clusters.manifests import submission_uid
 
     job = admit(cluster)
     dispatch(job)
@@ -141,9 +156,9 @@ def test_a_requeued_job_is_dispatched_again_under_a_new_submission_uid(sim, clus
     first = submission_uid(Job.objects.get(pk=job.pk))
     job_transition(job_id=job.pk, expected=JobState.SUBMITTED, to=JobState.PREEMPTING,
                    reason="Preempted", message="m")  # fmt: skip
-    for hook in cycle.on_preempted:
+    for hook in hooks.preempted.listeners:
         hook([job.pk])
-    wait_state(job, JobState.QUEUED)
+    wait_deleted(sim, job, JobState.QUEUED)
     from scheduling.models import GpuModel
 
     job_transition(

@@ -14,11 +14,10 @@ from django.conf import settings
 
 from clusters import volcano
 from clusters.deadlines import deadlines_enforce
-from clusters.selectors import HOLDING_STATES
 from clusters.tasks import enforce_deadlines
 from portal.jobs.state import job_transition
-from portal.models import Job, JobEvent, JobState
-from tests.clusters.conftest import dispatch, wait_for, wait_state
+from portal.models import HOLDING_STATES, Job, JobEvent, JobState
+from tests.clusters.conftest import dispatch, wait_deleted, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -117,7 +116,7 @@ def test_the_portal_stops_a_job_past_max_runtime_and_grace_and_holds_its_gpus_un
     assert "past its max runtime of 1 min" in stopping[0].message
 
     sim.faults.clear()
-    wait_state(job, S.FAILED, timeout=30)
+    wait_deleted(sim, job, S.FAILED, timeout=30)
     ended = _ended(job)
     assert ended.reason == "MaxRuntimeExceeded" and "Volcano Job was deleted" in ended.message
     assert _vcjob(sim, job) is None
@@ -134,7 +133,7 @@ def test_a_duplicated_deadline_message_stops_the_job_once(sim, cluster, admit, w
     _judge(late)
     _judge(late)  # a duplicated message, and another worker judging the same moment
     enforce_deadlines(late.isoformat())
-    wait_state(job, S.FAILED)
+    wait_deleted(sim, job, S.FAILED)
     deadlines_enforce(now=late + dt.timedelta(hours=1))  # after the end: nothing to do
     reasons = [
         (e.from_state, e.to_state, e.reason) for e in _events(job) if e.from_state != e.to_state
@@ -164,12 +163,36 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_after_the_bound_and_frees_
     assert Job.objects.get(pk=job.pk).state == S.SUBMITTED
 
     _judge(since + bound + dt.timedelta(seconds=1))
-    wait_state(job, S.FAILED)
+    wait_deleted(sim, job, S.FAILED)
     ended = _ended(job)
     assert ended.reason == "ImagePullBackOff"  # the cluster's reason
     assert "could not start" in ended.message and "doesnotexist" in ended.message
     assert wait_for(lambda: _vcjob(sim, job) is None)
     assert "ImagePullBackOff" in _page(client, bob, job)
+
+
+def test_a_missing_secret_fails_the_job_with_the_clusters_words_after_the_bound(
+    sim, cluster, admit, watchers, client, bob
+):
+    """A job reading a variable from a Secret that is not in its namespace: the kubelet says
+    CreateContainerConfigError, and the portal ends the job with that reason, as a real cluster
+    would have it; the Secret's value never passed the portal, only its name."""
+    watchers.start(cluster)
+    refs = {"HF_TOKEN": {"secret": "hf-credentials", "key": "token"}}
+    job = _submitted(cluster, admit, env_from_secrets=refs)
+    manifest = _vcjob(sim, job)
+    env = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]
+    wanted = {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}
+    assert {"name": "HF_TOKEN", "valueFrom": wanted} in env
+    sim.advance(3)
+    fact = wait_for(lambda: _events(job, reason="CreateContainerConfigError"))
+    assert fact, "the pod's problem was never reported"
+    assert 'secret "hf-credentials" not found' in fact[0].message
+
+    _judge(fact[0].created_at + dt.timedelta(seconds=settings.GPUPOOL_START_FAILURE_SECONDS + 1))
+    wait_deleted(sim, job, S.FAILED)
+    assert _ended(job).reason == "CreateContainerConfigError"
+    assert "CreateContainerConfigError" in _page(client, bob, job)
 
 
 def test_an_unschedulable_gang_is_requeued_with_its_place_then_fails_after_the_bound(
@@ -180,7 +203,7 @@ def test_an_unschedulable_gang_is_requeued_with_its_place_then_fails_after_the_b
     watchers.start(cluster)
     job = _submitted(cluster, admit, replicas=3, gpus_per_replica=8)  # 2 nodes have 8
     sim.advance(3)
-    assert wait_for(lambda: _events(job, reason="Unschedulable"))
+    assert wait_for(lambda: _events(job, reason="Unschedulable"), timeout=60)
     submitted_at = Job.objects.get(pk=job.pk).submitted_at
     bound = dt.timedelta(seconds=settings.GPUPOOL_UNSCHEDULABLE_SECONDS)
     model = GpuModel.objects.get(key="a100-80gb")

@@ -1,7 +1,7 @@
 """From ADMITTED to a Volcano Job on kubesim, through a real Celery worker process.
 
 Each test admits a job by hand (what the scheduling cycle does), hands it over through the
-cycle's ``on_admitted`` hook, and watches the job row and the simulated cluster.
+cycle's ``portal.hooks.admitted`` hook, and watches the job row and the simulated cluster.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from clusters import volcano
-from clusters.dispatch import job_manifest, submission_uid
+from clusters.manifests import job_manifest, submission_uid
 from clusters.models import VolcanoJobRecord
 from portal.models import Job, JobEvent, JobState
 from tests.clusters.conftest import MAX_ATTEMPTS, SMALL, dispatch, wait_for, wait_state
@@ -354,7 +354,7 @@ def test_a_dispatch_batch_costs_the_same_statements_for_3_jobs_or_9(sim, cluster
     for size in (3, 9):
         ids = [admit(cluster, name=f"q{size}-{i}").pk for i in range(size)]
         with CaptureQueriesContext(connection) as queries:
-            assert job_dispatch_batch(job_ids=ids) == {}
+            assert job_dispatch_batch(job_ids=ids).later == {}
         counts.append(len(queries))
         assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {
             JobState.SUBMITTED

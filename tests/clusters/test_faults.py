@@ -18,8 +18,9 @@ from django.db import connection
 from django.utils import timezone
 
 from clusters import tasks, volcano
-from clusters.dispatch import submission_uid
-from clusters.status import STALE_AFTER, cluster_reconcile
+from clusters.manifests import submission_uid
+from clusters.reconcile import STALE_AFTER
+from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.models import Job, JobEvent, JobState
 from tests.clusters.conftest import app_publishing_to, dispatch, state_of, wait_for, wait_state
 
@@ -86,7 +87,7 @@ def _recover(cluster, jobs: list, timeout: float = 15.0) -> None:
     re-enqueues what is still ADMITTED, so a retry, a redelivery or the reconcile may win."""
     assert wait_for(
         lambda: (
-            cluster_reconcile(cluster=cluster, now=_later()).ok
+            cluster_reconcile_and_enqueue(cluster=cluster, now=_later()).ok
             and all(state_of(j) == JobState.SUBMITTED for j in jobs)
         ),
         timeout=timeout,
@@ -116,7 +117,7 @@ def test_a_worker_killed_mid_create_is_recovered_by_the_reconcile_without_a_twin
     private_worker.start()
     # The killed worker's message comes back only after the broker's visibility timeout (an
     # hour); the reconcile, its clock moved past STALE_AFTER, re-enqueues the jobs instead.
-    result = cluster_reconcile(cluster=cluster, now=_later())
+    result = cluster_reconcile_and_enqueue(cluster=cluster, now=_later())
     assert result.ok, result.message
     assert sorted(result.redispatched) == sorted(j.pk for j in jobs)
     for job in jobs:
@@ -187,7 +188,7 @@ def test_a_dispatch_that_cannot_be_enqueued_stays_admitted_and_the_reconcile_sub
 
     # The broker is back (this process publishes to the worker's again); the reconcile finds
     # the job still ADMITTED long after its admission and enqueues it anew.
-    result = cluster_reconcile(cluster=cluster, now=_later())
+    result = cluster_reconcile_and_enqueue(cluster=cluster, now=_later())
     assert result.redispatched == [job.pk]
     wait_state(job, JobState.SUBMITTED)
     assert len(_volcano_jobs(sim, job)) == 1

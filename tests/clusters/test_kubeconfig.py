@@ -16,6 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from clusters.kubeconfig import (
     MAX_KUBECONFIG_BYTES,
+    MAX_YAML_DEPTH,
     ClusterCredentials,
     KubeconfigError,
     parse_kubeconfig,
@@ -620,3 +621,25 @@ def test_oversized_input_is_refused_before_parsing():
     padding = "#" * MAX_KUBECONFIG_BYTES
     for text in (dump(a_kubeconfig()) + padding, (dump(a_kubeconfig()) + padding).encode()):
         assert "larger than" in str(refused(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 10_000,  # issue 14: PyYAML's recursive composer ran out of stack (a 500)
+        "a: " + "[" * 500 + "]" * 500,
+        "".join(" " * i + f"k{i}:\n" for i in range(100)) + " " * 100 + "v\n",
+    ],
+    ids=["10,000 unclosed [", "500 closed [ under a key", "100 block mappings"],
+)
+def test_yaml_nested_too_deep_is_refused_naming_the_limit(text):
+    assert f"more than {MAX_YAML_DEPTH} levels deep" in str(refused(text))
+
+
+def test_extensions_nested_within_the_limit_are_accepted():
+    config = a_kubeconfig()
+    extension: dict[str, Any] = {"leaf": True}
+    for _ in range(MAX_YAML_DEPTH - 8):  # the extension sits 6 levels down already
+        extension = {"x": extension}
+    config["clusters"][0]["cluster"]["extensions"] = [{"name": "deep", "extension": extension}]
+    assert parse_kubeconfig(dump(config)).server

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 
 from portal.models import JobState
@@ -13,7 +15,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 @pytest.fixture
 def running(sim, cluster, admit, watchers):
     watchers.start(cluster)
-    job = admit(cluster, replicas=2, gpus_per_replica=1)
+    job = admit(cluster, replicas=2, gpus_per_replica=1, command=["sh", "-c", "sleep 600"])
     dispatch(job)
     wait_state(job, JobState.SUBMITTED)
     sim.advance(3)
@@ -50,3 +52,65 @@ def test_the_job_page_loads_the_log_section(running, client, bob):
         f"/clusters/job-logs/{running.public_id}/?replica=0&tail=3", HTTP_HX_REQUEST="true"
     ).content.decode()
     assert 'id="job-logs"' in fragment and "<pre" in fragment and "<html" not in fragment
+
+
+def _steps(text: str) -> list[int]:
+    return [
+        int(line.split("step ")[1].split(":")[0]) for line in text.splitlines() if "step " in line
+    ]
+
+
+def test_reading_after_a_cursor_returns_only_the_new_lines(running, api_as, bob, sim):
+    """How the page follows a log and a CLI tails it: read, then read ``since`` the answer's
+    ``next_since`` for only what came after; ``running`` says more may come."""
+    api = api_as(bob)
+    url = f"/api/v1/jobs/{running.public_id}/logs/?replica=1"
+    first = api.get(f"{url}&timestamps=true").json()
+    lines = first["text"].splitlines()
+    assert first["running"] and first["attempt"] == "current"
+    assert first["next_since"] == lines[-1].split(" ")[0] and "Z" in first["next_since"]
+    cursor = quote(first["next_since"])
+    nothing = api.get(f"{url}&since={cursor}").json()
+    assert nothing["text"] == "" and nothing["next_since"] == first["next_since"]
+    sim.advance(30)  # a line every 10 simulated seconds
+    more = api.get(f"{url}&since={cursor}").json()
+    last = _steps(first["text"])[-1]
+    new = len(more["text"].splitlines())
+    assert new >= 2 and _steps(more["text"]) == list(range(last + 1, last + 1 + new))
+    assert more["next_since"] > first["next_since"]
+    # the cluster's clock now runs minutes ahead of the portal's: the read still joins up
+    sim.advance(200)
+    later = api.get(f"{url}&since={quote(more['next_since'])}").json()
+    last = _steps(more["text"])[-1]
+    assert _steps(later["text"]) == list(range(last + 1, last + 21))
+
+
+def test_since_a_duration_the_previous_run_and_bad_input(running, api_as, bob):
+    api = api_as(bob)
+    url = f"/api/v1/jobs/{running.public_id}/logs/"
+    recent = api.get(f"{url}?since=15s").json()
+    assert 1 <= len(recent["text"].splitlines()) <= 2
+    previous = api.get(f"{url}?attempt=previous").json()
+    assert not previous["available"] and "has not restarted" in previous["message"]
+    for query, field in (("since=yesterday", "since"), ("attempt=first", "attempt"),
+                         ("timestamps=maybe", "timestamps")):  # fmt: skip
+        answer = api.get(f"{url}?{query}")
+        assert answer.status_code == 400 and field in answer.json()["extra"]["fields"], query
+
+
+def test_the_whole_log_downloads_as_a_file_for_the_team_only(running, client, bob, charlie):
+    client.force_login(bob)
+    url = f"/clusters/job-logs/{running.public_id}/download/?replica=1&timestamps=1"
+    response = client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Disposition"].startswith('attachment; filename="')
+    assert response["Content-Disposition"].endswith('-replica-1.log"')
+    text = b"".join(response.streaming_content).decode()
+    assert text.splitlines()[0].split(" ")[0].endswith("Z")  # timestamps asked for
+    shown = client.get(
+        f"/clusters/job-logs/{running.public_id}/?replica=1&tail=2", HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert "2 lines shown" in shown
+    assert len(text.splitlines()) > 2 and "kubesim: container" in text
+    client.force_login(charlie)
+    assert client.get(url).status_code == 404

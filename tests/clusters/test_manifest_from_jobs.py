@@ -1,4 +1,4 @@
-"""From job, cluster and inventory rows to a Volcano Job: ``clusters.dispatch.job_manifest``.
+"""From job, cluster and inventory rows to a Volcano Job: ``clusters.manifests.job_manifest``.
 
 ``test_volcano_manifest`` drives the pure builder over its whole input space; this module
 drives the step before it, which fills the builder's input from the database: the cluster's
@@ -20,10 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusters import volcano
-from clusters.dispatch import job_manifest
+from clusters.manifests import job_manifest
 from clusters.models import Cluster, Node
 from portal.models import JobState
 from scheduling.models import GpuModel
+from tests.builders import admitted_job, gpu_node
 from tests.clusters.test_volcano_manifest import assert_valid_job, containers_of
 from tests.factories import JobFactory, TeamFactory, UserFactory
 
@@ -109,16 +110,13 @@ def _labels(model: str, mode: str, gpu_label: str, index: int) -> dict[str, str]
 
 def _add_nodes(cluster: Cluster, model: GpuModel, labels: list[dict[str, str]]) -> list[Node]:
     return [
-        Node.objects.create(
-            cluster=cluster,
-            name=node_labels["kubernetes.io/hostname"],
-            gpu_model=model,
+        gpu_node(
+            cluster,
+            node_labels["kubernetes.io/hostname"],
+            model.key,
+            8,
             gpu_product=PRODUCTS[model.key][1],
-            gpu_resource=model.resource_name,
-            gpu_capacity=8,
-            gpu_allocatable=8,
             labels=node_labels,
-            last_seen_at=timezone.now(),
         )
         for node_labels in labels
     ]
@@ -135,6 +133,12 @@ def _selects(pod: dict[str, Any], node: Node) -> bool:
         all(node.labels.get(e["key"]) in e["values"] for e in term["matchExpressions"])
         for term in terms
     )
+
+
+def _task_plan(task: str, plan: list[str]) -> list[str]:
+    """The planned nodes of a task's replicas: the master is replica 0, the workers the rest,
+    an inference server all of them."""
+    return {volcano.TASK_MASTER: plan[:1], volcano.TASK_WORKER: plan[1:]}.get(task, plan)
 
 
 def _expected_selector(
@@ -206,11 +210,15 @@ def _check(case: dict[str, Any]) -> None:
         pod = task["template"]["spec"]
         assert task["template"]["metadata"]["labels"][volcano.LABEL_JOB_ID] == str(job.public_id)
 
-        # Placement: the model's label as the nodes carry it.
+        # Placement: the model's label as the nodes carry it...
         selector = pod["nodeSelector"]
         planned = [n for n in nodes if n.name in plan]
         assert selector == _expected_selector(case, model, planned)
-        assert all(_selects(pod, n) for n in planned), (selector, plan)
+        # ...and each task pinned to its own replicas' planned nodes, where the cycle
+        # reserved their GPUs, and nowhere else.
+        mine = _task_plan(task["name"], plan)
+        assert all(_selects(pod, n) for n in nodes if n.name in mine), (pod, mine)
+        assert not any(_selects(pod, n) for n in nodes if n.name not in mine), (pod, mine)
         rivals = [n for n in others if n.gpu_resource == model.resource_name]
         assert not any(_selects(pod, n) for n in rivals), (selector, rivals)
 
@@ -238,15 +246,12 @@ def _check(case: dict[str, Any]) -> None:
 # and one product spelled two ways across a driver upgrade.
 # ---------------------------------------------------------------------------------------------
 def _admitted(cluster: Cluster, model: str, plan: list[str]) -> Any:
-    return JobFactory(
+    return admitted_job(
+        cluster=cluster,
+        model=model,
+        plan=plan,
         team=TeamFactory(slug="vision", name="Vision"),
         owner=UserFactory(username="dispatcher"),
-        state=JobState.ADMITTED,
-        admitted_at=timezone.now(),
-        cluster=cluster,
-        gpu_model=GpuModel.objects.get(key=model),
-        node_plan=plan,
-        replicas=len(plan),
     )
 
 
@@ -294,19 +299,24 @@ def test_a_gang_across_both_spellings_of_a_product_can_still_be_placed(catalog):
 
     _, manifest = job_manifest(_admitted(cluster, "a100-80gb", ["a100-80gb-0", "a100-80gb-1"]))
 
-    for task in manifest["spec"]["tasks"]:
+    for task, node in zip(manifest["spec"]["tasks"], nodes, strict=True):
         pod = task["template"]["spec"]
-        assert all(_selects(pod, n) for n in nodes), f"{pod} does not select every planned node"
+        assert _selects(pod, node), f"{pod} does not select its replica's planned node"
         assert "nodeSelector" not in pod
         (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"
         ]
         assert term["matchExpressions"] == [
+            {  # pinned to the replica's planned node
+                "key": "kubernetes.io/hostname",
+                "operator": "In",
+                "values": [node.labels["kubernetes.io/hostname"]],
+            },
             {
                 "key": NVIDIA_PRODUCT,
                 "operator": "In",
                 "values": ["A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"],
-            }
+            },
         ]
 
 

@@ -52,7 +52,7 @@ def bare_cluster(sim, register, vision):
 
 def _submit_and_admit(bob):
     job = job_submit(user=bob, data=job_body(replicas=1, gpus_per_replica=4)).job
-    result = run_cycle()  # on commit, the admission goes to the worker (on_admitted)
+    result = run_cycle()  # on commit, the admission goes to the worker (hooks.admitted)
     assert result.admitted == [job.pk]
     job.refresh_from_db()
     assert job.placement["borrowed_gpus"] == 4  # admitted on borrowed quota

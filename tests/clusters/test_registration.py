@@ -17,6 +17,7 @@ from clusters.secrets import credentials_open
 from clusters.services import (
     cluster_credentials_from_input,
     cluster_register,
+    cluster_settings_check,
     cluster_test,
 )
 from kubesim import KubeSim
@@ -393,3 +394,49 @@ def test_the_staff_page_tests_a_connection(sim, register, client, root, bob):
     client.force_login(root)
     page = client.post(f"/clusters/{cluster.name}/test/").content.decode()
     assert "OK: Kubernetes v1.31.0-kubesim, 9 nodes" in page
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://169.254.169.254/", "cloud metadata address"),
+        ("http://metadata.google.internal/", "cloud metadata host"),
+        ("http://[fd00:ec2::254]:9090", "cloud metadata address"),
+        ("http://0.0.0.0:9090", "not a usable unicast address"),
+        ("http://[::ffff:169.254.169.254]:9090", "cloud metadata address"),
+        ("http://user:pw@10.0.0.5:9090", "user name or password"),
+        ("ftp://10.0.0.5/", "must use http or https, not ftp"),
+    ],
+    ids=["metadata", "metadata host", "metadata v6", "unusable", "mapped v4", "userinfo", "ftp"],
+)
+def test_an_unsafe_prometheus_url_is_refused_at_registration(
+    sim, catalog, api_as, root, url, words
+):
+    body = {"name": "prom", "kubeconfig": kubeconfig_text(sim), "prometheus_url": url}
+    answer = api_as(root).post("/api/v1/clusters/", body, format="json")
+    assert answer.status_code == 400, answer.json()
+    (problem,) = answer.json()["extra"]["fields"]["prometheus_url"]
+    assert words in problem
+    assert not Cluster.objects.exists()
+
+
+def test_a_loopback_prometheus_url_needs_local_urls_allowed(sim, catalog, settings, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(sim))
+    settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = False
+    with pytest.raises(ApplicationError) as refused:
+        cluster_settings_check(prometheus_url="http://127.0.0.1:9090")
+    assert "loopback" in refused.value.fields["prometheus_url"][0]
+    settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = True
+    cluster_settings_check(prometheus_url="http://127.0.0.1:9090")
+    out = io.StringIO()
+    call_command(
+        "register_cluster",
+        "prom",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--prometheus-url",
+        "http://127.0.0.1:9090/",
+        stdout=out,
+    )
+    assert Cluster.objects.get(name="prom").prometheus_url == "http://127.0.0.1:9090/"

@@ -180,3 +180,13 @@ def test_the_test_connection_action_shows_each_report_as_a_message(sim, register
     assert sim.token not in page
     good.refresh_from_db()
     assert good.last_test_ok and good.last_test_message.startswith("OK: Kubernetes")
+
+
+def test_an_unsafe_prometheus_url_is_a_field_error_on_change(sim, register, admin_client):
+    cluster = register(sim, name="adm")
+    answer = admin_client.post(_change(cluster), _form(prometheus_url="http://169.254.169.254/"))
+    errors = _errors(answer)
+    assert list(errors) == ["prometheus_url"]
+    assert "169.254.169.254 is a cloud metadata address" in errors["prometheus_url"][0]
+    cluster.refresh_from_db()
+    assert cluster.prometheus_url == ""

@@ -23,7 +23,14 @@ from clusters.services import cluster_test
 from clusters.tasks import sync_inventory
 from portal.jobs.services import job_cancel
 from portal.models import Job, JobState
-from tests.clusters.conftest import TEST_KEYS, _database_url, dispatch, wait_for, wait_state
+from tests.clusters.conftest import (
+    TEST_KEYS,
+    _database_url,
+    dispatch,
+    wait_deleted,
+    wait_for,
+    wait_state,
+)
 from tests.test_deployment import _manage
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -142,11 +149,14 @@ def test_a_full_run_leaves_no_secret_in_the_database_logs_or_task_arguments(
             dispatch(other)
             wait_state(other, JobState.SUBMITTED)
             job_cancel(job=Job.objects.get(pk=other.pk), by=bob)
-            wait_state(other, JobState.CANCELLED)
-            sim.faults.add(verb="create", resource="jobs", status=401, count=1)
+            wait_deleted(sim, other, JobState.CANCELLED)
+            # Refused credentials: the cluster is marked unreachable and the create retried
+            # (no job fails for it); the refusal's logs must not carry the token either.
+            refused = sim.faults.add(verb="create", resource="jobs", status=401, count=1)
             failing = admit(cluster)
             dispatch(failing)
-            wait_state(failing, JobState.FAILED)
+            wait_state(failing, JobState.SUBMITTED)
+            assert refused.hits == 1
     finally:
         before_task_publish.disconnect(record)
     secrets = [sim.token, base64.b64encode(sim.token.encode()).decode(), *_key_material(key_pem)]

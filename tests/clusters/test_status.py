@@ -11,9 +11,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from clusters import volcano
-from clusters.dispatch import job_manifest
+from clusters.manifests import job_manifest
 from clusters.models import ClusterWatch, VolcanoJobRecord
-from clusters.status import JobView, cluster_reconcile, job_status_apply
+from clusters.observed import JobView
+from clusters.status import StatusOutcome, job_status_apply
+from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.models import Job, JobEvent, JobState
 from tests.clusters.conftest import dispatch, wait_for, wait_state
 
@@ -63,12 +65,12 @@ def _adopted(sim, cluster, admit, annotations, **fields):
 def test_a_job_runs_and_succeeds_with_times_and_real_node_bindings(sim, cluster, admit, watchers):
     watchers.start(cluster)
     job = _submitted(sim, cluster, admit, replicas=2, gpus_per_replica=8,
-                     nodes=["a100-0", "a100-0"])  # fmt: skip
+                     nodes=["a100-0", "a100-1"])  # fmt: skip
     sim.advance(3)
     wait_state(job, JobState.RUNNING)
     job.refresh_from_db()
     bound = sorted(p["spec"]["nodeName"] for p in sim.job_pods("gpupool", _name(job)))
-    assert bound == ["a100-0", "a100-1"]  # 8 GPUs each: the plan's a100-0 twice cannot be real
+    assert bound == ["a100-0", "a100-1"]  # 8 GPUs each, pinned to the two planned nodes
     assert wait_for(lambda: sorted(Job.objects.get(pk=job.pk).node_plan) == bound)
     assert job.started_at is not None
     sim.advance(65)
@@ -128,11 +130,11 @@ def test_an_unschedulable_gang_shows_volcanos_message(sim, cluster, admit, watch
     watchers.start(cluster)
     job = _submitted(sim, cluster, admit, replicas=3, gpus_per_replica=8)  # 2 nodes have 8
     sim.advance(3)
-    event = wait_for(lambda: _event(job, "Unschedulable"))
+    event = wait_for(lambda: _event(job, "Unschedulable"), timeout=60)
     assert event is not None and "pods cannot be scheduled" in event.message
     assert "nvidia.com/gpu" in event.message
     count = JobEvent.objects.filter(job_id=job.pk, reason="Unschedulable").count()
-    cluster_reconcile(cluster=cluster)  # the same facts again: no new events
+    cluster_reconcile_and_enqueue(cluster=cluster)  # the same facts again: no new events
     assert JobEvent.objects.filter(job_id=job.pk, reason="Unschedulable").count() == count
 
 
@@ -200,7 +202,7 @@ def test_a_pods_watch_that_expires_relists_and_still_reports_pod_reasons(
     sim.faults.drop_watch_events(resource="pods", count=1000)
     sim.faults.expire_next_watch(resource="pods")
     sim.advance(3)
-    assert wait_for(lambda: _event(job, "ImagePullBackOff"), timeout=20), _reasons(job)
+    assert wait_for(lambda: _event(job, "ImagePullBackOff")), _reasons(job)
     assert pods_watcher.relists == 1
     assert ClusterWatch.objects.get(cluster=cluster, resource="pods").relists == 1
 
@@ -213,7 +215,7 @@ def test_dropped_watch_events_are_healed_by_the_reconcile(sim, cluster, admit, w
     sim.advance(65)
     assert sim.job_phase("gpupool", _name(job)) == "Completed"
     assert Job.objects.get(pk=job.pk).state == JobState.SUBMITTED
-    result = cluster_reconcile(cluster=cluster)
+    result = cluster_reconcile_and_enqueue(cluster=cluster)
     assert result.ok, result.message
     assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
     assert _reasons(job)[-2:] == ["Running", "Succeeded"]
@@ -226,7 +228,7 @@ def test_the_reconcile_redispatches_a_job_whose_message_was_lost(sim, cluster, a
     Job.objects.filter(pk=job.pk).update(
         state_changed_at=job.state_changed_at - dt.timedelta(minutes=5)
     )
-    result = cluster_reconcile(cluster=cluster)
+    result = cluster_reconcile_and_enqueue(cluster=cluster)
     assert result.redispatched == [job.pk]
     wait_state(job, JobState.SUBMITTED)
 
@@ -240,10 +242,10 @@ def test_the_reconcile_leaves_a_job_waiting_out_a_backoff_alone(sim, cluster, ad
     Job.objects.filter(pk=job.pk).update(
         state_changed_at=long_ago, dispatch_next_at=timezone.now() + dt.timedelta(seconds=5)
     )
-    assert cluster_reconcile(cluster=cluster).redispatched == []
+    assert cluster_reconcile_and_enqueue(cluster=cluster).redispatched == []
     # Once the retry is long overdue, its message is presumed lost like any other.
     Job.objects.filter(pk=job.pk).update(dispatch_next_at=long_ago)
-    assert cluster_reconcile(cluster=cluster).redispatched == [job.pk]
+    assert cluster_reconcile_and_enqueue(cluster=cluster).redispatched == [job.pk]
     wait_state(job, JobState.SUBMITTED)
 
 
@@ -265,7 +267,7 @@ def test_an_unknown_phase_is_not_finished_and_is_logged(sim, cluster, admit, cap
         deleting=False,
     )
     with caplog.at_level(logging.WARNING, logger="clusters.status"):
-        assert job_status_apply(job=job, view=view) == "unknown-phase"
+        assert job_status_apply(job=job, view=view) == StatusOutcome.UNKNOWN_PHASE
     assert "unknown phase 'Hibernating'" in caplog.text
     assert Job.objects.get(pk=job.pk).state == JobState.SUBMITTED
 
@@ -278,5 +280,5 @@ def test_an_object_from_another_admission_is_ignored(sim, cluster, admit):
         submission_uid=str(uuid.uuid4()), reason="", message="", retry_count=0,
         running_since=None, finished_at=None, deleting=False,
     )  # fmt: skip
-    assert job_status_apply(job=job, view=stale) == "other-lineage"
+    assert job_status_apply(job=job, view=stale) == StatusOutcome.OTHER_LINEAGE
     assert Job.objects.get(pk=job.pk).state == JobState.SUBMITTED

@@ -102,6 +102,8 @@ def test_normalize_api_url(url, expected):
         ("https://k8s.example.org:65536", "not a valid port"),
         ("https://k8s.example.org:https", "not a valid port"),
         ("https://k8s.example.org:", "not a valid port"),
+        ("https://k8s.example.org:¹", "not a valid port"),  # isdigit(), but int() refuses it
+        ("https://k8s.example.org:٦٤٤٣", "not a valid port"),  # Arabic-Indic 6443
         ("https://bücher.example", "ASCII"),
         ("https://under_score.example", "not a valid host name"),
         ("https://-lead.example", "not a valid host name"),

@@ -342,6 +342,11 @@ env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True).filter
         n not in volcano.RESERVED_ENV_NAMES and not n.startswith(volcano.RESERVED_ENV_PREFIXES)
     )
 )
+secret_refs = st.builds(
+    volcano.SecretKeyRef,
+    secret=dns_labels,
+    key=st.from_regex(r"[-_a-zA-Z0-9][-._a-zA-Z0-9]{0,40}", fullmatch=True),
+)
 tolerations = st.sampled_from(
     [
         Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
@@ -363,6 +368,7 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
         node_selector = {}
     memory_mib = draw(st.integers(1, 2 * 1024 * 1024))
     kind = draw(st.sampled_from(["training", "inference"]))
+    env = draw(st.dictionaries(env_names, st.text(max_size=40), max_size=6))
     return VolcanoJobSpec(
         job_id=str(draw(st.uuids())),
         display_name=draw(st.text(max_size=80)),
@@ -387,7 +393,10 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
         ),
         command=draw(st.lists(st.text(max_size=30), max_size=4)),
         args=draw(st.lists(st.text(max_size=30), max_size=6)),
-        env=draw(st.dictionaries(env_names, st.text(max_size=40), max_size=6)),
+        env=env,
+        env_from_secrets=draw(
+            st.dictionaries(env_names.filter(lambda n: n not in env), secret_refs, max_size=3)
+        ),
         replicas=draw(st.integers(1, 512)),
         gpus_per_replica=draw(st.integers(1, 8)),
         gpu_resource=gpu_resource,
@@ -408,6 +417,7 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
         automount_service_account_token=draw(st.booleans()),
         run_as_non_root=draw(st.booleans()),
         shm_mib=draw(st.integers(0, memory_mib)),
+        termination_grace_seconds=draw(st.integers(0, 24 * 3600)),
     )
 
 
@@ -617,6 +627,22 @@ def test_queue_scheduler_priority_and_runtime_limit_are_carried():
     assert tasks_of(job)["master"]["template"]["spec"]["activeDeadlineSeconds"] == 3600
 
 
+def test_every_pod_gets_the_teams_grace_period_between_sigterm_and_sigkill():
+    job = build_volcano_job(a_spec(replicas=3, termination_grace_seconds=600))
+
+    assert_valid_job(job)
+    assert {t["template"]["spec"]["terminationGracePeriodSeconds"] for t in job["spec"]["tasks"]}
+    assert all(
+        t["template"]["spec"]["terminationGracePeriodSeconds"] == 600 for t in job["spec"]["tasks"]
+    )
+
+
+@pytest.mark.parametrize("bad", [-1, 2**31])
+def test_a_grace_period_out_of_range_names_the_field(bad):
+    with pytest.raises(ManifestError, match="termination_grace_seconds"):
+        a_spec(termination_grace_seconds=bad)
+
+
 def test_optional_fields_are_left_out_rather_than_sent_empty():
     job = build_volcano_job(
         a_spec(
@@ -805,6 +831,21 @@ def test_env_keeps_the_callers_order_after_the_portal_variable():
     assert [e["name"] for e in container["env"]] == ["GPUPOOL_JOB_ID", "B", "A"]
 
 
+def test_env_from_a_secret_is_a_secret_key_ref_the_kubelet_resolves():
+    refs = {"HF_TOKEN": volcano.SecretKeyRef(secret="hf-credentials", key="token")}
+    job = build_volcano_job(a_spec(env={"EPOCHS": "3"}, env_from_secrets=refs))
+
+    assert_valid_job(job)
+    for container in containers_of(job):
+        assert container["env"][1:] == [
+            {"name": "EPOCHS", "value": "3"},
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}},
+            },
+        ]
+
+
 # --- Refusals ---------------------------------------------------------------------------------
 
 
@@ -825,6 +866,15 @@ def test_env_keeps_the_callers_order_after_the_portal_variable():
         ({"env": {"RANK": "3"}}, "env"),
         ({"env": {"VC_MASTER_HOSTS": "x"}}, "env"),
         ({"env": {"GPUPOOL_JOB_ID": "x"}}, "env"),
+        ({"env_from_secrets": {"RANK": volcano.SecretKeyRef(secret="s", key="k")}}, "env_from_"),
+        ({"env_from_secrets": {"TOKEN": {"secret": "s", "key": "k"}}}, "env_from_secrets"),
+        (
+            {
+                "env": {"A": "1"},
+                "env_from_secrets": {"A": volcano.SecretKeyRef(secret="s", key="k")},
+            },
+            "env_from_secrets",
+        ),
         ({"replicas": 0}, "replicas"),
         ({"replicas": MAX_REPLICAS + 1}, "replicas"),
         ({"gpus_per_replica": 0}, "gpus_per_replica"),
@@ -855,11 +905,23 @@ def test_env_keeps_the_callers_order_after_the_portal_variable():
         ({"shm_mib": -1}, "shm_mib"),
         ({"shm_mib": 300000}, "shm_mib"),
         ({"team_slug": ""}, "team_slug"),
+        ({"replicas": 2, "replica_hosts": ["a100-0"]}, "replica_hosts"),
+        ({"replica_hosts": "a100-0"}, "replica_hosts"),
+        ({"replica_hosts": ["bad host"]}, "replica_hosts"),
     ],
 )
 def test_a_spec_that_cannot_become_a_valid_job_is_refused_naming_the_field(overrides, field):
     with pytest.raises(ManifestError, match=rf"^{field}"):
         a_spec(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("secret", "key"),
+    [("HF_Creds", "token"), ("a" * 254, "token"), ("hf", "a/b"), ("hf", ".."), ("hf", "")],
+)
+def test_an_invalid_secret_reference_is_refused(secret, key):
+    with pytest.raises(ManifestError, match=r"^env_from_secrets"):
+        volcano.SecretKeyRef(secret=secret, key=key)
 
 
 @pytest.mark.parametrize(
@@ -878,6 +940,27 @@ def test_a_spec_that_cannot_become_a_valid_job_is_refused_naming_the_field(overr
 def test_invalid_tolerations_are_refused(kwargs, field):
     with pytest.raises(ManifestError, match=rf"^{re.escape(field)}"):
         Toleration(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kind", "hosts", "pinned"),
+    [
+        ("training", ["n0", "n1", "n1", "n2"], {"master": ["n0"], "worker": ["n1", "n2"]}),
+        ("training", ["n0"], {"master": ["n0"]}),
+        ("inference", ["n0", "n1", "n0"], {"server": ["n0", "n1"]}),
+    ],
+)
+def test_each_task_is_pinned_to_its_own_replicas_hosts(kind, hosts, pinned):
+    job = build_volcano_job(a_spec(kind=kind, replicas=len(hosts), replica_hosts=hosts, port=8000))
+    assert_valid_job(job)
+    found = {}
+    for task in job["spec"]["tasks"]:
+        (term,) = task["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        (host,) = [e for e in term["matchExpressions"] if e["key"] == "kubernetes.io/hostname"]
+        found[task["name"]] = host["values"]
+    assert found == pinned
 
 
 def test_a_valid_spec_can_be_varied_with_replace():

@@ -15,6 +15,7 @@ from portal.jobs.services import job_submit
 from portal.jobs.state import job_transition
 from portal.models import Job, JobState
 from scheduling.models import GpuModel, Quota
+from tests.builders import admit
 from tests.conftest import job_body
 from tests.scheduling.conftest import pool, quota  # noqa: F401  (fixtures, re-exported)
 
@@ -68,21 +69,7 @@ def kubesim_cluster(db: Any, catalog: Any):
 
 def place(job: Job, *, cluster: Cluster, model: str, nodes: list[str], at: dt.datetime) -> Job:
     """Admit a queued job onto named nodes (one per replica), as the cycle would."""
-    won = job_transition(
-        job_id=job.pk,
-        expected=JobState.QUEUED,
-        to=JobState.ADMITTED,
-        reason="Admitted",
-        updates={
-            "cluster_id": cluster.pk,
-            "gpu_model_id": GpuModel.objects.get(key=model).pk,
-            "node_plan": nodes,
-        },
-        now=at,
-    )
-    assert won
-    job.refresh_from_db()
-    return job
+    return admit(job, cluster=cluster, model=model, plan=nodes, now=at)
 
 
 def start(job: Job, *, at: dt.datetime) -> Job:

@@ -113,8 +113,13 @@ def test_fair_share_standings(api_as, scenario, charlie):
     teams = {t["team"]: t for t in api_as(charlie).get("/api/v1/fair-share/").json()["teams"]}
     assert teams["vision"]["allocation_share"] == pytest.approx(0.6)
     assert teams["vision"]["dominant_model"] == "a100-80gb"
-    assert teams["vision"]["borrowed_gpus"] == 4 and teams["vision"]["status"] == "above target"
+    assert teams["vision"]["borrowed_gpus"] == 4
     assert teams["language"]["target_share"] == pytest.approx(0.5)
+    # Language only queues: equal treatment splits the active teams' 60 % by weight
+    assert teams["vision"]["fair_level"] == pytest.approx(0.3)
+    assert teams["language"]["fair_level"] == pytest.approx(0.3)
+    assert teams["vision"]["status"] == "above fair level"
+    assert teams["language"]["status"] == "below fair level"
 
 
 def test_the_endpoints_need_a_login(client, catalog):

@@ -27,9 +27,8 @@ from dashboards.dcgm import (
     promql,
 )
 from dashboards.models import JobUtilization, MetricsSource
-from portal.models import Job, JobState
-from scheduling.models import GpuModel
-from tests.factories import JobFactory
+from portal.models import Job
+from tests.builders import running_row
 
 pytestmark = pytest.mark.django_db
 
@@ -111,14 +110,11 @@ def _gpu(job: Job, index: int, namespace: str = "gpupool", *, exported: bool = F
 
 
 def _running(cluster: Cluster, team, *, name: str, gpus: int, started_minutes_ago: int) -> Job:
-    return JobFactory(
+    return running_row(
+        gpus=gpus,
         team=team,
         name=name,
-        state=JobState.RUNNING,
         cluster=cluster,
-        gpu_model=GpuModel.objects.get(key="a100-80gb"),
-        replicas=1,
-        gpus_per_replica=gpus,
         started_at=timezone.now() - dt.timedelta(minutes=started_minutes_ago),
     )
 
@@ -251,5 +247,5 @@ def test_unsafe_prometheus_urls_are_refused(url, settings):
 
 def test_loopback_needs_local_urls_allowed(settings):
     settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS = False
-    with pytest.raises(PrometheusError, match="not allowed here"):
+    with pytest.raises(PrometheusError, match="is a loopback or link-local address"):
         prometheus_url_check("http://127.0.0.1:9090")

@@ -68,8 +68,10 @@ def test_fair_share_shows_every_team_standing_but_no_job(client, scenario, charl
     client.force_login(charlie)  # Language: sees Vision's totals, never its jobs
     page = client.get("/fair-share/").content.decode()
     assert "Vision" in page and "Language" in page
-    assert "60.0 %" in page and "target 50.0 %" in page  # Vision's A100 share vs target
-    assert "above target" in page and "below target" in page
+    # Vision holds 12 of 20 A100s; Language only queues: equal treatment would split the
+    # 60 % the active teams hold by weight, 30 % each
+    assert "60.0 % = 60.0 % now (a100-80gb) + 0.0 % past usage · fair level 30.0 %" in page
+    assert "above fair level" in page and "below fair level" in page
     assert "big" not in page and "pair" not in page  # job names stay with their team
 
 

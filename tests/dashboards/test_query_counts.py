@@ -115,13 +115,22 @@ def grow(n: int, *, vision, bob) -> None:
     snapshot_downsample(now=now)
 
 
+METRICS_TOKEN = "query-count-scrape-token"
+
+
+@pytest.fixture(autouse=True)
+def _metrics_token(settings):
+    settings.GPUPOOL_METRICS_TOKEN = METRICS_TOKEN  # /metrics answers nobody without one
+
+
 def _counts(client) -> dict[str, int]:
     # /metrics caches the finished-job counts: measure the uncached scrape
     cache.delete(f"{TERMINAL_COUNTS_CACHE_KEY}:{connection.settings_dict['NAME']}")
     out = {}
     for url in URLS:
         with CaptureQueriesContext(connection) as queries:
-            response = client.get(url, REMOTE_ADDR="127.0.0.1")
+            scrape = {"HTTP_AUTHORIZATION": f"Bearer {METRICS_TOKEN}"} if url == "/metrics" else {}
+            response = client.get(url, REMOTE_ADDR="127.0.0.1", **scrape)
             if hasattr(response, "streaming_content"):
                 b"".join(response.streaming_content)
         assert response.status_code == 200, (url, response.status_code)

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from dashboards.models import QueueWait
-from dashboards.selectors import _percentile, wait_stats
+from dashboards.selectors.queue import _percentile, wait_stats
 from dashboards.snapshots import queue_waits_collect
 from portal.jobs.services import job_submit
 from portal.jobs.state import job_transition
@@ -85,7 +85,7 @@ def test_collection_pages_through_many_events(bob, pool):
 def test_cached_stats_see_a_newly_collected_wait_at_once(bob, pool):
     from django.utils import timezone
 
-    from dashboards.selectors import wait_stats_recent
+    from dashboards.selectors.queue import wait_stats_recent
 
     east = pool("east", "t4", nodes=1, gpus=1)
     now = timezone.now()

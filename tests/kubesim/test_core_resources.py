@@ -244,3 +244,35 @@ def test_pod_list_items_deserialize_into_typed_models(sim, core, custom):
     assert pod.status.container_statuses[0].ready is True
     assert pod.metadata.owner_references[0].kind == "Job"
     assert pod.metadata.annotations["scheduling.k8s.io/group-name"].startswith("train-1-")
+
+
+def test_pod_logs_since_a_time_or_some_seconds_ago(sim, core, custom):
+    """``sinceTime`` / ``sinceSeconds`` keep the lines written at or after that instant, on
+    the server's (simulated) clock, as the kubelet answers them: a client tails a log by
+    asking for the lines after the last one it has."""
+    create_job(custom, vcjob("train-1", duration=1000))
+    sim.settle()
+    sim.advance(65)
+    lines = core.read_namespaced_pod_log("train-1-worker-0", "team-a", timestamps=True)
+    stamps = [line.split(" ", 1)[0] for line in lines.splitlines()]
+    assert len(stamps) >= 6
+    path = "/api/v1/namespaces/team-a/pods/train-1-worker-0/log"
+    status, _, body = raw(sim, "GET", f"{path}?timestamps=true&sinceTime={stamps[-2]}")
+    assert status == 200
+    assert [line.split(" ", 1)[0] for line in body.splitlines()] == stamps[-2:]
+    recent = core.read_namespaced_pod_log(
+        "train-1-worker-0", "team-a", since_seconds=25, timestamps=True
+    )
+    # the last ~2 of the lines written every 10 simulated seconds: a suffix of the whole log
+    assert 2 <= len(recent.splitlines()) <= 3
+    assert lines.splitlines()[-len(recent.splitlines()) :] == recent.splitlines()
+    sim.advance(20)
+    newer = core.read_namespaced_pod_log("train-1-worker-0", "team-a", since_seconds=25)
+    assert newer.splitlines()[-1].startswith("step 8:")
+    for query, message in (
+        ("sinceSeconds=0", "must be greater than 0"),
+        ("sinceSeconds=5&sinceTime=2025-01-01T00:00:00Z", "at most one of sinceTime"),
+        ("sinceTime=yesterday", "cannot parse"),
+    ):
+        status, _, body = raw(sim, "GET", f"{path}?{query}")
+        assert status == 400 and message in body["message"], query

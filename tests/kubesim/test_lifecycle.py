@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kubernetes import watch
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from tests.kubesim.builders import GROUP, VERSION, create_job, phase, vcjob
 
@@ -302,3 +303,63 @@ def test_plugins_inject_the_documented_environment(sim, custom, plugins):
         assert env["VC_TASK_INDEX"] == "1"
     else:
         assert env["MASTER_ADDR"] == "dist-worker-0.dist" and env["MASTER_PORT"] == "29500"
+
+
+def _job_reading_a_secret(name: str, secret: str, key: str) -> dict:
+    manifest = vcjob(name)
+    container = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    container["env"] = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+    ]
+    return manifest
+
+
+def test_a_missing_secret_is_a_create_container_config_error_until_it_exists(sim, custom, core):
+    create_job(custom, _job_reading_a_secret("sec", "hf-credentials", "token"))
+    sim.settle()
+    sim.advance(30)
+    pod = core.read_namespaced_pod("sec-worker-0", "team-a")
+    waiting = pod.status.container_statuses[0].state.waiting
+    assert pod.status.phase == "Pending"
+    assert (waiting.reason, waiting.message) == (
+        "CreateContainerConfigError",
+        'secret "hf-credentials" not found',
+    )
+    events = core.list_namespaced_event(
+        "team-a", field_selector="involvedObject.name=sec-worker-0,reason=Failed"
+    ).items
+    assert [e.message for e in events] == ['Error: secret "hf-credentials" not found']
+
+    core.create_namespaced_secret(
+        "team-a",
+        client.V1Secret(metadata=client.V1ObjectMeta(name="hf-credentials"), data={}),
+    )
+    sim.advance(15)
+    waiting = core.read_namespaced_pod("sec-worker-0", "team-a").status.container_statuses[0]
+    assert (
+        waiting.state.waiting.message == "couldn't find key token in Secret team-a/hf-credentials"
+    )
+
+    core.delete_namespaced_secret("hf-credentials", "team-a")
+    core.create_namespaced_secret(
+        "team-a",
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="hf-credentials"), string_data={"token": "hf_x"}
+        ),
+    )
+    stored = core.read_namespaced_secret("hf-credentials", "team-a")
+    assert (stored.type, stored.data) == ("Opaque", {"token": "aGZfeA=="})
+    sim.advance(15)
+    assert core.read_namespaced_pod("sec-worker-0", "team-a").status.phase == "Running"
+
+
+def test_a_secret_with_bad_data_is_refused_like_the_api_server_does(core):
+    bad = client.V1Secret(metadata=client.V1ObjectMeta(name="s"), data={"a/b": "eA=="})
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_secret("team-a", bad)
+    assert caught.value.status == 422
+    assert "data[a/b]" in caught.value.body
+    not_base64 = client.V1Secret(metadata=client.V1ObjectMeta(name="s"), data={"k": "%%%"})
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_secret("team-a", not_base64)
+    assert "must be base64-encoded" in caught.value.body

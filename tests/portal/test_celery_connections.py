@@ -34,6 +34,9 @@ def backend_pid() -> int:
 
 
 def test_a_worker_keeps_its_database_connection_from_one_task_to_the_next():
+    # A fresh connection: the one this test process has held since earlier tests may be older
+    # than CONN_MAX_AGE, and replacing that one at the boundary would be right.
+    connection.close()
     first = backend_pid()
     for _ in range(5):
         task_boundary()

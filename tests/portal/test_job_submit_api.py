@@ -10,6 +10,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from portal.models import Job, JobEvent, JobState, Priority
+from scheduling.models import TeamPolicy
 from tests.conftest import job_body
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +41,8 @@ def test_defaults_are_what_a_user_would_expect(api_as, bob, catalog):
     assert data["max_runtime_minutes"] == 24 * 60
 
 
-def test_an_inference_job_with_a_port_and_explicit_models(api_as, bob, catalog):
+def test_an_inference_job_with_a_port_and_explicit_models(api_as, bob, vision, catalog):
+    TeamPolicy.objects.create(team=vision, max_priority=Priority.HIGH)
     body = job_body(
         kind="inference",
         port=8080,
@@ -70,6 +72,32 @@ INVALID = [
     ("env name not an identifier", {"env": {"1BAD": "x"}}, "env"),
     ("reserved env name", {"env": {"WORLD_SIZE": "8"}}, "env"),
     ("env name that looks like a secret", {"env": {"HF_TOKEN": "hf_x"}}, "env"),
+    ("env name ending in _PASS", {"env": {"DB_PASS": "x"}}, "env"),
+    ("env name ending in _PASSWD", {"env": {"MYSQL_PASSWD": "x"}}, "env"),
+    ("env name ending in _PAT", {"env": {"GITHUB_PAT": "x"}}, "env"),
+    ("env name ending in _KEY", {"env": {"SSH_KEY": "x"}}, "env"),
+    ("an AWS access key id", {"env": {"AWS_ACCESS_KEY_ID": "AKIA"}}, "env"),
+    ("secret ref as text", {"env_from_secrets": {"HF_TOKEN": "hf/token"}}, "env_from_secrets"),
+    (
+        "secret ref to a bad secret name",
+        {"env_from_secrets": {"HF_TOKEN": {"secret": "HF_Creds", "key": "token"}}},
+        "env_from_secrets",
+    ),
+    (
+        "secret ref to a bad key",
+        {"env_from_secrets": {"HF_TOKEN": {"secret": "hf", "key": "a/b"}}},
+        "env_from_secrets",
+    ),
+    (
+        "secret ref for a reserved name",
+        {"env_from_secrets": {"RANK": {"secret": "hf", "key": "rank"}}},
+        "env_from_secrets",
+    ),
+    (
+        "secret ref and env for one name",
+        {"env": {"HF_HOME": "/x"}, "env_from_secrets": {"HF_HOME": {"secret": "h", "key": "k"}}},
+        "env_from_secrets",
+    ),
     ("oversized command", {"command": ["x" * 20000]}, "command"),
     ("command not a list", {"command": "python train.py"}, "command"),
     ("unknown field", {"gpu": 1}, "gpu"),
@@ -97,6 +125,29 @@ def test_invalid_input_names_the_field_and_stores_nothing(
     assert field in body["extra"]["fields"], body
     assert Job.objects.count() == 0
     assert JobEvent.objects.count() == 0
+
+
+def test_a_secret_in_env_is_refused_pointing_at_the_secret_store(api_as, bob, catalog):
+    response = api_as(bob).post(URL, job_body(env={"WANDB_API_KEY": "k"}), format="json")
+    assert response.status_code == 400
+    (message,) = response.json()["extra"]["fields"]["env"]
+    assert message.startswith("WANDB_API_KEY looks like a secret;")
+    assert "Kubernetes Secret in the job's namespace" in message
+    assert "env_from_secrets" in message
+
+
+def test_names_that_only_resemble_secrets_are_fine(api_as, bob, catalog):
+    env = {"TOKENIZERS_PARALLELISM": "false", "MAX_NEW_TOKENS": "256", "CACHE_KEY": "v2"}
+    response = api_as(bob).post(URL, job_body(env=env), format="json")
+    assert response.status_code == 201, response.json()
+
+
+def test_a_secret_is_referenced_by_name_and_key_never_by_value(api_as, bob, catalog):
+    refs = {"HF_TOKEN": {"secret": "hf-credentials", "key": "token"}}
+    response = api_as(bob).post(URL, job_body(env_from_secrets=refs), format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["env_from_secrets"] == refs
+    assert Job.objects.get().env_from_secrets == refs
 
 
 def test_a_body_that_is_not_an_object_is_a_400(api_as, bob, catalog):
@@ -198,6 +249,38 @@ def test_a_batch_retried_with_its_key_returns_the_same_jobs(api_as, bob, catalog
     assert Job.objects.count() == 3
 
 
+@pytest.mark.parametrize("count", [2, 4], ids=["fewer jobs", "more jobs"])
+def test_a_batch_key_replayed_with_another_number_of_jobs_is_a_conflict(
+    api_as, bob, catalog, count
+):
+    client = api_as(bob)
+    jobs = [job_body(name=f"s-{i}") for i in range(4)]
+    first = client.post(
+        URL + "batch/", {"jobs": jobs[:3]}, format="json", HTTP_IDEMPOTENCY_KEY="b1"
+    )
+    assert first.status_code == 201
+    other = client.post(
+        URL + "batch/", {"jobs": jobs[:count]}, format="json", HTTP_IDEMPOTENCY_KEY="b1"
+    )
+    assert other.status_code == 409
+    assert "Idempotency-Key" in other.json()["extra"]["fields"]
+    assert Job.objects.count() == 3
+
+
+@pytest.mark.parametrize("path", ["", "batch/"], ids=["single", "batch"])
+def test_a_key_cannot_name_one_job_of_a_batch(api_as, bob, catalog, path):
+    client = api_as(bob)
+    batch = client.post(
+        URL + "batch/", {"jobs": [job_body(), job_body()]}, format="json", HTTP_IDEMPOTENCY_KEY="b"
+    )
+    assert batch.status_code == 201
+    body = job_body() if not path else {"jobs": [job_body()]}
+    response = client.post(URL + path, body, format="json", HTTP_IDEMPOTENCY_KEY="b#1")
+    assert response.status_code == 400
+    assert "reserved" in response.json()["extra"]["fields"]["Idempotency-Key"][0]
+    assert Job.objects.count() == 2
+
+
 def test_a_batch_over_the_limit_is_refused(api_as, bob, catalog, settings):
     settings.GPUPOOL_BATCH_MAX = 3
     jobs = [job_body(name=f"s-{i}") for i in range(4)]
@@ -224,6 +307,25 @@ def test_submissions_are_throttled_per_user(api_as, bob, alice, catalog, setting
     # Listing is not throttled, and Alice has her own budget.
     assert client.get(URL).status_code == 200
     assert api_as(alice).post(URL, job_body(), format="json").status_code == 201
+
+
+def test_the_web_form_shares_the_api_submit_budget(client, api_as, bob, catalog, settings):
+    from tests.portal.test_pages import FORM
+
+    settings.GPUPOOL_SUBMIT_RATE = "3/min"
+    api = api_as(bob)
+    assert api.post(URL, job_body(name="api-1"), format="json").status_code == 201
+    client.force_login(bob)
+    assert client.post("/jobs/new/", FORM).status_code == 302
+    assert api.post(URL, job_body(name="api-2"), format="json").status_code == 201
+    refused = client.post("/jobs/new/", {**FORM, "name": "one-too-many"})
+    assert refused.status_code == 429
+    assert int(refused.headers["Retry-After"]) >= 1
+    html = refused.content.decode()
+    assert "faster than 3/min (the form and the API together)" in html
+    assert 'value="one-too-many"' in html  # what was typed is kept
+    assert api.post(URL, job_body(name="api-3"), format="json").status_code == 429
+    assert Job.objects.count() == 3
 
 
 def test_gpus_per_replica_are_bounded_by_the_largest_node_once_clusters_exist(api_as, bob, catalog):

@@ -117,6 +117,20 @@ def test_a_token_authenticates_and_an_expired_or_revoked_one_does_not(bob, visio
     assert client.get("/api/v1/teams/").status_code == 401
 
 
+def test_the_token_list_is_the_callers_own_and_marks_the_one_in_use(bob, charlie, api_as):
+    first, _ = api_token_create(user=bob, name="laptop")
+    _second, raw = api_token_create(user=bob, name="ci")
+    api_token_create(user=charlie, name="not yours")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    listed = client.get("/api/v1/tokens/").json()
+    assert [(t["name"], t["current"]) for t in listed] == [("ci", True), ("laptop", False)]
+    assert listed[1]["prefix"] == first.prefix and "digest" not in listed[1]
+    by_session = api_as(bob).get("/api/v1/tokens/").json()  # a browser: no token in use
+    assert [t["current"] for t in by_session] == [False, False]
+    assert APIClient().get("/api/v1/tokens/").status_code == 401
+
+
 def test_only_a_digest_of_the_token_is_stored(bob):
     token, raw = api_token_create(user=bob, name="x")
     token.refresh_from_db()
@@ -147,3 +161,48 @@ def test_a_nul_in_any_query_parameter_is_a_400_not_a_database_error(client, bob,
     assert response.status_code == 400
     if path.startswith("/api/"):
         assert set(response.json()["extra"]["fields"]) == {"model", "team"}
+
+
+def test_failed_token_attempts_are_limited_per_address_with_a_json_429(bob, settings):
+    settings.GPUPOOL_API_AUTH_FAILURE_RATE = "3/min"
+    _token, raw = api_token_create(user=bob, name="script")
+    guesser = APIClient(REMOTE_ADDR="203.0.113.5")
+    guesser.credentials(HTTP_AUTHORIZATION="Bearer gpp_guessguess_guessguessguessguess")
+    assert [guesser.get("/api/v1/teams/").status_code for _ in range(3)] == [401] * 3
+    limited = guesser.get("/api/v1/teams/")
+    assert limited.status_code == 429
+    assert 1 <= int(limited["Retry-After"]) <= 60
+    body = limited.json()
+    assert body["message"].startswith("Too many failed API token attempts from your address.")
+    assert body["extra"] == {"fields": {}}
+    guesser.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")  # even the right one waits
+    assert guesser.get("/api/v1/teams/").status_code == 429
+    elsewhere = APIClient(REMOTE_ADDR="203.0.113.6")
+    elsewhere.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert elsewhere.get("/api/v1/teams/").status_code == 200
+
+
+def test_the_token_failure_limit_ends_with_its_period(bob, settings):
+    from portal.api.auth import token_failure_record, token_failures_wait
+
+    settings.GPUPOOL_API_AUTH_FAILURE_RATE = "2/min"
+    start = 1_800_000_000.0  # the start of a minute
+    for _ in range(2):
+        token_failure_record("198.51.100.4", now=start + 10)
+    assert token_failures_wait("198.51.100.4", now=start + 15) == 45
+    assert token_failures_wait("198.51.100.4", now=start + 61) is None
+    assert token_failures_wait("198.51.100.9", now=start + 15) is None
+
+
+def test_a_malformed_failure_rate_fails_at_start_up():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; from django.conf import settings; settings.DEBUG"],
+        env={"DJANGO_SETTINGS_MODULE": "portal.settings", "GPUPOOL_API_AUTH_FAILURE_RATE": "lots"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0 and "GPUPOOL_API_AUTH_FAILURE_RATE" in result.stderr

@@ -71,14 +71,22 @@ def test_a_bad_field_is_shown_next_to_it_and_nothing_is_stored(client, bob, cata
     assert response.status_code == 400
     page = response.content.decode()
     # The error sits in the field's own block.
-    block = re.search(rf'<div class="field has-error">\s*<label for="id_{field}"', page)
+    block = re.search(
+        rf'<div class="field has-error" id="field-{field}">\s*<label for="id_{field}"', page
+    )
     assert block, f"no error shown for {field}"
     assert Job.objects.count() == 0
 
 
 def test_explicit_models_from_the_form_keep_their_order(client, bob, catalog):
     client.force_login(bob)
-    data = {**FORM, "requirement": "models", "gpu_models": "l4, t4", "selection_policy": "ordered"}
+    data = {
+        **FORM,
+        "requirement": "models",
+        "gpu_models": ["t4", "l4"],  # as the multi-select sends them (catalog order)
+        "gpu_models_order": "l4,t4",  # the order they were picked in (the form's script)
+        "selection_policy": "ordered",
+    }
     client.post("/jobs/new/", data)
     job = Job.objects.get()
     assert (job.gpu_models, job.min_gpu_memory_gib, job.requires_bf16) == (
@@ -173,3 +181,23 @@ def test_scripts_and_styles_come_from_the_portal_itself(client, bob):
             assert asset.startswith("/static/"), f"{url} loads {asset} from elsewhere"
             response = client.get(asset)
             assert response.status_code == 200, asset
+
+
+def test_the_form_takes_env_from_secrets_as_name_secret_key_lines(client, bob, catalog):
+    client.force_login(bob)
+    bad = client.post("/jobs/new/", {**FORM, "env_from_secrets": "HF_TOKEN=hf-credentials"})
+    assert bad.status_code == 400
+    assert "Line 1: expected NAME=secret/key." in bad.content.decode()
+    secret_in_env = client.post("/jobs/new/", {**FORM, "env": "HF_TOKEN=hf_abc"})
+    assert "HF_TOKEN looks like a secret" in secret_in_env.content.decode()
+    assert not Job.objects.exists()
+    response = client.post(
+        "/jobs/new/", {**FORM, "env_from_secrets": "HF_TOKEN = hf-credentials/token\n"}
+    )
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.env_from_secrets == {"HF_TOKEN": {"secret": "hf-credentials", "key": "token"}}
+    page = client.get(f"/jobs/{job.public_id}/").content.decode()
+    assert "<code>HF_TOKEN</code> ← Secret <code>hf-credentials</code>, key <code>token</code>" in (
+        page
+    )

@@ -1,4 +1,5 @@
-"""A team's ``max_queued_jobs``: submissions that would queue more are refused, whole.
+"""A team's ``max_queued_jobs`` and ``max_queued_jobs_per_user``: submissions that would queue
+more are refused, whole.
 
 The limit counts the team's QUEUED jobs (those still waiting for the scheduler), so it frees
 up as jobs are admitted, finish or are cancelled. It is enforced on every way in: REST, the
@@ -125,7 +126,7 @@ def test_the_web_form_shows_the_full_queue(client, bob, vision, catalog):
     _limit(vision, 0)
     client.force_login(bob)
     response = client.post("/jobs/new/", FORM)
-    assert response.status_code == 400
+    assert response.status_code == 409  # as the API answers
     assert "The team&#x27;s queue is full (0 of 0 queued jobs)." in response.content.decode()
     assert not Job.objects.exists()
 
@@ -160,3 +161,68 @@ def test_concurrent_submits_never_take_more_places_than_the_limit(catalog):
         t.join()
     assert sorted(outcomes) == ["Conflict"] * 7 + ["created"] * 5
     assert Job.objects.filter(team=team, state=JobState.QUEUED).count() == 5
+
+
+def _member_limit(team, n: int | None) -> None:
+    TeamPolicy.objects.update_or_create(team=team, defaults={"max_queued_jobs_per_user": n})
+
+
+def test_a_member_beyond_their_own_limit_is_refused_others_are_not(
+    api_as, alice, bob, vision, catalog
+):
+    _member_limit(vision, 2)
+    for i in range(2):
+        assert api_as(bob).post(URL, job_body(name=f"b{i}"), format="json").status_code == 201
+    response = api_as(bob).post(URL, job_body(name="b2"), format="json")
+    assert response.status_code == 409
+    body = response.json()
+    assert (
+        "You already have 2 queued jobs in Vision, where each member may have at most 2"
+        in (body["message"])
+    )
+    assert body["extra"]["fields"]["team"] == [
+        "Your queue in this team is full (2 of 2 queued jobs per member)."
+    ]
+    assert api_as(alice).post(URL, job_body(name="a0"), format="json").status_code == 201
+    assert Job.objects.count() == 3
+
+
+def test_a_members_jobs_in_another_team_do_not_count(api_as, bob, vision, language, catalog):
+    MembershipFactory(user=bob, team=language)
+    _member_limit(vision, 1)
+    JobFactory.create_batch(3, team=language, owner=bob, state=JobState.QUEUED)
+    assert api_as(bob).post(URL, job_body(), format="json").status_code == 201
+
+
+def test_a_batch_beyond_the_member_limit_stores_nothing(api_as, bob, vision, catalog):
+    _member_limit(vision, 3)
+    client = api_as(bob)
+    assert client.post(URL, job_body(name="already"), format="json").status_code == 201
+    jobs = [job_body(name=f"sweep-{i}") for i in range(3)]
+    response = client.post(URL + "batch/", {"jobs": jobs}, format="json")
+    assert response.status_code == 409
+    assert list(response.json()["extra"]["fields"]) == ["jobs[0].team"]
+    assert "these 3 jobs would exceed it" in response.json()["message"]
+    assert Job.objects.count() == 1
+
+
+def test_the_web_form_shows_the_full_member_queue(client, bob, vision, catalog):
+    _member_limit(vision, 0)
+    client.force_login(bob)
+    response = client.post("/jobs/new/", FORM)
+    assert response.status_code == 409
+    assert "Your queue in this team is full (0 of 0 queued jobs per member)." in (
+        response.content.decode()
+    )
+    assert not Job.objects.exists()
+
+
+def test_platform_admins_set_the_member_limit_over_rest(api_as, root, vision, catalog):
+    response = api_as(root).post(
+        "/api/v1/team-policies/",
+        {"team": "vision", "max_queued_jobs_per_user": 5},
+        format="json",
+    )
+    assert response.status_code == 200
+    assert response.json()["max_queued_jobs_per_user"] == 5
+    assert TeamPolicy.objects.get(team=vision).max_queued_jobs_per_user == 5

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
-from clusters.models import Cluster, Node
+from clusters.models import Cluster
 from scheduling.models import GpuModel, Quota
+from tests.builders import gpu_nodes
 
 
 @pytest.fixture
@@ -16,21 +16,7 @@ def pool(db: Any, catalog: Any):
     """``pool(cluster, model, nodes, gpus)`` adds GPU nodes to a (new) cluster."""
 
     def add(cluster: str, model: str, nodes: int, gpus: int, **node_fields: Any) -> Cluster:
-        c, _ = Cluster.objects.get_or_create(name=cluster, defaults={"api_url": "https://k8s.test"})
-        m = GpuModel.objects.get(key=model)
-        for i in range(nodes):
-            Node.objects.create(
-                cluster=c,
-                name=f"{model}-{i}",
-                gpu_model=m,
-                gpu_product=(m.product_labels or [m.key])[0],
-                gpu_resource=m.resource_name,
-                gpu_capacity=gpus,
-                gpu_allocatable=gpus,
-                last_seen_at=timezone.now(),
-                **node_fields,
-            )
-        return c
+        return gpu_nodes(cluster, model, nodes, gpus, **node_fields)
 
     return add
 

@@ -87,7 +87,7 @@ def test_an_over_counted_node_is_never_offered_as_free(bob, vision, pool, quota,
     for i, job in enumerate(running):
         Job.objects.filter(pk=job.pk).update(node_plan=["a100-80gb-0" if i < 11 else "a100-80gb-1"])
     (extra,) = _submit(bob, "vision", 1, gpus_per_replica=1)
-    with caplog.at_level(logging.WARNING, logger="scheduling.cycle"):
+    with caplog.at_level(logging.WARNING, logger="scheduling.snapshot"):
         result = run_cycle()
     assert result.admitted == []
     extra.refresh_from_db()

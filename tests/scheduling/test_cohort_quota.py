@@ -9,8 +9,8 @@ from portal.jobs.services import job_submit
 from portal.models import JobState
 from scheduling.cycle import run_cycle
 from scheduling.models import Cohort, CohortQuota, GpuModel, QuotaChange, TeamPolicy
+from tests.builders import running_row
 from tests.conftest import job_body
-from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -103,45 +103,31 @@ def test_cohort_quota_is_shown_on_the_quota_and_fair_share_pages(client, root, b
         assert "<td>t4</td><td>6</td>" in page
 
 
-def _running(team, gpus, model="a100-80gb"):
-    return JobFactory(
-        team=team,
-        state=JobState.RUNNING,
-        gpu_model=GpuModel.objects.get(key=model),
-        replicas=1,
-        gpus_per_replica=gpus,
-    )
-
-
 def test_the_quota_editor_warns_before_lowering_a_nominal_below_use(
     client, root, vision, catalog, quota
 ):
     quota(vision, "a100-80gb", nominal=8)
-    _running(vision, 6)
+    running_row(team=vision, gpus=6)
     client.force_login(root)
-    url = "/quotas/vision/a100-80gb/"
-    warned = client.post(url, {"nominal": "2", "borrowing_limit": ""}, HTTP_HX_REQUEST="true")
+    cell = {"was-n:vision:a100-80gb": "8", "was-b:vision:a100-80gb": "", "b:vision:a100-80gb": ""}
+    warned = client.post("/quotas/", {**cell, "n:vision:a100-80gb": "2"})
     text = warned.content.decode()
-    assert warned.status_code == 200 and "Not saved yet" in text
+    assert warned.status_code == 200
     assert "uses 6 a100-80gb GPUs now, 4 more than the new nominal of 2" in text
-    assert "preempt" in text and "Save anyway" in text and 'name="confirm"' in text
+    assert "preempt" in text and "Save all changes anyway" in text and 'name="confirm"' in text
+    assert 'value="2"' in text  # what the admin typed is kept
     assert vision.quotas.get().nominal == 8 and not QuotaChange.objects.exists()
-    # Without htmx, a confirmation page says the same.
-    page = client.post(url, {"nominal": "2", "borrowing_limit": ""}).content.decode()
-    assert "4 more than the new nominal of 2" in page and vision.quotas.get().nominal == 8
-    saved = client.post(
-        url, {"nominal": "2", "borrowing_limit": "", "confirm": "1"}, HTTP_HX_REQUEST="true"
-    )
-    assert saved.status_code == 200 and "saved" in saved.content.decode()
-    assert vision.quotas.get().nominal == 2
+    saved = client.post("/quotas/", {**cell, "n:vision:a100-80gb": "2", "confirm": "1"})
+    assert saved.status_code == 302 and vision.quotas.get().nominal == 2
     # Above the use, or raising: no question asked.
-    raised = client.post(url, {"nominal": "7", "borrowing_limit": ""}, HTTP_HX_REQUEST="true")
-    assert "saved" in raised.content.decode() and vision.quotas.get().nominal == 7
+    cell["was-n:vision:a100-80gb"] = "2"
+    raised = client.post("/quotas/", {**cell, "n:vision:a100-80gb": "7"})
+    assert raised.status_code == 302 and vision.quotas.get().nominal == 7
 
 
 def test_the_quota_api_says_what_lowering_below_use_means(api_as, root, vision, catalog, quota):
     quota(vision, "a100-80gb", nominal=8)
-    _running(vision, 6)
+    running_row(team=vision, gpus=6)
     body = {"team": "vision", "gpu_model": "a100-80gb", "nominal": 4}
     lowered = api_as(root).post("/api/v1/quotas/", body, format="json").json()
     assert lowered["nominal"] == 4 and lowered["gpus_in_use"] == 6

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from portal.jobs.services import job_submit
-from portal.models import Job, JobEvent, JobState
+from portal.models import Job, JobEvent, JobState, Priority
 from scheduling import cycle
 from scheduling.cycle import CYCLE_LOCK_KEY, run_cycle
 from scheduling.models import TeamPolicy
@@ -53,6 +53,22 @@ def test_the_cheapest_adequate_model_wins(bob, vision, pool, quota):
     assert job.gpu_model.key == "t4"
     skipped = {s["model"]: s["code"] for s in job.placement["skipped"]}
     assert skipped["a100-80gb"] == "NOT_TRIED"
+
+
+def test_the_job_page_folds_the_models_it_did_not_take(client, bob, vision, pool, quota):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    pool("east", "t4", nodes=1, gpus=4)
+    quota(vision, "a100-80gb", nominal=8)
+    quota(vision, "t4", nominal=4)
+    job = submit(bob, kind="inference", replicas=1, gpus_per_replica=1, min_gpu_memory_gib=12)
+    run_cycle()
+    client.force_login(bob)
+    page = client.get(f"/jobs/{job.public_id}/").content.decode()
+    folded = page.split('id="placement-models"', 1)[1].split("</details>", 1)[0]
+    job.refresh_from_db()
+    count = len(job.placement["skipped"])
+    assert f"Other models ({count}): why not them" in folded and "a100-80gb: not tried" in folded
+    assert not folded.split(">", 1)[0].strip().endswith("open")  # closed until the user opens it
 
 
 def test_jobs_that_do_not_fit_get_a_reason_and_a_position(bob, vision, pool, quota):
@@ -333,3 +349,71 @@ def test_a_scheduler_lock_that_cannot_be_unlocked_goes_with_its_connection():
             cur.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
     finally:
         other.close()
+
+
+def _allow(team, top: Priority) -> None:
+    TeamPolicy.objects.update_or_create(team=team, defaults={"max_priority": top})
+
+
+def test_while_its_policy_allows_it_high_goes_first(alice, charlie, vision, language, pool, quota):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    quota(vision, "a100-80gb", nominal=8)
+    quota(language, "a100-80gb", nominal=8)
+    first = submit(charlie, team="language", replicas=1, gpus_per_replica=8)
+    _allow(vision, Priority.HIGH)
+    late = submit(alice, priority="high", replicas=1, gpus_per_replica=8)
+    run_cycle()
+    first.refresh_from_db()
+    late.refresh_from_db()
+    assert (first.state, late.state) == (JobState.QUEUED, JobState.ADMITTED)
+
+
+def test_a_lowered_policy_takes_the_old_jobs_rank_away(
+    alice, charlie, vision, language, pool, quota
+):
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    quota(vision, "a100-80gb", nominal=8)
+    quota(language, "a100-80gb", nominal=8)
+    first = submit(charlie, team="language", replicas=1, gpus_per_replica=8)
+    _allow(vision, Priority.HIGH)
+    late = submit(alice, priority="high", replicas=1, gpus_per_replica=8)
+    _allow(vision, Priority.NORMAL)  # lowered after the submit
+    run_cycle()
+    first.refresh_from_db()
+    late.refresh_from_db()
+    assert (first.state, late.state) == (JobState.ADMITTED, JobState.QUEUED)
+    assert late.priority == Priority.HIGH  # what was submitted is still what the job shows
+
+
+@pytest.mark.parametrize(
+    ("language_top", "victim"),
+    [(Priority.HIGH, "lo"), (Priority.NORMAL, "hi")],
+    ids=["high still allowed: shielded", "policy lowered: no longer shielded"],
+)
+def test_a_victim_is_chosen_by_the_priority_its_team_may_use_now(
+    alice, charlie, vision, language, pool, quota, language_top, victim
+):
+    """Language borrows all 8 GPUs (Vision's and Robotics' idle nominal), first with a normal
+    job, then with a high one; Vision reclaims its 4.
+    Lowest priority goes first, then the most recently started: with high allowed the normal
+    job is preempted; with Language's policy lowered both count as normal and the later one
+    (the high job) is."""
+    from tests.factories import TeamFactory
+
+    pool("east", "a100-80gb", nodes=2, gpus=4)
+    quota(vision, "a100-80gb", nominal=4)
+    quota(TeamFactory(name="Robotics", slug="robotics"), "a100-80gb", nominal=4)  # idle: lends
+    quota(language, "a100-80gb", nominal=0)
+    _allow(language, Priority.HIGH)
+    submit(charlie, team="language", name="lo", replicas=1, gpus_per_replica=4)
+    run_cycle()
+    submit(charlie, team="language", name="hi", priority="high", replicas=1, gpus_per_replica=4)
+    run_cycle()
+    admitted = Job.objects.filter(state=JobState.ADMITTED)
+    assert sorted(admitted.values_list("name", flat=True)) == ["hi", "lo"]
+    _allow(language, language_top)
+    submit(alice, name="reclaim", replicas=1, gpus_per_replica=4)
+    run_cycle()
+    assert list(Job.objects.filter(state=JobState.PREEMPTING).values_list("name", flat=True)) == [
+        victim
+    ]

@@ -8,18 +8,15 @@ the way a sync would and check what gets admitted and what a user waiting in lin
 from __future__ import annotations
 
 import pytest
-from django.utils import timezone
 
-from clusters.models import Cluster, Node
+from clusters.models import Node
 from clusters.selectors import cluster_capacity
 from portal.jobs.services import job_submit
-from portal.jobs.state import job_transition
 from portal.models import JobState
-from scheduling import cycle
+from scheduling import snapshot
 from scheduling.cycle import run_cycle
-from scheduling.models import GpuModel
+from tests.builders import a_cluster, admitted_job, gpu_node
 from tests.conftest import job_body
-from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +43,7 @@ OUT_OF_SERVICE = (
         (
             {"gpus_used_by_others": 5},
             False,
-            "no node with 4 free (largest free block 3, 3 free in enabled clusters)",
+            "no node with 4 free (largest free block 3 in east, 3 free in enabled clusters)",
         ),
         ({"gpus_used_by_others": 4}, True, ""),
     ],
@@ -110,55 +107,29 @@ def test_an_uncordoned_node_takes_the_waiting_job_at_the_next_cycle(bob, vision,
 # ---------------------------------------------------------------------------------------------
 # The cluster page and the scheduler must tell the same story
 # ---------------------------------------------------------------------------------------------
-def _node(cluster, name, model, allocatable, **fields):
-    m = GpuModel.objects.get(key=model)
-    return Node.objects.create(
-        cluster=cluster,
-        name=name,
-        gpu_model=m,
-        gpu_product=(m.product_labels or [m.key])[0],
-        gpu_resource=m.resource_name,
-        gpu_capacity=fields.pop("capacity", allocatable),
-        gpu_allocatable=allocatable,
-        last_seen_at=timezone.now(),
-        **fields,
-    )
-
-
-def _admitted(team, owner, cluster, model, plan, gpus):
-    job = JobFactory(team=team, owner=owner, replicas=len(plan), gpus_per_replica=gpus)
-    assert job_transition(
-        job_id=job.pk,
-        expected=JobState.QUEUED,
-        to=JobState.ADMITTED,
-        reason="Admitted",
-        updates={
-            "cluster_id": cluster.pk,
-            "gpu_model_id": GpuModel.objects.get(key=model).pk,
-            "node_plan": plan,
-        },
-    )
-    return job
-
-
 def test_the_cluster_page_and_the_cycle_agree_on_free_gpus(bob, vision, catalog):
-    east = Cluster.objects.create(name="east", api_url="https://k8s.test")
-    _node(east, "a-healthy", "a100-80gb", 8)
-    _node(east, "a-foreign", "a100-80gb", 8, gpus_used_by_others=3)
-    _node(east, "a-planned", "a100-80gb", 8, gpus_used_by_others=2)
-    _node(east, "a-cordoned", "a100-80gb", 8, schedulable=False)
-    _node(east, "a-not-ready", "a100-80gb", 8, ready=False, gpus_used_by_others=1)
+    east = a_cluster("east")
+    gpu_node(east, "a-healthy", "a100-80gb", 8)
+    gpu_node(east, "a-foreign", "a100-80gb", 8, gpus_used_by_others=3)
+    gpu_node(east, "a-planned", "a100-80gb", 8, gpus_used_by_others=2)
+    gpu_node(east, "a-cordoned", "a100-80gb", 8, schedulable=False)
+    gpu_node(east, "a-not-ready", "a100-80gb", 8, ready=False, gpus_used_by_others=1)
     # A GPU failed its health check under a foreign pod: allocatable fell below what it holds.
-    _node(east, "a-overused", "a100-80gb", 7, capacity=8, gpus_used_by_others=8)
+    gpu_node(east, "a-overused", "a100-80gb", 7, capacity=8, gpus_used_by_others=8)
     # A GPU failed under one of the portal's own jobs: its plan now exceeds allocatable.
-    _node(east, "a-overplanned", "a100-80gb", 7, capacity=8)
-    _node(east, "t-cordoned", "t4", 4, schedulable=False, gpus_used_by_others=1)
-    _node(east, "t-foreign", "t4", 4, gpus_used_by_others=1)
-    _admitted(vision, bob, east, "a100-80gb", ["a-planned"], 4)
-    _admitted(vision, bob, east, "a100-80gb", ["a-overplanned"], 8)
-    _admitted(vision, bob, east, "t4", ["t-foreign", "t-foreign"], 1)
+    gpu_node(east, "a-overplanned", "a100-80gb", 7, capacity=8)
+    gpu_node(east, "t-cordoned", "t4", 4, schedulable=False, gpus_used_by_others=1)
+    gpu_node(east, "t-foreign", "t4", 4, gpus_used_by_others=1)
+    ours = {"team": vision, "owner": bob}
+    admitted_job(cluster=east, model="a100-80gb", plan=["a-planned"], gpus_per_replica=4, **ours)
+    admitted_job(
+        cluster=east, model="a100-80gb", plan=["a-overplanned"], gpus_per_replica=8, **ours
+    )
+    admitted_job(
+        cluster=east, model="t4", plan=["t-foreign", "t-foreign"], gpus_per_replica=1, **ours
+    )
 
-    clusters, _ = cycle._clusters(cycle._holding().planned)
+    clusters, _ = snapshot._clusters(snapshot._holding().planned)
     engine_nodes = {(n.model, n.name): n.free_gpus for c in clusters for n in c.nodes}
     page = {m.model: m for m in cluster_capacity(east)}
     for model in ("a100-80gb", "t4"):

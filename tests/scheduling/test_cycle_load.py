@@ -17,8 +17,8 @@ import pytest
 from django.db.models import F
 
 from portal.models import Job
-from scheduling import cycle, engine
-from scheduling.cycle import EpochMicroseconds, from_epoch_us, json_tuple
+from scheduling import cycle, engine, snapshot
+from scheduling.snapshot import EpochMicroseconds, from_epoch_us, json_tuple
 from tests.factories import JobFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_submit_times_read_as_epoch_microseconds_are_exact_on_postgresql(bob, vi
 def test_the_snapshot_keeps_submit_order_and_model_lists(bob, vision):
     later = JobFactory(team=vision, owner=bob, submitted_at=TIMES[2], gpu_models=["t4", "l4"])
     first = JobFactory(team=vision, owner=bob, submitted_at=TIMES[1], gpu_models=[])
-    loaded = cycle.snapshot_load(now=TIMES[3], config=cycle.engine_config())
+    loaded = snapshot.snapshot_load(now=TIMES[3], config=snapshot.engine_config())
     pending = {p.id: p for p in loaded.snapshot.pending}
     assert pending[str(first.public_id)].submitted_at == TIMES[1]
     assert pending[str(later.public_id)].submitted_at == TIMES[2]
@@ -65,7 +65,7 @@ import datetime as dt
 from django.db.models import F
 from portal.models import Job, Team
 from django.contrib.auth import get_user_model
-from scheduling.cycle import EpochMicroseconds, from_epoch_us
+from scheduling.snapshot import EpochMicroseconds, from_epoch_us
 UTC = dt.UTC
 times = [
     dt.datetime(2026, 12, 3, 13, 0, 0, tzinfo=UTC),
@@ -89,8 +89,8 @@ job = Job.objects.create(
     max_runtime_seconds=60, submitted_at=times[1], state_changed_at=times[1],
     requires_bf16=True, gpu_models=["a100-80gb"], min_gpu_memory_gib=24,
 )
-from scheduling import cycle
-loaded = cycle.snapshot_load(now=times[2], config=cycle.engine_config())
+from scheduling import snapshot
+loaded = snapshot.snapshot_load(now=times[2], config=snapshot.engine_config())
 pending = {p.id: p for p in loaded.snapshot.pending}
 seen = pending[str(job.public_id)]
 assert seen.submitted_at == times[1], seen

@@ -8,8 +8,8 @@ import pytest
 from django.db.models import Sum
 
 from portal.models import JobState
-from scheduling.cycle import decayed_usage
 from scheduling.models import GpuModel, UsageRecord
+from scheduling.snapshot import decayed_usage
 from scheduling.usage import hour_slices, usage_account
 from tests.factories import JobFactory
 

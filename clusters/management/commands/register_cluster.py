@@ -1,4 +1,6 @@
-"""``manage.py register_cluster NAME --kubeconfig FILE [--namespace …]`` for scripts."""
+"""``manage.py register_cluster NAME --kubeconfig FILE [--namespace …]`` for scripts;
+``--in-cluster`` instead of a kubeconfig registers the cluster the portal runs in, reached
+with the pod's own service account (``clusters.incluster``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ _SOURCES = {
     "ca_pem": "the kubeconfig's clusters[0].cluster.certificate-authority-data",
     "namespace": "--namespace",
     "state": "--state",
+    "in_cluster": "--in-cluster (run it in a portal pod)",
 }
 
 
@@ -39,7 +42,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
-        parser.add_argument("--kubeconfig", required=True, help="path, or - for stdin")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--kubeconfig", help="path, or - for stdin")
+        source.add_argument(
+            "--in-cluster",
+            action="store_true",
+            help="the cluster this portal runs in, through the pod's service account "
+            "(deploy/kubernetes/components/in-cluster); nothing secret is stored",
+        )
         parser.add_argument(
             "--namespace", help="job namespace (default: the context's, or gpupool)"
         )
@@ -50,18 +60,15 @@ class Command(BaseCommand):
         parser.add_argument("--state", choices=["enabled", "draining", "disabled"])
         parser.add_argument("--request-rate", type=int, help="API requests per second")
         parser.add_argument("--creates-in-flight", type=int)
+        parser.add_argument(
+            "--sharing-mode",
+            choices=["none", "volcano-vgpu", "hami"],
+            help="how shared (fractional) GPU jobs ask for their share",
+        )
         parser.add_argument("--update", action="store_true", help="replace an existing one")
         parser.add_argument("--test", action="store_true", help="test the connection afterwards")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        source = options["kubeconfig"]
-        if source == "-":
-            text = sys.stdin.buffer.read(MAX_KUBECONFIG_BYTES + 1)
-        else:
-            path = Path(source)
-            if not path.is_file():
-                raise CommandError(f"{source}: no such file")
-            text = path.read_bytes()[: MAX_KUBECONFIG_BYTES + 1]
         names = {
             "namespace": "namespace",
             "namespace_per_team": "namespace_per_team",
@@ -71,6 +78,7 @@ class Command(BaseCommand):
             "state": "state",
             "request_rate": "request_rate",
             "creates_in_flight": "creates_in_flight",
+            "sharing_mode": "sharing_mode",
         }
         cluster_options = {
             field: options[opt]
@@ -78,13 +86,20 @@ class Command(BaseCommand):
             if options.get(opt) not in (None, False)
         }
         try:
-            credentials = services.cluster_credentials_from_input(kubeconfig=text)
-            cluster, created = services.cluster_register(
-                name=options["name"],
-                credentials=credentials,
-                update=options["update"],
-                **cluster_options,
-            )
+            if options["in_cluster"]:
+                cluster, created = services.cluster_register_in_cluster(
+                    name=options["name"], update=options["update"], **cluster_options
+                )
+            else:
+                credentials = services.cluster_credentials_from_input(
+                    kubeconfig=_kubeconfig_read(options["kubeconfig"])
+                )
+                cluster, created = services.cluster_register(
+                    name=options["name"],
+                    credentials=credentials,
+                    update=options["update"],
+                    **cluster_options,
+                )
         except ApplicationError as exc:
             raise CommandError(_naming_the_source(exc)) from None
         verb = "registered" if created else "updated"
@@ -98,3 +113,13 @@ class Command(BaseCommand):
             self.stdout.write(report.summary)
             if not report.ok:
                 raise CommandError("the connection test failed")
+
+
+def _kubeconfig_read(source: str) -> bytes:
+    """The kubeconfig's bytes (at most one more than allowed, so the service can refuse)."""
+    if source == "-":
+        return sys.stdin.buffer.read(MAX_KUBECONFIG_BYTES + 1)
+    path = Path(source)
+    if not path.is_file():
+        raise CommandError(f"{source}: no such file")
+    return path.read_bytes()[: MAX_KUBECONFIG_BYTES + 1]

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from clusters.inventory import inventory_sync
 from clusters.models import Cluster
 from clusters.queues import queues_sync
-from clusters.status import cluster_reconcile
+from clusters.tasks import cluster_reconcile_and_enqueue
 
 
 class Command(BaseCommand):
@@ -30,5 +30,5 @@ class Command(BaseCommand):
             )
             self.stdout.write(f"{cluster.name}: queues: {queues_sync(cluster=cluster).message}")
             self.stdout.write(
-                f"{cluster.name}: status: {cluster_reconcile(cluster=cluster).message}"
+                f"{cluster.name}: status: {cluster_reconcile_and_enqueue(cluster=cluster).message}"
             )

@@ -14,7 +14,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from clusters.demo import demo_cluster_wait
 from clusters.watch import WatchSupervisor
+from portal.health import heartbeat_touch
+
+HEARTBEAT_SECONDS = 10.0
 
 
 class Command(BaseCommand):
@@ -38,8 +42,6 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         if options["demo_kubeconfig"]:
-            from clusters.demo import demo_cluster_wait
-
             cluster = demo_cluster_wait(Path(options["demo_kubeconfig"]))
             if cluster is None:
                 raise CommandError("the demo kubesim did not come up")
@@ -47,5 +49,19 @@ class Command(BaseCommand):
         supervisor = WatchSupervisor(stop=stop, refresh_seconds=options["refresh"])
         logging.getLogger(__name__).info("watching clusters as %s", supervisor.holder)
         self.stdout.write(f"watch_clusters: running as {supervisor.holder}")
+        beating = threading.Thread(
+            target=_heartbeat, args=(stop,), name="watch-heartbeat", daemon=True
+        )
+        beating.start()
         supervisor.run()
         self.stdout.write("watch_clusters: stopped")
+
+
+def _heartbeat(stop: threading.Event) -> None:
+    """Touch the heartbeat ``manage.py probe watcher`` reads, while the watcher runs."""
+    while not stop.is_set():
+        try:
+            heartbeat_touch("watcher")
+        except OSError:
+            logging.getLogger(__name__).exception("watch_clusters: heartbeat not written")
+        stop.wait(HEARTBEAT_SECONDS)

@@ -57,12 +57,40 @@ def _cluster_processes(py: str) -> list[tuple[str, list[str]]]:
     ]
 
 
+def _sso_process() -> tuple[str, list[str]]:
+    """The test OpenID provider (tests/identity/idp, Node) on the config ``seed_demo_sso``
+    wrote; the web process finds it through the GPUPOOL_OIDC_* variables set here."""
+    import json
+
+    from django.conf import settings
+
+    config_path = Path(settings.VAR_DIR) / "demo" / "idp.json"
+    config = json.loads(config_path.read_text())
+    client = config["clients"][0]
+    os.environ.update(
+        {
+            "GPUPOOL_OIDC_PROVIDERS": "demo",
+            "GPUPOOL_OIDC_DEMO_ISSUER": config["issuer"],
+            "GPUPOOL_OIDC_DEMO_CLIENT_ID": client["client_id"],
+            "GPUPOOL_OIDC_DEMO_CLIENT_SECRET": client["client_secret"],
+            "GPUPOOL_OIDC_DEMO_LABEL": "Demo SSO",
+        }
+    )
+    server = Path(settings.BASE_DIR) / "tests" / "identity" / "idp" / "server.mjs"
+    return ("sso", ["node", str(server), str(config_path)])
+
+
 class Command(BaseCommand):
     help = "Start the demo portal (web, Celery worker and beat); Ctrl-C stops everything."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("DEMO_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8000")))
+        parser.add_argument(
+            "--sso",
+            action="store_true",
+            help="Also start the test OpenID provider (after manage.py seed_demo_sso)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         children: dict[str, subprocess.Popen[bytes]] = {}
@@ -74,7 +102,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        for name, cmd in demo_processes(options["host"], options["port"]):
+        processes = demo_processes(options["host"], options["port"])
+        if options["sso"]:
+            processes.insert(0, _sso_process())
+        for name, cmd in processes:
             children[name] = subprocess.Popen(cmd, start_new_session=True)  # noqa: S603
             self.stdout.write(f"started {name} (pid {children[name].pid})")
         self.stdout.write(

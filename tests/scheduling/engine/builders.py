@@ -135,6 +135,10 @@ class ClusterBuilder:
         self.state = ClusterState.DISABLED
         return self
 
+    def unreachable(self) -> ClusterBuilder:
+        self.state = ClusterState.UNREACHABLE
+        return self
+
 
 def a_cluster(cluster_id: str = "east") -> ClusterBuilder:
     return ClusterBuilder(cluster_id)

@@ -13,6 +13,12 @@ Each cycle (every ``cycle_minutes``): finish jobs whose time is up, accrue decay
 cost-weighted usage (what the usage ledger does), add arrivals, build a snapshot, call
 ``decide()``, apply admissions (GPUs on the planned nodes) and preemptions (requeue with the
 submit time kept).
+
+With ``shared_pool`` a third cluster holds one A100 node shared by Volcano vGPU / HAMi (2 x 80
+GiB = 160 GiB, a capacity kind of its own counted in GiB, priced per GiB-hour at the card's
+cost / 80), and 40 % of the arrivals ask for a share of 20, 40 or 80 GiB there instead of
+whole GPUs. Shares are charged in the same cost-weighted unit, so the weights must still split
+the whole pool.
 """
 
 from __future__ import annotations
@@ -42,6 +48,15 @@ from scheduling.engine import (
 START = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 A100 = GpuModel(key="a100-80gb", name="A100-80GB", cost_factor=4.0, tflops_fp16=312, memory_gib=80)
 L4 = GpuModel(key="l4", name="L4", cost_factor=1.5, tflops_fp16=121, memory_gib=24)
+A100_SHARED = GpuModel(
+    key="a100-80gb-shared",
+    name="A100-80GB shared",
+    cost_factor=4.0 / 80,  # per GiB-hour: the card's cost over its memory
+    tflops_fp16=312,
+    memory_gib=80,
+    shared_of=A100.key,
+)
+SHARED_NODES = {"mid": [("mid-0", A100_SHARED.key, 160)]}
 NODES = {  # cluster -> [(node, model, gpus)]
     "east": [("east-0", A100.key, 4), ("east-1", A100.key, 4)],
     "west": [("west-0", L4.key, 4), ("west-1", L4.key, 4)],
@@ -58,6 +73,7 @@ class _Job:
     replicas: int
     models: tuple[str, ...]
     duration: timedelta
+    shared: bool = False
 
 
 @dataclass
@@ -85,6 +101,8 @@ class SimResult:
     weighted_gpu_hours: dict[str, float] = field(default_factory=dict)
     """GPU-hours times the model's cost factor: the unit of the usage ledger, which is what
     fair share divides between the teams."""
+    weighted_by_model: dict[str, float] = field(default_factory=dict)
+    """The same, per model (to see that every pool was used)."""
 
     def shares(self) -> dict[str, float]:
         """Each team's share of the cost-weighted GPU-hours delivered: what the weights split.
@@ -121,21 +139,25 @@ def simulate(
     max_queued: int = 20,
     gang_chance: float = 0.2,
     config: EngineConfig | None = None,
+    shared_pool: bool = False,
 ) -> SimResult:
     """Run the simulation and return what each team got."""
+    nodes_by_cluster = {**NODES, **(SHARED_NODES if shared_pool else {})}
+    catalog = (A100, L4, A100_SHARED) if shared_pool else (A100, L4)
     rnd = random.Random(seed)
     config = config or EngineConfig()
     step = timedelta(minutes=cycle_minutes)
     half_life_h = config.usage_half_life.total_seconds() / 3600
     decay = math.pow(0.5, (cycle_minutes / 60) / half_life_h)
     teams = tuple(Team(id=t, weight=w) for t, w in WEIGHTS.items())
-    quotas = tuple(Quota(team=t, model=m.key, nominal=0) for t in WEIGHTS for m in (A100, L4))
+    quotas = tuple(Quota(team=t, model=m.key, nominal=0) for t in WEIGHTS for m in catalog)
     cohort = (
         CohortQuota(cohort="default", model=A100.key, nominal=8),
         CohortQuota(cohort="default", model=L4.key, nominal=8),
+        CohortQuota(cohort="default", model=A100_SHARED.key, nominal=160),
     )
-    cost = {A100.key: A100.cost_factor, L4.key: L4.cost_factor}
-    free = {(c, n): g for c, nodes in NODES.items() for n, _, g in nodes}
+    cost = {m.key: m.cost_factor for m in catalog}
+    free = {(c, n): g for c, nodes in nodes_by_cluster.items() for n, _, g in nodes}
     queued: dict[str, _Job] = {}
     running: dict[str, _Run] = {}
     usage = {(t, m): 0.0 for t in WEIGHTS for m in cost}
@@ -164,9 +186,12 @@ def simulate(
         for run in running.values():
             hours = run.job.gpus * run.job.replicas * cycle_minutes / 60
             usage[(run.job.team, run.model)] += hours * cost[run.model]
-            if now >= warm:
-                result.gpu_hours[run.job.team] += hours
+            if now >= warm:  # a share's GiB-hours are that fraction of a card's hours
+                plain = hours / A100_SHARED.memory_gib if run.job.shared else hours
+                result.gpu_hours[run.job.team] += plain
                 result.weighted_gpu_hours[run.job.team] += hours * cost[run.model]
+                by_model = result.weighted_by_model
+                by_model[run.model] = by_model.get(run.model, 0.0) + hours * cost[run.model]
         # 3. Arrivals (Poisson per team), refused when the team's queue is full.
         for team in WEIGHTS:
             for _ in range(_poisson(rnd, arrivals_per_hour * cycle_minutes / 60)):
@@ -174,6 +199,18 @@ def simulate(
                     result.dropped[team] += 1
                     continue
                 serial += 1
+                if shared_pool and rnd.random() < 0.4:
+                    queued[f"j{serial:06}"] = _Job(
+                        f"j{serial:06}",
+                        team,
+                        now - timedelta(seconds=rnd.randint(0, cycle_minutes * 60 - 1)),
+                        rnd.choice([20, 40, 80]),  # GiB of one device
+                        1,
+                        (A100_SHARED.key,),
+                        timedelta(hours=min(8.0, rnd.expovariate(1 / 2.0)) + 0.1),
+                        shared=True,
+                    )
+                    continue
                 gpus = rnd.choices([1, 2, 4], weights=[0.5, 0.3, 0.2])[0]
                 # Gangs of 2 replicas span two nodes without needing a whole model drained.
                 replicas = 2 if gpus <= 2 and rnd.random() < gang_chance else 1
@@ -193,7 +230,7 @@ def simulate(
         # 4. Decide.
         snapshot = Snapshot(
             now=now,
-            models=(A100, L4),
+            models=catalog,
             teams=teams,
             quotas=quotas,
             cohort_quotas=cohort,
@@ -205,7 +242,7 @@ def simulate(
                         for n, m, g in nodes
                     ),
                 )
-                for c, nodes in NODES.items()
+                for c, nodes in nodes_by_cluster.items()
             ),
             running=tuple(
                 RunningAllocation(
@@ -230,7 +267,7 @@ def simulate(
                     submitted_at=j.submitted,
                     gpus_per_replica=j.gpus,
                     replicas=j.replicas,
-                    requirement=Requirement(models=j.models),
+                    requirement=Requirement(models=j.models, shared=j.shared),
                     policy=Policy.ORDERED,
                 )
                 for j in queued.values()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Policy, Requirement, SkipCode, resolve_candidates
+from scheduling.engine import GpuModel, Policy, Requirement, SkipCode, resolve_candidates
 from tests.scheduling.engine.builders import CATALOG
 
 CASES = [
@@ -120,3 +120,58 @@ def test_unknown_model_message() -> None:
     got = resolve_candidates(Requirement(models=("mi300x",)), Policy.ORDERED, CATALOG)
     assert got.rejected[0].code is SkipCode.NOT_IN_CATALOG
     assert got.rejected[0].message == "mi300x: not in the catalog"
+
+
+# A MIG slice of the A100: a seventh of its compute, at a seventh of its cost (cheaper than T4).
+SLICE = GpuModel(
+    key="a100-80gb-mig-1g.10gb",
+    name="A100 MIG 1g.10gb",
+    cost_factor=0.14,
+    tflops_fp16=44.6,
+    memory_gib=10,
+    bf16=True,
+    slice_of="a100-80gb",
+)
+WITH_SLICE = (SLICE, *CATALOG)
+
+MIG_CASES = [
+    (
+        "a whole-GPU requirement never leads with a cheaper MIG slice",
+        Requirement(min_memory_gib=8),
+        Policy.CHEAPEST,
+        ["t4", "l4", "v100-32gb", "a100-80gb", "h100-80gb"],
+    ),
+    (
+        "nor does 'any model'",
+        Requirement(),
+        Policy.CHEAPEST,
+        ["t4", "l4", "v100-32gb", "a100-80gb", "h100-80gb"],
+    ),
+    (
+        "a slice named in the list is a candidate like any model",
+        Requirement(models=("a100-80gb-mig-1g.10gb", "t4")),
+        Policy.CHEAPEST,
+        ["a100-80gb-mig-1g.10gb", "t4"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("requirement", "policy", "order"),
+    [c[1:] for c in MIG_CASES],
+    ids=[c[0] for c in MIG_CASES],
+)
+def test_mig_slices_only_when_named(
+    requirement: Requirement, policy: Policy, order: list[str]
+) -> None:
+    got = resolve_candidates(requirement, policy, WITH_SLICE)
+    assert [m.key for m in got.matched] == order
+
+
+def test_a_slice_left_out_says_why() -> None:
+    got = resolve_candidates(Requirement(), Policy.CHEAPEST, WITH_SLICE)
+    (note,) = got.rejected
+    assert note.code is SkipCode.SLICE_NOT_NAMED
+    assert note.message == (
+        "A100 MIG 1g.10gb: a MIG slice of a100-80gb, used only when the model list names it"
+    )

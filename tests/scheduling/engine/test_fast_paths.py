@@ -2,7 +2,7 @@
 
 - ``pending_reason`` (slot setters) builds the same ``PendingReason`` as its ``__init__``;
 - the reason memo (jobs of one signature share the words of the first) changes nothing:
-  ``_Cycle.memos = False`` words every pending job afresh, over random snapshots with many
+  ``Placement.memos = False`` words every pending job afresh, over random snapshots with many
   equal jobs, holds and preemptions.
 """
 
@@ -26,12 +26,12 @@ from scheduling.engine import (
     Snapshot,
     decide,
 )
-from scheduling.engine.core import _Cycle
+from scheduling.engine.core import Placement
 from scheduling.engine.decision import pending_reason
 from tests.scheduling.engine.test_properties import PROPERTY, snapshots
 
 
-class _Straightforward(_Cycle):
+class _Straightforward(Placement):
     memos = False
 
 

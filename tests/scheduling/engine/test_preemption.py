@@ -221,8 +221,14 @@ def test_messages_say_who_reclaims_what() -> None:
     )
     decision = decide(snap)
     (p,) = decision.preemptions
-    assert p.message.startswith("preempted: ran on A100-80GB quota team bob had borrowed")
-    assert "for job a1" in p.message
+    assert p.message == (
+        "preempted: team alice reclaims its nominal A100-80GB quota (8 of 8 with the job it "
+        "reclaims for); this job's 8 A100-80GB GPUs in east ran on quota team bob had "
+        "borrowed; its pods get SIGTERM and their grace period to checkpoint, then it is "
+        "requeued with its submit time"
+    )
+    assert "a1" not in p.message  # another team's job is not named to the victim
+    assert (p.for_job, p.for_team) == ("a1", "alice")
     msg = reasons_by_job(decision)["a1"].message
     assert msg.startswith("needs 8 \u00d7 A100-80GB; preempting 1 job on borrowed quota in east")
     assert "team uses 8 of 8 nominal" in msg

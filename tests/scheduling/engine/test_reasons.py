@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 import pytest
 
@@ -103,6 +104,29 @@ CASES = [
         f"needs 1 {X} A100-80GB; its clusters are draining (old) and take nothing new",
     ),
     Case(
+        "cluster unreachable",
+        a_snapshot()
+        .with_clusters(a_cluster("far").with_nodes("a100-80gb", 1).unreachable())
+        .with_quota("alice", "a100-80gb", 8)
+        .with_pending(a_job("j").on_models("a100-80gb"))
+        .build(),
+        ReasonCode.CLUSTER_UNREACHABLE,
+        f"needs 1 {X} A100-80GB; its clusters cannot be reached (far) and take nothing new "
+        "until they answer",
+    ),
+    Case(
+        "unreachable explains more than a model no cluster has",
+        a_snapshot()
+        .with_clusters(a_cluster("far").with_nodes("a100-80gb", 1).unreachable())
+        .with_quota("alice", "a100-80gb", 8)
+        .with_quota("alice", "t4", 8)
+        .with_pending(a_job("j").on_models("t4", "a100-80gb"))
+        .build(),
+        ReasonCode.CLUSTER_UNREACHABLE,
+        f"needs 1 {X} A100-80GB; its clusters cannot be reached (far) and take nothing new "
+        "until they answer",
+    ),
+    Case(
         "quota exhausted",
         a_snapshot()
         .with_clusters(A100_8)
@@ -143,7 +167,7 @@ CASES = [
         .build(),
         ReasonCode.NO_CAPACITY,
         (
-            f"needs 4 {X} A100-80GB; no node with 4 free (largest free block 2, "
+            f"needs 4 {X} A100-80GB; no node with 4 free (largest free block 2 in east, "
             f"2 free in enabled clusters)"
         ),
     ),
@@ -215,6 +239,42 @@ CASES = [
             f"this job included); admitted once they stop"
         ),
     ),
+    Case(
+        "borrowers within their minimum runtime",
+        a_snapshot()
+        .with_clusters(A100_8)
+        .with_quota("alice", "a100-80gb", 8)
+        .with_running(replace(busy(8), protected_until=NOW + timedelta(minutes=90)))
+        .with_pending(a_job("j", gpus=8).on_models("a100-80gb"))
+        .build(),
+        ReasonCode.MIN_RUNTIME,
+        (
+            f"needs 8 {X} A100-80GB; jobs on borrowed quota that would make room are within "
+            "their team's minimum runtime until 13:30 UTC (in 1h 30m); reclaimed then"
+        ),
+    ),
+    Case(
+        "preemption budget spent",
+        a_snapshot()
+        .with_clusters(a_cluster().with_nodes("a100-80gb", 2, gpus=8))
+        .with_quota("alice", "a100-80gb", 16)
+        .with_running(
+            replace(busy(8, job="going"), preempting=True),
+            busy(8, node="east-a100-80gb-1", job="r2"),
+        )
+        .with_pending(
+            a_job("first", gpus=8).on_models("a100-80gb").submitted(20),
+            a_job("j", gpus=8).on_models("a100-80gb").submitted(10),
+        )
+        .build(),
+        ReasonCode.PREEMPTION_BUDGET,
+        (
+            f"needs 8 {X} A100-80GB; reclaiming its room would preempt 1 job on borrowed quota "
+            "(8 GPUs), more than the preemption budget has left (8 GPUs per cycle, 8 being "
+            "preempted already); tried again next cycle"
+        ),
+        EngineConfig(preemption_budget_gpus=8),
+    ),
 ]
 
 
@@ -262,6 +322,36 @@ def test_pending_candidates_list_every_model_and_why() -> None:
     assert by_model["l4"].code is SkipCode.NO_ENABLED_CLUSTER
     assert reason.code is ReasonCode.NO_CAPACITY
     assert reason.message.endswith("(and 1 other candidate blocked)")
+
+
+def test_no_capacity_names_the_cluster_with_the_closest_fit() -> None:
+    """A user told "largest free block 3" should also learn where it is: the cluster to ask
+    about, or to pin the job to. Two clusters, 3 GPUs free in west and 2 in east."""
+    snap = (
+        a_snapshot()
+        .with_clusters(A100_8, a_cluster("west").with_nodes("a100-80gb", 1, gpus=8))
+        .with_quota("alice", "a100-80gb", 16)
+        .with_quota("carol", "a100-80gb", 16)
+        .with_running(
+            busy(6),
+            running(
+                "w",
+                team="carol",
+                cluster="west",
+                model="a100-80gb",
+                nodes=["west-a100-80gb-0"],
+                gpus=5,
+            ),
+        )
+        .with_pending(a_job("j", gpus=4).on_models("a100-80gb"))
+        .build()
+    )
+    reason = reasons_by_job(decide(snap))["j"]
+    assert reason.code is ReasonCode.NO_CAPACITY
+    assert reason.message == (
+        f"needs 4 {X} A100-80GB; no node with 4 free (largest free block 3 in west, "
+        f"5 free in enabled clusters)"
+    )
 
 
 def test_an_admission_explains_the_choice_and_every_skipped_candidate() -> None:

@@ -1,0 +1,774 @@
+"""The ``gpupool`` commands. Each one is a thin reading of one REST operation: the portal
+decides everything (validation, tenancy, quotas), the CLI only shapes requests and answers.
+
+Exit codes (``docs/cli.md``): 0 ok, 1 the job ended FAILED or CANCELLED (``submit --wait``),
+2 bad input (the API's field errors are printed), 3 not found, 4 refused (401, 403, 409, 429),
+5 server or connection error, 130 stopped with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gpupool_cli import __version__
+from gpupool_cli.api import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_JOB_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    ApiError,
+    Client,
+    Settings,
+    config_path,
+    config_write,
+    settings_load,
+    url_normalize,
+)
+from gpupool_cli.output import emit_json, error_print, pairs, table, when
+
+TERMINAL_STATES = {"SUCCEEDED", "FAILED", "CANCELLED"}
+JOB_STATES = [
+    "QUEUED", "ADMITTED", "SUBMITTED", "RUNNING", "PREEMPTING", "CANCELLING",
+    "SUCCEEDED", "FAILED", "CANCELLED",
+]  # fmt: skip
+LIST_FIELDS = {"command", "args"}  # a string here is split as a shell would
+TEXT_FIELDS = {"name", "image", "team"}  # --set keeps these as typed
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Cli(click.Group):
+    """Turns an :class:`ApiError` from any command into its message and exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ApiError as error:
+            error_print(error)
+            ctx.exit(error.exit_code)
+        except KeyboardInterrupt:  # Ctrl-C (how `logs -f` is stopped): never exit 1's meaning
+            click.echo("", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def client() -> Client:
+    """The API client of this invocation, made on first use (``login`` needs none)."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    if root.obj is None:
+        root.obj = Client(settings_load())
+        root.call_on_close(root.obj.close)  # no kept-alive connection outlives the command
+    return root.obj  # type: ignore[no-any-return]
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@click.group(cls=Cli, context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="gpupool")
+def cli() -> None:
+    """Submit and follow jobs on a gpupool portal from the terminal.
+
+    \b
+    First:   gpupool login --url https://gpupool.example.org
+    Then:    gpupool submit -f job.yaml --wait
+             gpupool ls --state RUNNING
+             gpupool logs JOB_ID -f
+
+    Settings come from GPUPOOL_URL and GPUPOOL_TOKEN when set, else from the file `login`
+    writes. Exit codes: 0 ok, 1 job failed (--wait), 2 bad input, 3 not found, 4 refused,
+    5 server or connection error.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# login
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.option(
+    "--url", prompt="Portal URL", help="The portal's address, e.g. https://gpupool.example.org"
+)
+@click.option(
+    "--token",
+    help="An API token (make one on the portal's /tokens/ page); '-' reads it from stdin. "
+    "Asked for, hidden, when omitted.",
+)
+def login(url: str, token: str | None) -> None:
+    """Check a URL and API token against the portal and save them.
+
+    The token is saved in ~/.config/gpupool/config ($XDG_CONFIG_HOME), readable by you only
+    (mode 0600). A token the portal refuses is not saved (exit 4).
+
+    \b
+    Example:
+      gpupool login --url https://gpupool.example.org
+      echo "$TOKEN" | gpupool login --url https://gpupool.example.org --token -
+    """
+    if token == "-":
+        token = sys.stdin.readline().strip()
+    elif not token:
+        token = click.prompt("API token", hide_input=True)
+    if not token:
+        raise ApiError("token: an API token is required", EXIT_BAD_INPUT)
+    settings = Settings(url=url_normalize(url), token=token)
+    checker = Client(settings)
+    try:
+        teams = checker.get("teams/")
+    finally:
+        checker.close()
+    path = config_write(settings.url, settings.token)
+    names = ", ".join(t["slug"] for t in teams) or "no team yet"
+    click.echo(f"Logged in to {settings.url} (teams: {names}); saved to {path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# submit
+# ---------------------------------------------------------------------------------------------
+def _spec_file(path: str) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ApiError(f"{path}: {error.strerror}", EXIT_BAD_INPUT) from error
+    try:
+        data = yaml.safe_load(text)  # JSON is YAML too
+    except yaml.YAMLError as error:
+        raise ApiError(f"{path}: not valid YAML or JSON: {error}", EXIT_BAD_INPUT) from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ApiError(f"{path}: must be a mapping of the job's fields", EXIT_BAD_INPUT)
+    return data
+
+
+def _set(body: dict[str, Any], assignment: str) -> None:
+    """``key=value``, the value read as YAML (2, true, [a, b]); ``env.NAME=value`` sets one
+    entry of a mapping field."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ApiError(f"--set {assignment!r}: expected key=value", EXIT_BAD_INPUT)
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    if key.split(".")[-1] in TEXT_FIELDS or key.startswith("env."):
+        value = raw  # never turn a name like 2024 or "on" into a number or a boolean
+    *parents, last = key.split(".")
+    target = body
+    for part in parents:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ApiError(f"--set {key}: {part} is not a mapping", EXIT_BAD_INPUT)
+    target[last] = value
+
+
+def _template(name: str) -> dict[str, Any]:
+    templates = client().get("templates/")
+    found = [t for t in templates if name in (t.get("name"), t.get("key"), str(t.get("id")))]
+    if not found:
+        raise ApiError(
+            f"template: no template named {name!r} (see the portal's /templates/)", EXIT_NOT_FOUND
+        )
+    if len(found) > 1:
+        choices = ", ".join(f"{t['id']} ({t['scope']} {t.get('team') or ''})" for t in found)
+        raise ApiError(
+            f"template: {len(found)} templates are named {name!r}; give one's id: {choices}",
+            EXIT_BAD_INPUT,
+        )
+    return dict(found[0].get("spec") or {})
+
+
+def _only_team() -> str | None:
+    teams = client().get("teams/")
+    return teams[0]["slug"] if len(teams) == 1 else None
+
+
+def job_wait(job_id: str, interval: float, quiet: bool) -> dict[str, Any]:
+    """Poll the job until it ends, telling each state change on stderr."""
+    state = None
+    while True:
+        try:
+            job: dict[str, Any] = client().get(f"jobs/{job_id}/")
+        except KeyboardInterrupt:
+            click.echo(f"\nstopped waiting; the job goes on: gpupool show {job_id}", err=True)
+            raise
+        if job["state"] != state:
+            state = job["state"]
+            if not quiet:
+                reason = job.get("pending_reason") if state == "QUEUED" else ""
+                click.echo(f"{job_id}: {state}" + (f" ({reason})" if reason else ""), err=True)
+        if state in TERMINAL_STATES:
+            return job
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:
+            click.echo(f"\nstopped waiting; the job goes on: gpupool show {job_id}", err=True)
+            raise
+
+
+def _job_outcome(job: dict[str, Any]) -> int:
+    return EXIT_OK if job["state"] == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _job_body(
+    path: str | None, sets: tuple[str, ...], template: str | None, team: str | None
+) -> dict[str, Any]:
+    """A job's REST fields from a template, a file and --set, later sources winning (what
+    submit sends, and estimate asks about)."""
+    if not path and not template:
+        raise click.UsageError("give a job file (-f job.yaml), a --template, or both")
+    body: dict[str, Any] = _template(template) if template else {}
+    if path:
+        body.update(_spec_file(path))
+    for assignment in sets:
+        _set(body, assignment)
+    if team:
+        body["team"] = team
+    for field in LIST_FIELDS:
+        if isinstance(body.get(field), str):
+            body[field] = shlex.split(body[field])
+    if not body.get("team"):
+        only = _only_team()
+        if only:
+            body["team"] = only
+    return body
+
+
+@cli.command()
+@click.option(
+    "-f", "--file", "path", metavar="PATH", help="YAML or JSON with the REST fields; - for stdin."
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a field (repeatable); the value is read as YAML.",
+)
+@click.option("--template", metavar="NAME", help="Start from a template (its name, key or id).")
+@click.option("--team", help="Team slug (default: the file's, or your only team).")
+@click.option("--wait", is_flag=True, help="Follow the job to its end; exit 1 unless it SUCCEEDED.")
+@click.option(
+    "--interval", default=5.0, show_default=True, metavar="SECONDS", help="How often --wait asks."
+)
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    help="Repeat a submit safely (default: a new random key, reused by this run's retries).",
+)
+@json_option
+def submit(
+    path: str | None,
+    sets: tuple[str, ...],
+    template: str | None,
+    team: str | None,
+    wait: bool,
+    interval: float,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Submit a job: the fields of POST /api/v1/jobs/, from a file, a template and --set.
+
+    Later sources win: the template's spec, then the file, then each --set. `command` and
+    `args` may be a string, split as a shell would. The submit carries an Idempotency-Key,
+    so a retry after a lost answer returns the same job, never a second one.
+
+    \b
+    Example (job.yaml):
+      name: resnet50
+      team: vision
+      image: nvcr.io/nvidia/pytorch:24.05-py3
+      command: torchrun train.py --epochs 10
+      replicas: 2
+      gpus_per_replica: 4
+      min_gpu_memory_gib: 40
+    \b
+      gpupool submit -f job.yaml --set replicas=1 --wait
+      gpupool submit --template "GPU smoke test" --set name=smoke --team vision
+    """
+    body = _job_body(path, sets, template, team)
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    job = client().post("jobs/", body, idempotency_key=key)
+    if not as_json:
+        click.echo(f"{job['id']}  {job['name']}  team {job['team']}  {job['state']}")
+    if wait:
+        job = job_wait(job["id"], interval, quiet=as_json)
+        if not as_json:
+            tail = f": {job['pending_reason']}" if job.get("pending_reason") else ""
+            click.echo(f"{job['id']} ended {job['state']}{tail}")
+    if as_json:
+        emit_json(job)
+    if wait:
+        click.get_current_context().exit(_job_outcome(job))
+
+
+@cli.command()
+@click.argument("job_id", required=False)
+@click.option(
+    "-f", "--file", "path", metavar="PATH", help="YAML or JSON with the REST fields; - for stdin."
+)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a field (repeatable).")
+@click.option("--template", metavar="NAME", help="Start from a template (its name, key or id).")
+@click.option("--team", help="Team slug (default: the file's, or your only team).")
+@json_option
+def estimate(
+    job_id: str | None,
+    path: str | None,
+    sets: tuple[str, ...],
+    template: str | None,
+    team: str | None,
+    as_json: bool,
+) -> None:
+    """When a job would start, on which model and cluster, and what could start sooner.
+
+    For a job not yet submitted, the same fields as submit (nothing is stored); for a queued
+    job, its id. Each alternative (another model it allows, fewer replicas) is simulated on
+    the queue as it is now: an estimate, not a promise.
+
+    \b
+    Example:
+      gpupool estimate -f job.yaml
+      gpupool estimate -f job.yaml --set replicas=2
+      gpupool estimate 3f9c2f1e-...
+    """
+    if job_id and (path or template or sets):
+        raise click.UsageError("give a queued job's id, or a job spec (-f/--template), not both")
+    if job_id:
+        answer = client().get(f"jobs/{job_id}/estimate/")
+    else:
+        answer = client().post("jobs/estimate/", _job_body(path, sets, template, team))
+    if as_json:
+        emit_json(answer)
+        return
+    best = answer.get("estimate")
+    if best:
+        pairs(
+            [
+                ("starts", best.get("starts") or when(best.get("start_at"))),
+                ("at", when(best.get("start_at"))),
+                ("model", best.get("model_name") or best.get("model")),
+                ("cluster", best.get("cluster")),
+                ("why", best.get("why")),
+            ]
+        )
+    else:
+        click.echo(f"no estimate: {answer.get('why') or 'the portal gave no reason'}")
+    alternatives = answer.get("alternatives") or []
+    if alternatives:
+        click.echo("")
+        table(
+            alternatives,
+            [
+                ("ALTERNATIVE", lambda a: a.get("label")),
+                ("STARTS", lambda a: a.get("starts") or "no estimate"),
+                ("MODEL", lambda a: a.get("model")),
+                ("CLUSTER", lambda a: a.get("cluster")),
+            ],
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# ls, show, cancel
+# ---------------------------------------------------------------------------------------------
+def _gpus(job: dict[str, Any]) -> str:
+    if job.get("gpu_memory_gib") is not None:  # a share of one device per replica
+        return f"{job.get('replicas')}x{job['gpu_memory_gib']}GiB"
+    return f"{job.get('replicas')}x{job.get('gpus_per_replica')}"
+
+
+JOB_COLUMNS = [
+    ("ID", lambda j: j["id"]),
+    ("NAME", lambda j: j["name"]),
+    ("TEAM", lambda j: j["team"]),
+    ("OWNER", lambda j: j["owner"]),
+    ("STATE", lambda j: j["state"]),
+    ("GPUS", _gpus),
+    ("MODEL", lambda j: j.get("gpu_model")),
+    ("SUBMITTED", lambda j: when(j.get("submitted_at"))),
+]
+
+
+@cli.command(name="ls")
+@click.option("--team", help="Only this team's jobs (slug).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(JOB_STATES, case_sensitive=False),
+    help="Only jobs in this state (repeatable).",
+)
+@click.option("--kind", type=click.Choice(["training", "inference"]), help="Only this kind.")
+@click.option("--mine", is_flag=True, help="Only my own jobs.")
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="At most this many, newest first.",
+)
+@json_option
+def list_jobs(
+    team: str | None,
+    states: tuple[str, ...],
+    kind: str | None,
+    mine: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List your teams' jobs, newest first (GET /api/v1/jobs/ and its filters).
+
+    \b
+    Example:
+      gpupool ls --mine --state QUEUED --state RUNNING
+      gpupool ls --team vision --json | jq -r '.[].id'
+    """
+    params: dict[str, Any] = {
+        "team": team,
+        "state": [s.upper() for s in states],
+        "kind": kind,
+        "mine": "true" if mine else None,
+        "page_size": min(limit, 500),
+    }
+    jobs: list[dict[str, Any]] = []
+    page = client().get("jobs/", params)
+    while True:
+        jobs.extend(page["results"])
+        if len(jobs) >= limit or not page.get("next"):
+            break
+        cursor = _cursor(page["next"])
+        page = client().get("jobs/", {**params, "cursor": cursor})
+    jobs = jobs[:limit]
+    if as_json:
+        emit_json(jobs)
+    else:
+        table(jobs, JOB_COLUMNS)
+
+
+def _cursor(next_url: str) -> str:
+    from urllib.parse import parse_qs, urlparse
+
+    return parse_qs(urlparse(next_url).query).get("cursor", [""])[0]
+
+
+@cli.command()
+@click.argument("job_id")
+@json_option
+def show(job_id: str, as_json: bool) -> None:
+    """One job: its request, state, placement, and why it waits.
+
+    \b
+    Example:
+      gpupool show 3f9c2f1e-...
+      gpupool show 3f9c2f1e-... --json | jq .state
+    """
+    job = client().get(f"jobs/{job_id}/")
+    if as_json:
+        emit_json(job)
+        return
+    blocker = job.get("blocker") or {}
+    estimate = job.get("start_estimate") or {}
+    items: list[tuple[str, Any]] = [
+        ("id", job["id"]),
+        ("name", job["name"]),
+        ("team", job["team"]),
+        ("owner", job["owner"]),
+        ("state", job["state"]),
+        ("kind", job.get("kind")),
+        ("image", job.get("image")),
+        ("command", shlex.join(job.get("command") or []) or None),
+        ("args", shlex.join(job.get("args") or []) or None),
+        ("gpus", f"{_gpus(job)} ({job.get('total_gpus')} in all)"),
+        ("gpu models", job.get("gpu_models")),
+        ("min gpu memory", job.get("min_gpu_memory_gib")),
+        ("priority", job.get("priority")),
+        ("max runtime (min)", job.get("max_runtime_minutes")),
+        ("cluster", job.get("cluster")),
+        ("gpu model", job.get("gpu_model")),
+        ("submitted", when(job.get("submitted_at"))),
+        ("started", when(job.get("started_at"))),
+        ("finished", when(job.get("finished_at"))),
+    ]
+    if job.get("position"):
+        items.append(("position", job["position"]))
+    if job.get("pending_reason"):
+        items.append(("reason", job["pending_reason"]))
+    if isinstance(blocker, dict) and blocker.get("message"):
+        items.append(("blocked by", blocker["message"]))
+    if isinstance(estimate, dict) and estimate.get("source"):
+        at = when(estimate.get("at")) if estimate.get("at") else "no estimate"
+        items.append(("start estimate", f"{at} ({estimate.get('basis') or estimate['source']})"))
+    if job.get("preemption_count"):
+        items.append(("preempted", job["preemption_count"]))
+    if job.get("cancel_reason"):
+        items.append(("cancel reason", job["cancel_reason"]))
+    pairs(items)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--reason", default="", help="Why; the job's owner reads it.")
+@json_option
+def cancel(job_id: str, reason: str, as_json: bool) -> None:
+    """Cancel a job (a finished one is refused: exit 4).
+
+    \b
+    Example:
+      gpupool cancel 3f9c2f1e-... --reason "wrong learning rate"
+    """
+    job = client().post(f"jobs/{job_id}/cancel/", {"reason": reason} if reason else {})
+    if as_json:
+        emit_json(job)
+    else:
+        click.echo(f"{job['id']}  {job['state']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# logs
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("job_id")
+@click.option(
+    "--replica", default=0, show_default=True, type=click.IntRange(0), help="0-based replica."
+)
+@click.option(
+    "--tail", type=click.IntRange(1), help="The last N lines (the API's default when omitted)."
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("--timestamps", is_flag=True, help="Prefix each line with its time.")
+@click.option("--previous", is_flag=True, help="The run before the container last restarted.")
+@click.option(
+    "--interval", default=3.0, show_default=True, metavar="SECONDS", help="How often --follow asks."
+)
+def logs(
+    job_id: str,
+    replica: int,
+    tail: int | None,
+    follow: bool,
+    timestamps: bool,
+    previous: bool,
+    interval: float,
+) -> None:
+    """Print a replica's log; -f follows it until the job ends.
+
+    Following reads after the last line's cursor (the API's next_since), so no line is
+    printed twice.
+
+    \b
+    Example:
+      gpupool logs 3f9c2f1e-... --replica 1 --tail 100
+      gpupool logs 3f9c2f1e-... -f
+    """
+    params: dict[str, Any] = {
+        "replica": replica,
+        "tail": tail,
+        "timestamps": "true" if timestamps else None,
+        "attempt": "previous" if previous else None,
+    }
+    since = ""
+    told = ""
+    while True:
+        answer = client().get(f"jobs/{job_id}/logs/", {**params, "since": since or None})
+        if answer.get("text"):
+            text = answer["text"]
+            click.echo(text, nl=not text.endswith("\n"))
+        elif not answer.get("available") and answer.get("message") != told:
+            told = answer.get("message") or ""
+            click.echo(told, err=True)
+        since = answer.get("next_since") or since
+        if not follow or not answer.get("running"):
+            return
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# queue, quota, usage
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--team", help="Only this team's queued jobs.")
+@click.option(
+    "--sort",
+    type=click.Choice(["position", "waiting", "-waiting"]),
+    help="position (default), waiting, -waiting.",
+)
+@json_option
+def queue(team: str | None, sort: str | None, as_json: bool) -> None:
+    """The queued jobs in the order the scheduler tries them, and why each waits.
+
+    \b
+    Example:
+      gpupool queue --team vision
+    """
+    entries = client().get("queue/", {"team": team, "sort": sort})
+    if as_json:
+        emit_json(entries)
+        return
+    table(
+        entries,
+        [
+            ("POS", lambda e: e.get("position")),
+            ("ID", lambda e: e["id"]),
+            ("NAME", lambda e: e["name"]),
+            ("TEAM", lambda e: e["team"]),
+            ("OWNER", lambda e: e["owner"]),
+            ("GPUS", _gpus),
+            ("PRIO", lambda e: e.get("priority")),
+            ("QUEUED", lambda e: when(e.get("queued_at") or e.get("submitted_at"))),
+            ("REASON", lambda e: e.get("pending_reason_code")),
+        ],
+    )
+
+
+@cli.command()
+@click.option("--team", help="Only this team.")
+@json_option
+def quota(team: str | None, as_json: bool) -> None:
+    """Your teams' GPU quotas per model: nominal, borrowing and lending limits.
+
+    \b
+    Example:
+      gpupool quota --team vision
+    """
+    rows = [q for q in client().get("quotas/") if not team or q["team"] == team]
+    if as_json:
+        emit_json(rows)
+        return
+    table(
+        rows,
+        [
+            ("TEAM", lambda q: q["team"]),
+            ("MODEL", lambda q: q["gpu_model"]),
+            ("NOMINAL", lambda q: q["nominal"]),
+            ("BORROW", lambda q: q.get("borrowing_limit")),
+            ("LEND", lambda q: q.get("lending_limit")),
+        ],
+    )
+
+
+@cli.command()
+@click.option("--team", help="A team slug (default: each of your teams).")
+@click.option(
+    "--period", type=click.Choice(["day", "month"]), help="Rows per day (default) or month."
+)
+@click.option("--since", help="ISO 8601 or a duration ago (30d, the API's default).")
+@click.option("--until", help="ISO 8601 (default now).")
+@json_option
+def usage(
+    team: str | None, period: str | None, since: str | None, until: str | None, as_json: bool
+) -> None:
+    """GPU-hours (and cost) your teams used, per period, model and user.
+
+    \b
+    Example:
+      gpupool usage --team vision --period month --since 90d
+    """
+    teams = [team] if team else [t["slug"] for t in client().get("teams/")]
+    params = {"period": period, "since": since, "until": until}
+    reports = [client().get(f"teams/{slug}/usage/", params) for slug in teams]
+    if as_json:
+        emit_json(reports if not team else reports[0])
+        return
+    rows = [
+        {**row, "team": r["team"], "currency": r.get("currency")}
+        for r in reports
+        for row in r.get("rows", [])
+    ]
+    table(
+        rows,
+        [
+            ("TEAM", lambda r: r["team"]),
+            ("PERIOD", lambda r: r.get("period")),
+            ("MODEL", lambda r: r.get("model")),
+            ("USER", lambda r: r.get("user")),
+            ("GPU-HOURS", lambda r: r.get("gpu_hours")),
+            ("WEIGHTED", lambda r: r.get("weighted_gpu_hours")),
+            ("COST", lambda r: f"{r.get('cost')} {r.get('currency') or ''}".strip()),
+        ],
+    )
+
+
+@cli.command()
+@json_option
+def tokens(as_json: bool) -> None:
+    """Your API tokens: which one this CLI uses (*), when each expires, which are revoked.
+
+    Make and revoke tokens on the portal's /tokens/ page.
+
+    \b
+    Example:
+      gpupool tokens
+    """
+    rows = client().get("tokens/")
+    if as_json:
+        emit_json(rows)
+        return
+    now = datetime.now(UTC).isoformat()
+    table(
+        rows,
+        [
+            ("", lambda t: "*" if t.get("current") else " "),
+            ("NAME", lambda t: t["name"]),
+            ("PREFIX", lambda t: t["prefix"]),
+            ("CREATED", lambda t: when(t.get("created_at"))),
+            ("EXPIRES", lambda t: when(t.get("expires_at"))),
+            ("LAST USED", lambda t: when(t.get("last_used_at"))),
+            ("STATUS", lambda t: _token_status(t, now)),
+        ],
+    )
+
+
+def _token_status(token: dict[str, Any], now: str) -> str:
+    if token.get("revoked_at"):
+        return "revoked"
+    expires = datetime.fromisoformat(str(token["expires_at"]).replace("Z", "+00:00"))
+    return "expired" if expires <= datetime.fromisoformat(now) else "active"
+
+
+# ---------------------------------------------------------------------------------------------
+# config, completion
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+def whoami() -> None:
+    """Where the CLI points, and your teams and roles there.
+
+    \b
+    Example:
+      gpupool whoami
+    """
+    settings = settings_load()
+    source = "environment" if os.environ.get("GPUPOOL_URL") else str(config_path())
+    teams = client().get("teams/")
+    click.echo(f"portal: {settings.url} (from {source})")
+    table(teams, [("TEAM", lambda t: t["slug"]), ("ROLE", lambda t: t.get("role"))])
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL.
+
+    \b
+    Example:
+      gpupool completion bash > ~/.local/share/bash-completion/completions/gpupool
+      eval "$(gpupool completion zsh)"      # in ~/.zshrc
+    """
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # click knows these three; a guard for older ones
+        raise ApiError(f"shell: {shell} is not supported", EXIT_BAD_INPUT)
+    click.echo(completer(cli, {}, "gpupool", "_GPUPOOL_COMPLETE").source())
+
+
+def main() -> None:
+    """The console script's entry point."""
+    cli(prog_name="gpupool")

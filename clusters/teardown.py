@@ -1,0 +1,118 @@
+"""Taking a job off its cluster: a cancel (``CANCELLING → CANCELLED``) or an eviction
+(``PREEMPTING → QUEUED``).
+
+Delete the Volcano Job with background propagation and move on once a read says it is gone;
+a job still being deleted (finalizers) is looked at again a little later, and the watcher's
+DELETED event or the reconcile finish the job if this task does not. The pods' last log lines
+are kept first (``clusters.kept_logs``).
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from clusters import volcano
+from clusters.kept_logs import job_logs_keep
+from clusters.kube import KubeError
+from clusters.models import VolcanoJobRecord
+from clusters.outcome import Outcome, backoff_seconds, job_for_task
+from clusters.services import (
+    ClusterUnavailable,
+    cluster_client,
+    cluster_job_namespace,
+)
+from portal.jobs.state import (
+    cancelling_end,
+    preempting_end,
+)
+from portal.models import Job, JobEvent, JobState
+
+__all__ = ["job_cancel_on_cluster", "job_evict", "preemption_message"]
+
+# A Volcano Job deleted in the foreground is read again this often until its pods are gone
+# (the watcher usually reports its disappearance first).
+TERMINATING_POLL_SECONDS = 5.0
+
+
+def _where(job: Job) -> tuple[str, str]:
+    record = VolcanoJobRecord.objects.filter(job_id=job.pk).first()
+    if record is not None:
+        return record.namespace, record.name
+    assert job.cluster is not None
+    return (
+        cluster_job_namespace(job.cluster, job.team.slug),
+        volcano.volcano_job_name(str(job.public_id)),
+    )
+
+
+def _remove(job: Job, *, attempt: int) -> Outcome | None:
+    """Delete the job's Volcano Job and confirm it is gone; None once it is."""
+    if job.cluster is None:
+        return None
+    namespace, name = _where(job)
+    job_logs_keep(job=job)  # the pods' logs go with them: keep the last lines first (once)
+    try:
+        client = cluster_client(job.cluster)
+        try:
+            client.delete_job(namespace, name, wait_for_pods=True)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+        try:
+            leftover = client.get_job(namespace, name)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            leftover = None
+    except ClusterUnavailable as exc:
+        return Outcome(done=False, message=str(exc), retry_in=backoff_seconds(attempt))
+    except KubeError as exc:
+        return Outcome(
+            done=False, message=exc.message, retry_in=backoff_seconds(attempt, exc.retry_after)
+        )
+    if leftover is not None:  # its pods still terminating, still holding their GPUs
+        return Outcome(
+            done=False,
+            message="still being deleted",
+            retry_in=min(backoff_seconds(attempt), TERMINATING_POLL_SECONDS),
+        )
+    VolcanoJobRecord.objects.filter(job_id=job.pk).update(deleted_at=timezone.now())
+    return None
+
+
+def job_cancel_on_cluster(*, job_id: int, attempt: int = 1) -> Outcome:
+    """Delete a CANCELLING job's Volcano Job, then mark it CANCELLED."""
+    job = job_for_task(job_id)
+    if job is None or job.state != JobState.CANCELLING:
+        return Outcome(done=True, message="not cancelling")
+    pending = _remove(job, attempt=attempt)
+    if pending is not None:
+        return pending
+    cancelling_end(  # CANCELLED, or FAILED with the reason the portal stopped the job for
+        job_id=job.pk,
+        message="The Volcano Job was deleted." if job.cluster else "Nothing was running.",
+    )
+    return Outcome(done=True, message="cancelled")
+
+
+def preemption_message(job: Job) -> str:
+    """The message the scheduler wrote when it decided to preempt this job."""
+    event = (
+        JobEvent.objects.filter(job_id=job.pk, to_state=JobState.PREEMPTING)
+        .exclude(from_state=JobState.PREEMPTING)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    return event.message if event else ""
+
+
+def job_evict(*, job_id: int, attempt: int = 1) -> Outcome:
+    """Delete a PREEMPTING job's Volcano Job, then requeue it (reason Preempted)."""
+    job = job_for_task(job_id)
+    if job is None or job.state != JobState.PREEMPTING:
+        return Outcome(done=True, message="not preempting")
+    pending = _remove(job, attempt=attempt)
+    if pending is not None:
+        return pending
+    preempting_end(job_id=job.pk)  # QUEUED: Preempted, or Requeued by the portal's own stop
+    return Outcome(done=True, message="requeued")

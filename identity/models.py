@@ -1,0 +1,111 @@
+"""Who a user is at a provider, which memberships a provider made, the admins' group rules,
+and the audit trail of every membership change (by a rule or by a team admin)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from portal.models import Membership, Team
+
+
+class MappedRole(models.TextChoices):
+    VIEWER = "viewer", "Viewer (read-only)"
+    MEMBER = "member", "Member"
+    ADMIN = "admin", "Team admin"
+    PLATFORM_ADMIN = "platform_admin", "Platform admin"
+
+
+class GroupRule(models.Model):
+    """Members of a provider group matching ``pattern`` (a shell glob such as ``gpu-vision-*``)
+    get ``role`` in ``team`` (no team for a platform admin). Where several rules give the same
+    team, the highest role wins. Applied at every sign-in and by the LDAP sync."""
+
+    pattern = models.CharField(max_length=200, help_text="Group name or glob, e.g. gpu-vision-*")
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="group_rules"
+    )
+    role = models.CharField(max_length=16, choices=MappedRole.choices, default=MappedRole.MEMBER)
+    provider = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="Only for this provider (oidc:NAME or ldap); empty: all",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pattern", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(role="platform_admin", team__isnull=True))
+                | (~models.Q(role="platform_admin") & models.Q(team__isnull=False)),
+                name="group_rule_team_unless_platform_admin",
+            )
+        ]
+
+    def __str__(self) -> str:
+        target = self.team.slug if self.team_id else "platform"
+        return f"{self.pattern} → {target} {self.role}"
+
+
+class ExternalIdentity(models.Model):
+    """The provider's stable subject for a portal user (``oidc:NAME`` + ``sub``, or ``ldap`` +
+    the username), the groups last seen, and whether platform admin came from a group."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    provider = models.CharField(max_length=40)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, blank=True)
+    staff_from_groups = models.BooleanField(default=False)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    # OpenID Connect only: the refresh token from the last sign-in with offline_access, sealed
+    # with clusters.secrets.text_seal (GPUPOOL_SECRET_KEYS); the sync uses it, nothing shows it.
+    refresh_token_sealed = models.TextField(blank=True, default="", editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "subject"], name="one_user_per_subject")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.subject} → {self.user}"
+
+
+class ProviderMembership(models.Model):
+    """Marks a membership as made by a provider's groups: a rule may change or remove it; a
+    membership without this mark was made by hand and no rule touches it."""
+
+    membership = models.OneToOneField(
+        Membership, on_delete=models.CASCADE, related_name="provider_mark"
+    )
+    provider = models.CharField(max_length=40)
+    groups = models.JSONField(default=list, help_text="The groups that gave it")
+
+    def __str__(self) -> str:
+        return f"{self.membership} from {self.provider}"
+
+
+class MembershipAudit(models.Model):
+    """One change to a team's members or to a platform-admin grant: who (None = a provider's
+    groups at sign-in or sync), whom, what, when."""
+
+    at = models.DateTimeField(auto_now_add=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source = models.CharField(max_length=40, help_text="portal, or the provider that applied it")
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=40)
+    detail = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.user} {self.team} {self.detail}"

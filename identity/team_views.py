@@ -1,0 +1,131 @@
+"""Team admins manage their own team's members in the portal: add an existing account, change
+a role, remove someone. Memberships a provider's groups made are shown but only the rules
+change them. Platform admins may manage every team. Every change is audited."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from identity.models import MembershipAudit
+from portal.models import Membership, Role, Team, TeamChange
+
+
+def _admin_teams(user) -> list[Team]:  # type: ignore[no-untyped-def]
+    if user.is_staff:
+        return list(Team.objects.all())
+    return list(Team.objects.filter(memberships__user=user, memberships__role=Role.ADMIN))
+
+
+def _team_for_admin(request: HttpRequest, slug: str) -> Team:
+    """The team, when the caller may manage it; another team is a 404, not a hint it exists."""
+    team = get_object_or_404(Team, slug=slug)
+    if request.user.is_staff:  # type: ignore[union-attr]
+        return team
+    if not Membership.objects.filter(user=request.user, team=team, role=Role.ADMIN).exists():
+        raise Http404("No such team.")
+    return team
+
+
+@login_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "identity/teams.html", {"teams": _admin_teams(request.user)})
+
+
+def _audit(request: HttpRequest, team: Team, user, action: str, detail: str) -> None:  # type: ignore[no-untyped-def]
+    MembershipAudit.objects.create(
+        actor=request.user, source="portal", team=team, user=user, action=action, detail=detail
+    )
+
+
+def _add(request: HttpRequest, team: Team) -> dict[str, str]:
+    username = request.POST.get("username", "").strip()
+    role = request.POST.get("role", "")
+    errors: dict[str, str] = {}
+    if role not in Role.values:
+        errors["role"] = "Choose viewer, member or team admin."
+    user = get_user_model()._default_manager.filter(username=username, is_active=True).first()
+    if user is None:
+        errors["username"] = "No active account has that username (they sign in once first)."
+    elif Membership.objects.filter(team=team, user=user).exists():
+        errors["username"] = "Already a member of this team."
+    if not errors:
+        Membership.objects.create(team=team, user=user, role=role)
+        _audit(request, team, user, "member-added", role)
+    return errors
+
+
+def _hand_made(team: Team, raw_id: str) -> Membership | None:
+    membership = (
+        Membership.objects.select_for_update()
+        .filter(team=team, pk=raw_id if raw_id.isdigit() else -1)
+        .select_related("user")
+        .first()
+    )
+    if membership is None or hasattr(membership, "provider_mark"):
+        return None
+    return membership
+
+
+def _change(request: HttpRequest, team: Team, action: str) -> dict[str, str]:
+    membership = _hand_made(team, request.POST.get("membership", ""))
+    if membership is None:
+        return {"membership": "Not a hand-made membership of this team (group ones follow rules)."}
+    if membership.user_id == request.user.pk and not request.user.is_staff:  # type: ignore[union-attr]
+        return {"membership": "You cannot change or remove your own team admin role."}
+    if action == "remove":
+        _audit(request, team, membership.user, "member-removed", membership.role)
+        membership.delete()
+        return {}
+    role = request.POST.get("role", "")
+    if role not in Role.values:
+        return {"role": "Choose viewer, member or team admin."}
+    if role != membership.role:
+        _audit(request, team, membership.user, "role-changed", f"{membership.role} → {role}")
+        membership.role = role
+        membership.save(update_fields=["role"])
+    return {}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team_members(request: HttpRequest, slug: str) -> HttpResponse:
+    team = _team_for_admin(request, slug)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        action = request.POST.get("action", "")
+        with transaction.atomic():
+            if action == "add":
+                errors = _add(request, team)
+            elif action in {"role", "remove"}:
+                errors = _change(request, team, action)
+            else:
+                errors = {"action": "Unknown action."}
+        if not errors:
+            return redirect("team-members", slug=team.slug)
+    members = (
+        Membership.objects.filter(team=team)
+        .select_related("user", "provider_mark")
+        .order_by("user__username")
+    )
+    audit = MembershipAudit.objects.filter(team=team).select_related("actor", "user")[:50]
+    # The team's templates and hooks, audited in the core (portal.models.TeamChange).
+    changes = TeamChange.objects.filter(team=team).select_related("actor")[:50]
+    return render(
+        request,
+        "identity/team_members.html",
+        {
+            "team": team,
+            "members": members,
+            "roles": Role.choices,
+            "errors": errors,
+            "audit": audit,
+            "changes": changes,
+            "posted": request.POST if errors else {},
+        },
+        status=400 if errors else 200,
+    )

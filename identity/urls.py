@@ -1,0 +1,12 @@
+from django.urls import path
+
+from identity import team_views, views
+
+urlpatterns = [
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", views.logout_view, name="logout"),
+    path("sso/<slug:name>/login/", views.oidc_login, name="oidc-login"),
+    path("sso/<slug:name>/callback/", views.oidc_callback, name="oidc-callback"),
+    path("teams/", team_views.team_list, name="team-list"),
+    path("teams/<slug:slug>/members/", team_views.team_members, name="team-members"),
+]

@@ -1,0 +1,130 @@
+"""What each user wants to hear and where, the team webhooks, and the outbox of deliveries.
+
+A :class:`portal.models.Notification` is the event for one recipient (the in-portal list is
+its own channel). Every other channel gets one :class:`Delivery` row per (notification,
+channel, recipient): the unique constraint is what makes a delivery happen at most once,
+whatever the number of hook calls, sweeps or workers (``docs/notifications.md``).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Channel(models.TextChoices):
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "Webhook (signed JSON)"
+    SLACK = "slack", "Slack-compatible webhook"
+
+
+class Preference(models.Model):
+    """One user's choices: for each event kind, the channels beyond the in-portal list (only
+    email is a personal channel; team webhooks are the team's), and how long a queued job may
+    wait before its owner hears of it. No row: the defaults (``notifications.preferences``)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    events = models.JSONField(default=dict, help_text='{"job.failed": ["email"], …}')
+    wait_threshold_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=60,
+        help_text="Tell me when a job waits longer (empty: never)",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user_id}"
+
+
+class TeamWebhook(models.Model):
+    """A URL a team admin registered for the team's events: signed JSON, or Slack's format.
+
+    ``secret`` is the HMAC key, sealed like cluster credentials (``clusters.secrets``): shown
+    once when the webhook is created, then only its last characters (``secret_hint``).
+    """
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="webhooks")
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=2048)
+    format = models.CharField(
+        max_length=16,
+        choices=[(Channel.WEBHOOK.value, "Signed JSON"), (Channel.SLACK.value, "Slack")],
+        default=Channel.WEBHOOK,
+    )
+    events = models.JSONField(default=list, help_text="Event kinds sent to it")
+    secret = models.TextField(editable=False, help_text="Encrypted; never shown after creation")
+    secret_hint = models.CharField(max_length=16, editable=False)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="one_webhook_name_per_team")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}: {self.name}"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending", "Pending"  # not yet tried, or waiting for its next try
+    SENDING = "sending", "Sending"  # a worker holds it until lease_until
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"  # every try failed, or it cannot be sent (no address)
+    UNKNOWN = "unknown", "Unknown"  # a worker died mid-send: never sent again (at most once)
+
+
+class Delivery(models.Model):
+    """One message of one notification on one channel to one recipient: the outbox row.
+
+    ``recipient`` is ``user:<id>`` for an email, ``webhook:<id>`` for a team webhook; ``user``
+    is whose notification it is (the delivery log on their settings page).
+    """
+
+    notification = models.ForeignKey(
+        "portal.Notification", on_delete=models.CASCADE, related_name="deliveries"
+    )
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    recipient = models.CharField(max_length=40)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_deliveries"
+    )
+    webhook = models.ForeignKey(
+        TeamWebhook, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    state = models.CharField(
+        max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["notification", "channel", "recipient"], name="one_delivery_per_channel"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                name="delivery_due",
+                condition=Q(state__in=["pending", "sending"]),
+            ),
+            models.Index(fields=["user", "-created_at"], name="delivery_log"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.recipient} of {self.notification_id}: {self.state}"

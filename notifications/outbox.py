@@ -1,0 +1,208 @@
+"""The outbox: one Delivery row per (notification, channel, recipient), sent by Celery.
+
+Fan-out runs from :data:`portal.hooks.notifications_created`, after the state change has
+committed, in its own transaction, so a bug or an outage here can never roll back or delay a
+job's transition. If the process dies between the commit and the fan-out, the sweep fans out
+the recent notifications that have no delivery yet (the unique constraint makes a second
+fan-out a no-op).
+
+Sending is at most once (``docs/decisions.md``)::
+
+    pending --claim (UPDATE … WHERE state='pending', lease)--> sending --send ok--> sent
+       ^                                                         |  send failed
+       +------ next_attempt_at = now + backoff × 2^(n-1) --------+  (or failed: last try,
+                                                                      or nothing can help)
+    sending, lease expired (the worker died mid-send) --sweep--> unknown, never sent again
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from notifications.channels import SendError, channel_send
+from notifications.models import Channel, Delivery, DeliveryState, TeamWebhook
+from notifications.preferences import preferences_of_many
+from portal.models import Notification
+
+log = logging.getLogger(__name__)
+
+FAN_OUT_WINDOW = dt.timedelta(hours=6)
+DELIVER_TASK = "notifications.deliver"
+# Kinds about one team's jobs or quota that a team webhook may receive.
+TEAM_KINDS = frozenset(
+    {
+        "job.running",
+        "job.succeeded",
+        "job.failed",
+        "job.preempted",
+        "job.requeued",
+        "job.cancelled",
+        "job.waiting",
+        "job.near_max_runtime",
+        "team.quota_changed",
+    }
+)
+
+
+def _due(
+    n: Notification,
+    channel: str,
+    recipient: str,
+    now: dt.datetime,
+    webhook: TeamWebhook | None = None,
+) -> Delivery:
+    """One outbox row, due now: (notification, channel, recipient) is unique, so a second
+    fan-out of the same notification adds nothing."""
+    return Delivery(
+        notification=n,
+        channel=channel,
+        recipient=recipient,
+        user_id=n.user_id,
+        webhook=webhook,
+        next_attempt_at=now,
+        created_at=now,
+    )
+
+
+def fan_out(
+    notification_ids: Iterable[int], *, webhooks_for: dict[int, int] | None = None
+) -> list[int]:
+    """Write the outbox rows the recipients' preferences and their teams' webhooks ask for;
+    returns the ids of the new rows (already there: skipped). ``webhooks_for`` maps a
+    notification to the team whose webhooks get it; by default a job notification goes to its
+    job's team (a team-wide notice sent to every member names its team for one row only)."""
+    rows = list(
+        Notification.objects.filter(pk__in=list(notification_ids)).select_related("job", "user")
+    )
+    if not rows:
+        return []
+    now = timezone.now()
+    prefs = preferences_of_many(sorted({n.user_id for n in rows}))
+    wanted: list[Delivery] = []
+    team_of: dict[int, int] = dict(webhooks_for or {})
+    for n in rows:
+        if webhooks_for is None and n.job is not None:
+            team_of[n.pk] = n.job.team_id
+    hooks_by_team: dict[int, list[TeamWebhook]] = {}
+    for hook in TeamWebhook.objects.filter(team_id__in=set(team_of.values()), active=True):
+        hooks_by_team.setdefault(hook.team_id, []).append(hook)
+    for n in rows:
+        if Channel.EMAIL in prefs[n.user_id].channels_for(n.kind):
+            wanted.append(_due(n, Channel.EMAIL, f"user:{n.user_id}", now))
+        if n.kind not in TEAM_KINDS:
+            continue
+        for hook in hooks_by_team.get(team_of.get(n.pk, -1), []):
+            if n.kind in (hook.events or []):
+                wanted.append(_due(n, hook.format, f"webhook:{hook.pk}", now, webhook=hook))
+    if not wanted:
+        return []
+    keys = {(d.notification_id, d.channel, d.recipient) for d in wanted}
+    with transaction.atomic():
+        Delivery.objects.bulk_create(wanted, ignore_conflicts=True)
+        created = Delivery.objects.filter(
+            notification_id__in=[n.pk for n in rows], state=DeliveryState.PENDING, attempts=0
+        ).values_list("pk", "notification_id", "channel", "recipient")
+        ids = [pk for pk, *key in created if tuple(key) in keys]
+    return ids
+
+
+def fan_out_and_enqueue(notification_ids: list[int]) -> None:
+    """The listener of ``notifications_created`` (on commit): never raises, so that the
+    firing request or task is not harmed; what it could not do, the sweep does."""
+    try:
+        ids = fan_out(notification_ids)
+    except Exception:
+        log.exception("notification fan-out failed; the sweep will retry it")
+        return
+    deliveries_enqueue(ids)
+
+
+def deliveries_enqueue(ids: list[int], *, countdown: float = 0) -> None:
+    """Ask Celery to send these deliveries; a broker outage is logged (the sweep re-sends)."""
+    for pk in ids:
+        try:
+            # By name: the tasks module imports this one (no import inside a function).
+            current_app.send_task(DELIVER_TASK, args=(pk,), countdown=countdown)
+        except Exception:
+            log.warning("could not enqueue delivery %s; the sweep will", pk, exc_info=True)
+            return
+
+
+def backoff_seconds(attempts: int) -> int:
+    """The wait before the next try after ``attempts`` tries: BACKOFF × 2^(attempts-1)."""
+    return int(settings.GPUPOOL_NOTIFY_BACKOFF_SECONDS * 2 ** max(0, attempts - 1))
+
+
+def delivery_claim(pk: int, *, now: dt.datetime | None = None) -> Delivery | None:
+    """Take the delivery for one send if it is due and nobody holds it: a compare-and-set, so
+    of two workers (a duplicated message, the sweep and a retry) only one sends."""
+    now = now or timezone.now()
+    lease = now + dt.timedelta(seconds=settings.GPUPOOL_NOTIFY_LEASE_SECONDS)
+    taken = Delivery.objects.filter(
+        pk=pk, state=DeliveryState.PENDING, next_attempt_at__lte=now
+    ).update(state=DeliveryState.SENDING, lease_until=lease)
+    if not taken:
+        return None
+    return Delivery.objects.select_related("notification__job__team", "user", "webhook").get(pk=pk)
+
+
+def delivery_send(pk: int, *, now: dt.datetime | None = None) -> str | None:
+    """Claim, send, record. Returns the new state (None: not claimed, nothing done)."""
+    delivery = delivery_claim(pk, now=now)
+    if delivery is None:
+        return None
+    attempts = delivery.attempts + 1
+    try:
+        channel_send(delivery)
+    except SendError as exc:
+        last = exc.permanent or attempts >= settings.GPUPOOL_NOTIFY_MAX_ATTEMPTS
+        state = DeliveryState.FAILED if last else DeliveryState.PENDING
+        Delivery.objects.filter(pk=pk, state=DeliveryState.SENDING).update(
+            state=state,
+            attempts=attempts,
+            lease_until=None,
+            last_error=str(exc)[:2000],
+            next_attempt_at=timezone.now() + dt.timedelta(seconds=backoff_seconds(attempts)),
+        )
+        return str(state)
+    Delivery.objects.filter(pk=pk, state=DeliveryState.SENDING).update(
+        state=DeliveryState.SENT, attempts=attempts, lease_until=None, sent_at=timezone.now()
+    )
+    return str(DeliveryState.SENT)
+
+
+def deliveries_sweep(*, now: dt.datetime | None = None) -> dict[str, int]:
+    """The periodic repair: deliveries whose worker died mid-send become ``unknown`` (never
+    sent again), recent notifications without an outbox row are fanned out, and due
+    deliveries whose message was lost are enqueued again."""
+    now = now or timezone.now()
+    abandoned = Delivery.objects.filter(state=DeliveryState.SENDING, lease_until__lt=now).update(
+        state=DeliveryState.UNKNOWN,
+        lease_until=None,
+        last_error="the worker stopped while sending; not sent again, so that it never "
+        "arrives twice (it may have arrived once)",
+    )
+    missing = list(
+        Notification.objects.filter(
+            created_at__gte=now - FAN_OUT_WINDOW, deliveries__isnull=True
+        ).values_list("pk", flat=True)[:1000]
+    )
+    fanned = fan_out(missing) if missing else []
+    # Due for a while (a lost message, a restarted broker): send again. Fresh ones are in
+    # flight already; the claim keeps a duplicate from sending twice anyway.
+    stale = now - dt.timedelta(seconds=settings.GPUPOOL_NOTIFY_SWEEP_INTERVAL)
+    due = list(
+        Delivery.objects.filter(
+            Q(next_attempt_at__lte=stale) | Q(pk__in=fanned), state=DeliveryState.PENDING
+        ).values_list("pk", flat=True)[:1000]
+    )
+    deliveries_enqueue(due)
+    return {"abandoned": abandoned, "fanned_out": len(fanned), "enqueued": len(due)}

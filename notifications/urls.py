@@ -1,0 +1,17 @@
+from django.urls import path
+
+from notifications import views
+
+urlpatterns = [
+    path(
+        "settings/notifications/",
+        views.notification_settings,
+        name="notification-settings",
+    ),
+    path("teams/<slug:team>/webhooks/", views.team_webhooks, name="team-webhooks"),
+    path(
+        "teams/<slug:team>/webhooks/<int:webhook_id>/delete/",
+        views.team_webhook_delete,
+        name="team-webhook-delete",
+    ),
+]

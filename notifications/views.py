@@ -1,0 +1,116 @@
+"""Pages: your notification settings (events × channels, the wait threshold, the delivery
+log) and a team's webhooks (its admins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from notifications.models import Delivery
+from notifications.outbox import TEAM_KINDS
+from notifications.preferences import EVENTS, PERSONAL_CHANNELS, preferences_of, preferences_set
+from notifications.webhooks import (
+    DEFAULT_WEBHOOK_EVENTS,
+    team_for_webhooks,
+    webhook_create,
+    webhook_delete,
+    webhooks_of,
+)
+from portal.access import team_roles_of
+from portal.errors import ApplicationError, Forbidden, NotFound
+from portal.models import Role, Team
+
+LOG_SIZE = 50
+
+
+def _team(request: HttpRequest, slug: str) -> Team:
+    """The team whose webhooks the caller manages: another team is a 404, a member a 403."""
+    try:
+        return team_for_webhooks(request.user, slug)
+    except NotFound:
+        raise Http404("No such team.") from None
+    except Forbidden as exc:
+        raise PermissionDenied(exc.message) from None
+
+
+@login_required
+def notification_settings(request: HttpRequest) -> HttpResponse:
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        events = {k: [c for c in PERSONAL_CHANNELS if request.POST.get(f"{k}:{c}")] for k in EVENTS}
+        raw = request.POST.get("wait_threshold_minutes", "").strip()
+        wait: Any = None
+        if raw:
+            wait = int(raw) if raw.isascii() and raw.isdigit() else raw
+        try:
+            preferences_set(
+                user=request.user, data={"events": events, "wait_threshold_minutes": wait}
+            )
+        except ApplicationError as exc:
+            errors = exc.fields or {"__all__": [exc.message]}
+        else:
+            messages.success(request, "Notification settings saved.")
+            return redirect("notification-settings")
+    prefs = preferences_of(request.user.pk)
+    rows = [
+        {"kind": k, "label": label, "email": "email" in prefs.channels_for(k)}
+        for k, label in EVENTS.items()
+        if request.user.is_staff or not k.startswith("cluster.")
+    ]
+    admin_of = [tid for tid, role in team_roles_of(request.user).items() if role == Role.ADMIN]
+    context = {
+        "rows": rows,
+        "wait": prefs.wait_threshold_minutes,
+        "errors": errors,
+        "deliveries": Delivery.objects.filter(user_id=request.user.pk)
+        .select_related("notification", "webhook")
+        .order_by("-id")[:LOG_SIZE],
+        "admin_teams": Team.objects.filter(pk__in=admin_of).order_by("name"),
+    }
+    return render(request, "notifications/settings.html", context, status=400 if errors else 200)
+
+
+@login_required
+def team_webhooks(request: HttpRequest, team: str) -> HttpResponse:
+    found = _team(request, team)
+    created = None
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        try:
+            hook, secret = webhook_create(
+                team=found,
+                by=request.user,
+                name=request.POST.get("name", ""),
+                url=request.POST.get("url", ""),
+                format=request.POST.get("format") or None,
+                events=request.POST.getlist("events"),
+            )
+        except ApplicationError as exc:
+            errors = exc.fields or {"__all__": [exc.message]}
+        else:
+            created = {"name": hook.name, "secret": secret}
+    context = {
+        "team": found,
+        "webhooks": webhooks_of(found),
+        "kinds": sorted(TEAM_KINDS),
+        "default_kinds": DEFAULT_WEBHOOK_EVENTS,
+        "created": created,
+        "errors": errors,
+        "form": request.POST if errors else {},
+    }
+    return render(request, "notifications/webhooks.html", context, status=400 if errors else 200)
+
+
+@login_required
+@require_POST
+def team_webhook_delete(request: HttpRequest, team: str, webhook_id: int) -> HttpResponse:
+    found = _team(request, team)
+    webhook_delete(team=found, webhook_id=webhook_id, by=request.user)
+    messages.success(request, "Webhook removed.")
+    return redirect("team-webhooks", team=found.slug)

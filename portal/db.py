@@ -1,0 +1,371 @@
+"""The PostgreSQL fast paths, each with its SQLite fallback written once.
+
+Production runs on PostgreSQL; the demo (``make demo``) on SQLite. Where PostgreSQL lets a hot
+path do in one statement what the ORM does in many (a bulk update or upsert from one JSON
+parameter, an insert and its child row in one round trip, ``COPY``), or offers what SQLite has
+no need of (advisory locks: SQLite has one writer at a time), the function here does the fast
+thing on PostgreSQL and the plain ORM thing elsewhere. Domain code calls these and reads as
+domain steps; this module knows nothing of jobs or clusters.
+
+Only names and placeholders ever go into SQL text: every value is a parameter.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, connections, models, router, transaction
+from django.db.models import Field, Model
+from django.db.models.expressions import DatabaseDefault
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "exclusive_lock",
+    "insert_rows",
+    "insert_with_child",
+    "on_postgresql",
+    "row_format",
+    "transaction_lock",
+    "try_transaction_lock",
+    "update_rows",
+    "upsert_rows",
+]
+
+
+def on_postgresql(conn: Any = None) -> bool:
+    """Whether ``conn`` (default: the default connection) is PostgreSQL's."""
+    return (conn or connection).vendor == "postgresql"
+
+
+# ---------------------------------------------------------------------------------------------
+# Locks
+# ---------------------------------------------------------------------------------------------
+@contextmanager
+def exclusive_lock(key: int, fallback_file: Path) -> Iterator[bool]:
+    """Yield True if this process now holds the lock named ``key``, False if another one does.
+
+    PostgreSQL: a session advisory lock (released on exit, or with the connection if it dies,
+    so a killed worker cannot wedge it). SQLite: an exclusive ``flock`` on ``fallback_file``,
+    which holds across processes the same way.
+    """
+    if on_postgresql():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            got = bool(cur.fetchone()[0])
+        try:
+            yield got
+        finally:
+            if got:
+                _advisory_unlock(key)
+        return
+    fallback_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(fallback_file, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _advisory_unlock(key: int) -> None:
+    """Unlock, or drop the connection (and with it the lock) when unlocking fails: workers keep
+    their connections between tasks, so a lock left on one would stop every other holder."""
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [key])
+            released = bool(cur.fetchone()[0])
+    except Exception:
+        released = False
+    if not released:
+        log.warning("could not release advisory lock %s; closing the connection instead", key)
+        connection.close()
+
+
+def transaction_lock(namespace: int, key: int, *, using: str) -> None:
+    """Hold the lock (``namespace``, ``key``) until the current transaction ends.
+
+    PostgreSQL: a transaction-level advisory lock. SQLite needs none: it has one writer at a
+    time, and a transaction that read and then finds another writer's commit fails with
+    "database is locked" rather than acting on what it read.
+    """
+    conn = connections[using]
+    if on_postgresql(conn):
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [namespace, key])
+
+
+def try_transaction_lock(key: int) -> bool:
+    """Try to take the lock ``key`` until the current transaction ends; True when taken.
+
+    PostgreSQL: a transaction-level advisory lock. SQLite serializes writers with its
+    IMMEDIATE transactions, so there the answer is always yes.
+    """
+    if not on_postgresql():
+        return True
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+        return bool(cur.fetchone()[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Many rows in one statement
+# ---------------------------------------------------------------------------------------------
+def update_rows(
+    model: type[Model], rows: Sequence[dict[str, Any]], *, key: str, where: dict[str, Any]
+) -> None:
+    """``UPDATE model SET <fields> = <row's values> WHERE <key> = row[key] AND <where>`` for each
+    row (dicts with the same field names, ``key`` among them).
+
+    PostgreSQL: one statement, the rows as one ``jsonb_to_recordset`` parameter. Elsewhere: one
+    ORM update per row (the demo's few).
+    """
+    if not rows:
+        return
+    names = [name for name in rows[0] if name != key]
+    if not on_postgresql():
+        for row in rows:
+            model._default_manager.filter(**{key: row[key]}, **where).update(
+                **{name: row[name] for name in names}
+            )
+        return
+    meta = model._meta
+    qn = connection.ops.quote_name
+    fields = [meta.get_field(key), *(meta.get_field(n) for n in names)]
+    typed = ", ".join(f"{qn(f.column)} {f.db_type(connection)}" for f in fields)
+    sets = ", ".join(f"{qn(f.column)} = v.{qn(f.column)}" for f in fields[1:])
+    conditions = [f"t.{qn(fields[0].column)} = v.{qn(fields[0].column)}"]
+    column = {name: meta.get_field(name).column for name in rows[0]}
+    params: list[Any] = [
+        json.dumps([{column[k]: v for k, v in row.items()} for row in rows], default=str)
+    ]
+    for name, value in where.items():
+        field = meta.get_field(name)
+        conditions.append(f"t.{qn(field.column)} = %s")
+        params.append(field.get_db_prep_value(value, connection))
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {qn(meta.db_table)} AS t SET {sets} "  # noqa: S608 - names from the model
+            f"FROM jsonb_to_recordset(%s::jsonb) AS v({typed}) WHERE {' AND '.join(conditions)}",
+            params,
+        )
+
+
+def upsert_rows(
+    model: type[Model], rows: Sequence[dict[str, Any]], *, unique: str, update: Sequence[str]
+) -> None:
+    """Insert ``rows`` (dicts of field attnames), or update ``update`` where ``unique`` exists.
+
+    PostgreSQL: ``INSERT … SELECT FROM jsonb_to_recordset(%s) ON CONFLICT DO UPDATE``, the same
+    upsert as ``bulk_create(update_conflicts=True)`` at a fraction of its CPU (one parameter,
+    no model instances, no per-field compilation). Elsewhere: that ``bulk_create``.
+    """
+    if not rows:
+        return
+    if not on_postgresql():
+        model._default_manager.bulk_create(
+            [model(**row) for row in rows],
+            update_conflicts=True,
+            unique_fields=[unique],
+            update_fields=list(update),
+        )
+        return
+    meta = model._meta
+    qn = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in [unique, *update]]
+    column = {name: meta.get_field(name).column for name in rows[0]}
+    typed = ", ".join(f"{qn(f.column)} {f.db_type(connection)}" for f in fields)
+    names = ", ".join(qn(f.column) for f in fields)
+    sets = ", ".join(f"{qn(f.column)} = EXCLUDED.{qn(f.column)}" for f in fields[1:])
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {qn(meta.db_table)} ({names}) "  # noqa: S608 - names from the model
+            f"SELECT {names} FROM jsonb_to_recordset(%s::jsonb) AS v({typed}) "
+            f"ON CONFLICT ({qn(fields[0].column)}) DO UPDATE SET {sets}",
+            [json.dumps([{column[k]: v for k, v in row.items()} for row in rows], default=str)],
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Inserting new rows
+# ---------------------------------------------------------------------------------------------
+# Field types whose attribute value psycopg sends as it is, as their get_db_prep_save would
+# for the values a JobSpec and the model defaults produce (str, int, bool, float, UUID, aware
+# datetime, None). JSON goes through the backend's adapter; any other type through the field.
+_NATIVE_ON_POSTGRESQL = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.FloatField,
+    models.UUIDField,
+    models.DateTimeField,
+    models.ForeignKey,
+)
+
+
+Reader = Callable[[Model, Any], Any]
+
+
+def _computes_on_save(f: Field[Any, Any]) -> bool:
+    """Whether ``f.pre_save`` may change the value (auto_now and the like), not just read it."""
+    if isinstance(f, models.DateField):  # DateField overrides pre_save only for these two
+        return bool(f.auto_now or f.auto_now_add)
+    return type(f).pre_save is not Field.pre_save
+
+
+def _reader(f: Field[Any, Any], vendor: str) -> Reader:
+    """How to get ``f``'s database value out of an unsaved instance, given a connection."""
+    if _computes_on_save(f):
+
+        def computed(obj: Model, conn: Any) -> Any:
+            return f.get_db_prep_save(f.pre_save(obj, True), conn)
+
+        return computed
+    if vendor == "postgresql" and isinstance(f, models.JSONField):
+
+        def json_value(obj: Model, conn: Any) -> Any:
+            value = getattr(obj, f.attname)
+            return None if value is None else conn.ops.adapt_json_value(value, f.encoder)
+
+        return json_value
+    if vendor == "postgresql" and isinstance(f, _NATIVE_ON_POSTGRESQL):
+
+        def native(obj: Model, conn: Any) -> Any:
+            return getattr(obj, f.attname)
+
+        return native
+
+    def prepared(obj: Model, conn: Any) -> Any:
+        return f.get_db_prep_save(getattr(obj, f.attname), conn)
+
+    return prepared
+
+
+@functools.cache
+def row_format(
+    model: type[Model], vendor: str, skip: str = ""
+) -> tuple[list[Field[Any, Any]], list[Reader]]:
+    """The columns ``Model.save()`` would insert for ``model`` (the auto primary key, and
+    ``skip``, left out) and a reader per column.
+
+    ``get_db_prep_save`` per field and row is most of the CPU of inserting a batch, and on
+    PostgreSQL it returns most fields' values unchanged; those are read as attributes.
+    """
+    meta = model._meta
+    columns = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
+    columns = [f for f in columns if f.attname != skip]
+    return columns, [_reader(f, vendor) for f in columns]
+
+
+def _insert_values(obj: Model, connection: Any, *, skip: str = "") -> tuple[list[str], list[Any]]:
+    """Quoted columns and prepared values of an unsaved row, as ``Model.save()`` would insert
+    them (``pre_save`` applied, the auto primary key and database defaults left out)."""
+    columns, values = [], []
+    fields_, readers = row_format(type(obj), connection.vendor, skip)
+    for f, read in zip(fields_, readers, strict=True):
+        value = read(obj, connection)
+        if isinstance(value, DatabaseDefault):
+            continue
+        columns.append(connection.ops.quote_name(f.column))
+        values.append(value)
+    return columns, values
+
+
+def insert_with_child(parent: Model, child: Model, *, fk: str) -> None:
+    """INSERT ``parent`` and ``child`` (whose foreign key ``fk`` points at it) together.
+
+    PostgreSQL: one statement, a data-modifying CTE: one round trip, atomic by itself, where
+    ``save()`` twice inside ``atomic()`` costs four (BEGIN, two INSERTs, COMMIT) and the ORM's
+    save machinery twice. Inside a caller's transaction it runs in a savepoint, so a lost race
+    on a unique key leaves that transaction usable. SQLite has no data-modifying CTEs: two
+    plain inserts in one transaction.
+    """
+    model, child_model = type(parent), type(child)
+    alias = router.db_for_write(model)
+    conn = connections[alias]
+    if not on_postgresql(conn):
+        with transaction.atomic(using=alias):
+            parent.save(force_insert=True, using=alias)
+            setattr(child, fk, parent)
+            child.save(force_insert=True, using=alias)
+        return
+    link = child_model._meta.get_field(fk)
+    parent_columns, parent_values = _insert_values(parent, conn)
+    child_columns, child_values = _insert_values(child, conn, skip=link.attname)
+    qn = conn.ops.quote_name
+    pk, child_fk = qn(model._meta.pk.column), qn(link.column)
+    parent_table, child_table = qn(model._meta.db_table), qn(child_model._meta.db_table)
+    columns, marks = ", ".join(parent_columns), ", ".join(["%s"] * len(parent_values))
+    insert_parent = f"INSERT INTO {parent_table} ({columns}) VALUES ({marks}) RETURNING {pk}"  # noqa: S608
+    columns, marks = ", ".join(child_columns), ", ".join(["%s"] * len(child_values))
+    insert_child = f"INSERT INTO {child_table} ({child_fk}, {columns})"
+    child_row = f"VALUES ((SELECT {pk} FROM p), {marks}) RETURNING {child_fk}"  # noqa: S608
+    sql = f"WITH p AS ({insert_parent}) {insert_child} {child_row}"
+    savepoint = transaction.atomic(using=alias) if conn.in_atomic_block else nullcontext()
+    with savepoint, conn.cursor() as cursor:
+        cursor.execute(sql, [*parent_values, *child_values])
+        (parent.pk,) = cursor.fetchone()
+    for obj in (parent, child):
+        obj._state.adding, obj._state.db = False, alias
+    setattr(child, fk, parent)
+
+
+def insert_rows(parents: list[Model], children: list[Model], *, fk: str) -> None:
+    """Insert unsaved ``parents`` and one child each (whose foreign key ``fk`` points at its
+    parent); call inside a transaction.
+
+    PostgreSQL: the parents' ids from their sequence in one query, then one COPY per table,
+    which costs a fraction of the CPU of ``bulk_create`` (which prepares every value of every
+    row through its field and has psycopg quote them all into one statement). Elsewhere, or
+    once a column has a database default (COPY cannot say DEFAULT per row), ``bulk_create``.
+    """
+    model, child_model = type(parents[0]), type(children[0])
+    alias = router.db_for_write(model)
+    conn = connections[alias]
+    copyable = on_postgresql(conn) and not any(
+        f.has_db_default() for m in (model, child_model) for f in m._meta.local_concrete_fields
+    )
+    if not copyable:
+        model._default_manager.using(alias).bulk_create(parents)
+        for parent, child in zip(parents, children, strict=True):
+            setattr(child, fk, parent)
+        child_model._default_manager.using(alias).bulk_create(children)
+        return
+    table = conn.ops.quote_name(model._meta.db_table)
+    with conn.cursor() as cursor, conn.wrap_database_errors:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [table, model._meta.pk.column, len(parents)],
+        )
+        for parent, child, (pk,) in zip(parents, children, cursor.fetchall(), strict=True):
+            parent.pk = pk
+            setattr(child, fk, parent)
+        _copy_rows(conn, cursor, model, parents)
+        _copy_rows(conn, cursor, child_model, children)
+    for parent in parents:
+        parent._state.adding, parent._state.db = False, alias
+
+
+def _copy_rows(conn: Any, cursor: Any, model: type[Model], objs: Sequence[Model]) -> None:
+    """COPY unsaved instances into ``model``'s table, their primary keys included if set."""
+    qn = conn.ops.quote_name
+    columns, readers = row_format(model, conn.vendor)
+    with_pk = objs[0].pk is not None
+    names = [qn(model._meta.pk.column)] * with_pk + [qn(f.column) for f in columns]
+    sql = f"COPY {qn(model._meta.db_table)} ({', '.join(names)}) FROM STDIN"
+    with cursor.cursor.copy(sql) as copy:
+        for obj in objs:
+            row = [read(obj, conn) for read in readers]
+            copy.write_row([obj.pk, *row] if with_pk else row)

@@ -1,0 +1,194 @@
+"""Why a queued job waits, as pages and the API lead with it: the blocker that matters first.
+
+The scheduling cycle stores, per queued job, the engine's note for every candidate model
+(``Job.pending_notes``, shared by equal waits: ``[model, code, message, kind]``) and the
+closest candidate (``Job.pending_model``). This module only arranges what the cycle stored:
+the closest candidate the job could get with its reason and numbers, then each other eligible
+candidate with its own, then one line for the candidates that can never take the job. Nothing
+here reads the database but the notes of a job loaded without them (lists load them with it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+
+from portal import hooks
+
+# How the never-fitting codes are said in the summary line.
+NEVER_WORDS = {
+    "REQUIREMENT_NOT_MET": "requirement not met",
+    "NOT_IN_CATALOG": "not in the catalog",
+    "SLICE_NOT_NAMED": "MIG slice, used only when named",
+    "TOO_LARGE": "gang larger than any of its clusters",
+    "NO_ENABLED_CLUSTER": "in no cluster",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateLine:
+    """One candidate model and why it does not take the job now."""
+
+    model: str
+    code: str
+    message: str
+    """The engine's note, e.g. ``"A100-80GB: no node with 4 free (largest free block 2, …)"``."""
+
+    @property
+    def label(self) -> str:
+        """The model as the note names it (``"A100-80GB"``)."""
+        head, sep, _ = self.message.partition(": ")
+        return head if sep else self.model
+
+    @property
+    def detail(self) -> str:
+        """The note without its model label."""
+        _, sep, rest = self.message.partition(": ")
+        return rest if sep else self.message
+
+    def as_dict(self) -> dict[str, str]:
+        return {"model": self.model, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """A queued job's wait, arranged blocker first."""
+
+    code: str
+    """The cycle's reason code (``NO_CAPACITY``, ``QUOTA_EXHAUSTED`` …); '' before a cycle."""
+    message: str
+    """The cycle's whole message (``"needs 4 × A100-80GB; …"``)."""
+    model: str
+    """Closest candidate the job could get ('' when none could, or before a cycle)."""
+    lead: CandidateLine | None
+    """That candidate's note: the blocker that matters."""
+    others: tuple[CandidateLine, ...] = ()
+    """Every other eligible candidate, in the order the policy tries them."""
+    never: tuple[CandidateLine, ...] = ()
+    """Candidates that can never take the job (requirement, catalog, MIG rule, size, absent)."""
+    never_summary: str = ""
+    """One line for ``never``, e.g. ``"3 models can never take it: T4, L4 (requirement not
+    met); H100-MIG-1g.10gb (MIG slice, used only when named)"``."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The API's ``blocker`` object."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "model": self.model or None,
+            "lead": self.lead.as_dict() if self.lead else None,
+            "others": [c.as_dict() for c in self.others],
+            "never": [c.as_dict() for c in self.never],
+            "never_summary": self.never_summary,
+        }
+
+
+def never_summary(never: Sequence[CandidateLine]) -> str:
+    """One line for the candidates that can never fit, grouped by why (first seen first)."""
+    if not never:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for c in never:
+        groups.setdefault(NEVER_WORDS.get(c.code, c.code.lower().replace("_", " ")), []).append(
+            c.label
+        )
+    parts = "; ".join(f"{', '.join(labels)} ({why})" for why, labels in groups.items())
+    n = len(never)
+    return f"{n} model{'s' if n != 1 else ''} can never take it: {parts}"
+
+
+def job_blocker(*, code: str, message: str, model: str, candidates: Any) -> Blocker:
+    """Arrange the stored notes. Tolerates rows written before notes were stored (plain
+    ``[]``) and anything malformed in the JSON (skipped: a page must still render)."""
+    lead: CandidateLine | None = None
+    others: list[CandidateLine] = []
+    never: list[CandidateLine] = []
+    for row in candidates if isinstance(candidates, list) else ():
+        if not (isinstance(row, list) and len(row) == 4 and all(isinstance(x, str) for x in row)):
+            continue
+        line = CandidateLine(row[0], row[1], row[2])
+        kind = row[3]
+        if kind == "never":
+            never.append(line)
+        elif kind == "lead" and lead is None:
+            lead = line
+        else:
+            others.append(line)
+    return Blocker(
+        code=code,
+        message=message,
+        model=model,
+        lead=lead,
+        others=tuple(others),
+        never=tuple(never),
+        never_summary=never_summary(never),
+    )
+
+
+def blocker_of(job: Any) -> Blocker | None:
+    """The blocker of a queued job (None for a job in any other state)."""
+    if job.state != "QUEUED":
+        return None
+    return job_blocker(
+        code=job.pending_reason_code,
+        message=job.pending_reason,
+        model=job.pending_model,
+        candidates=notes_of(job),
+    )
+
+
+def notes_of(job: Any) -> Any:
+    """The job's stored notes ([] when it has none, or they were pruned meanwhile)."""
+    if job.pending_notes_id is None:
+        return []
+    try:
+        notes = job.pending_notes  # loaded with the job by list pages (select_related)
+    except ObjectDoesNotExist:
+        return []
+    return notes.notes if notes is not None else []
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedStart:
+    """The start estimate the cycle's queue simulation stored on the job
+    (``scheduling.estimates``): when, on which model and cluster, and why it may move."""
+
+    at: dt.datetime | None
+    basis: str
+    model: str = ""
+    cluster: str = ""
+    source: str = "simulation"
+
+
+def start_estimate(job: Any, now: dt.datetime) -> Any:
+    """A queued job's start estimate (None for any other state): the queue simulation's once
+    it has run for the job, before that the registered quick estimator's ``StartEstimate``."""
+    if job.state != "QUEUED":
+        return None
+    if job.estimate_updated_at is not None:
+        return SimulatedStart(
+            at=job.estimated_start_at,
+            basis=job.estimate_note,
+            model=job.estimate_model,
+            cluster=job.estimate_cluster,
+        )
+    # The quick estimate lives with the wait history (``dashboards.estimates``), which the
+    # portal may not import: it answers ``portal.hooks.start_estimate``.
+    return hooks.start_estimate.ask(job, now)
+
+
+def estimate_dict(estimate: Any) -> dict[str, Any] | None:
+    """A start estimate as the API's ``start_estimate`` object."""
+    if estimate is None:
+        return None
+    return {
+        "at": estimate.at.isoformat().replace("+00:00", "Z") if estimate.at else None,
+        "source": estimate.source,
+        "basis": estimate.basis,
+        "model": getattr(estimate, "model", ""),
+        "cluster": getattr(estimate, "cluster", ""),
+    }

@@ -1,0 +1,608 @@
+"""When each queued job would start: a forward simulation of the engine over expected runtimes.
+
+:func:`forecast` replays :func:`scheduling.engine.decide` through time from one snapshot. At each
+step the engine decides as it would in a real cycle (priority, fair share, quota, borrowing,
+reclaim by preemption, gangs, the starvation guard); what it admits starts then and runs for
+its expected duration; then time jumps to the next expected end of a running job, its GPUs come
+back, and the engine decides again. No new arrivals are assumed. A job's estimate is the
+simulated instant it was admitted, with the model and cluster it got.
+
+Expected durations come from :class:`DurationModel`: the median runtime of finished jobs of the
+same team, kind and name/image pattern, falling back to wider groups, always bounded by the
+job's max runtime; each carries its basis in words so an estimate can say what it rests on.
+
+:func:`alternatives` runs the same simulation once per candidate model (and with fewer
+replicas) for one job or an unsubmitted spec, stopping as soon as that job starts.
+
+Pure (standard library and the engine only): the cycle feeds it the snapshot it just decided on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from scheduling.engine.candidates import resolve_candidates
+from scheduling.engine.core import DEFAULT_CONFIG, Placement, decide
+from scheduling.engine.decision import Decision, PendingReason
+from scheduling.engine.reasons import count, fmt_wait
+from scheduling.engine.snapshot import (
+    Cluster,
+    EngineConfig,
+    PendingJob,
+    Policy,
+    RunningAllocation,
+    Snapshot,
+    running_allocation,
+)
+
+MIN_RUNS = 3
+"""Fewer finished runs than this say nothing about the next one's length."""
+
+PREEMPTING_END = timedelta(minutes=1)
+"""A job already being preempted gives its GPUs back about this soon (its grace period)."""
+
+MAY_MOVE = (
+    "an estimate, not a promise: sooner if jobs ahead end early or are cancelled, later if "
+    "they run longer, a team within its nominal quota reclaims GPUs, or higher-priority work "
+    "arrives"
+)
+
+
+# -- expected durations -----------------------------------------------------------------------
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def name_pattern(name: str, image: str) -> str:
+    """What makes two jobs "the same job again": the name with runs of digits folded
+    (``bert-ft-0042`` and ``bert-ft-0043`` match) and the image without its tag or digest."""
+    repo = image.split("@", 1)[0]
+    slash = repo.rfind("/")
+    colon = repo.rfind(":")
+    if colon > slash:
+        repo = repo[:colon]
+    return f"{_DIGITS.sub('#', name.strip().lower())}|{repo}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """A finished run: what a later job of the same team, kind and pattern may last."""
+
+    team: str
+    kind: str
+    pattern: str
+    """:func:`name_pattern` of the job."""
+    runtime: timedelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Duration:
+    """A job's expected runtime and the basis it was learned from, in words."""
+
+    expected: timedelta
+    basis: str
+    """E.g. ``"median of 12 runs of this team's training jobs like it"`` or ``"its max runtime
+    (no finished runs of this team's training jobs to learn from)"``."""
+
+
+class DurationModel:
+    """Median runtimes of finished jobs, per (team, kind, pattern), (team, kind) and (kind).
+
+    The narrowest group with at least :data:`MIN_RUNS` runs wins; without any, the job's max
+    runtime (what Slurm assumes for every job). Always bounded by the job's max runtime: the
+    portal stops a job there.
+    """
+
+    def __init__(self, finished: Sequence[Finished], *, min_runs: int = MIN_RUNS) -> None:
+        self.min_runs = min_runs
+        groups: dict[tuple[str, ...], list[float]] = {}
+        for f in finished:
+            seconds = max(0.0, f.runtime.total_seconds())
+            for key in ((f.team, f.kind, f.pattern), (f.team, f.kind), (f.kind,)):
+                groups.setdefault(key, []).append(seconds)
+        self.medians = {
+            key: (statistics.median(runs), len(runs))
+            for key, runs in groups.items()
+            if len(runs) >= min_runs
+        }
+
+    def expected(self, *, team: str, kind: str, pattern: str, max_runtime: timedelta) -> Duration:
+        """The expected runtime of a job, with its basis."""
+        levels = (
+            ((team, kind, pattern), f"this team's {kind} jobs like it (same name and image)"),
+            ((team, kind), f"this team's {kind} jobs"),
+            ((kind,), f"{kind} jobs of every team"),
+        )
+        for key, who in levels:
+            found = self.medians.get(key)
+            if found is None:
+                continue
+            median, runs = found
+            if median >= max_runtime.total_seconds():
+                return Duration(
+                    expected=max_runtime,
+                    basis=f"its max runtime (the median of {count(runs, 'run')} of {who} is "
+                    "longer)",
+                )
+            return Duration(
+                expected=timedelta(seconds=median),
+                basis=f"median of {count(runs, 'finished run')} of {who}",
+            )
+        return Duration(
+            expected=max_runtime,
+            basis=f"its max runtime (fewer than {self.min_runs} finished {kind} runs to learn "
+            "from)",
+        )
+
+
+# -- the simulation ---------------------------------------------------------------------------
+
+
+class _Step(Placement):
+    """One simulated step: ``decide()`` over the jobs that could do anything in it, less the
+    wording of every pending job's reason.
+
+    - Unworded: a simulated step needs only what starts and what is preempted, and the words
+      were about 40 % of a step over a deep queue. Only the jobs left at the end get their
+      reason, from one full ``decide``. (``forecast(worded=True)`` runs the plain ``decide``
+      at every step; the tests compare both.)
+    - Quota-bound jobs dropped: once the lines are cut (lookback, starvation heads), a job
+      that is not a starving head and whose team's quota cannot take it on any model it may
+      try is left out. Quota use only grows within a cycle, so such a job would fail on quota
+      wherever it came in the order, and a quota failure changes nothing (no GPUs taken, no
+      preemption, no hold: those need a fit or a starving head). Dropping it leaves every
+      other job's turn as it was (the fill order is by share, which it does not move), so
+      the admissions and preemptions are the plain engine's. In a deep queue most jobs are
+      such (their team is at its quota and the cohort has nothing to lend).
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        config: EngineConfig,
+        groups: Mapping[str, int],
+        group_keys: Sequence[tuple[str, tuple[str, ...], int]],
+    ) -> None:
+        super().__init__(snapshot, config)
+        self.groups = groups
+        """Job id -> its quota group (index into ``group_keys``, from :func:`_quota_groups`):
+        jobs of one team asking as many GPUs of the same models are dropped or kept together."""
+        self.group_keys = group_keys
+
+    def _lines(self) -> None:
+        super()._lines()
+        self._drop_quota_bound()
+
+    def _drop_quota_bound(self) -> None:
+        """Leave out of every line the jobs whose quota fails on every model they may try."""
+        groups = self.groups
+        keys = self.group_keys
+        starving = self.starving
+        enabled = self.enabled
+        fits = self.quota.fits
+        alive: dict[int, bool] = {}
+        for band in self.bands.values():
+            for team, line in band.items():
+                kept = []
+                for job in line:
+                    gid = groups.get(job.id, -1)
+                    ok = alive.get(gid)
+                    if ok is None:
+                        if gid < 0:
+                            ok = True  # unknown to the grouping: the engine decides it
+                        else:
+                            owner, models, need = keys[gid]
+                            ok = not models or any(
+                                enabled.get(m) and fits(owner, m, need) >= 0 for m in models
+                            )
+                        alive[gid] = ok
+                    if ok or job.id in starving:
+                        kept.append(job)
+                if len(kept) != len(line):
+                    band[team] = kept
+
+    def _assemble(self) -> Decision:
+        return Decision(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions))
+
+
+def _quota_groups(
+    snapshot: Snapshot, jobs: Sequence[PendingJob]
+) -> tuple[dict[str, int], list[tuple[str, tuple[str, ...], int]]]:
+    """Each job's quota group for :class:`_Step`: (team, models it may try, GPUs). Invalid
+    jobs (no GPUs, unknown or held team) are left ungrouped: the engine words them itself."""
+    teams = {t.id: t for t in snapshot.teams}
+    resolved: dict[tuple[object, ...], tuple[str, ...]] = {}
+    index: dict[tuple[str, tuple[str, ...], int], int] = {}
+    groups: dict[str, int] = {}
+    for job in jobs:
+        team = teams.get(job.team)
+        if team is None or team.held or job.gpus_per_replica < 1 or job.replicas < 1:
+            continue
+        rkey = (job.requirement, job.policy, job.fallback)
+        models = resolved.get(rkey)
+        if models is None:
+            matched = resolve_candidates(job.requirement, job.policy, snapshot.models).matched
+            tried = matched if job.fallback else matched[:1]
+            models = resolved[rkey] = tuple(m.key for m in tried)
+        key = (job.team, models, job.gpus_per_replica * job.replicas)
+        gid = index.get(key)
+        if gid is None:
+            gid = index[key] = len(index)
+        groups[job.id] = gid
+    return groups, list(index)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expected:
+    """When a running job is expected to give its GPUs back, and why."""
+
+    end: datetime
+    basis: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobForecast:
+    """One queued job's estimate: ``start`` is None when none can be made (``why`` says why)."""
+
+    job_id: str
+    start: datetime | None
+    model: str = ""
+    """``GpuModel.key`` it would get ('' without an estimate)."""
+    cluster: str = ""
+    why: str
+    """How it was reached and why it may move, or why there is no estimate."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forecast:
+    """Every queued job's estimate, and what the simulation cost."""
+
+    jobs: Mapping[str, JobForecast]
+    steps: int
+    """``decide`` calls made."""
+    simulated_until: datetime
+
+
+@dataclass(slots=True)
+class _Sim:
+    """The mutable state of one simulation (kept apart from the frozen inputs)."""
+
+    free: dict[tuple[str, str, str], int]
+    nodes: _Nodes
+    running: dict[str, tuple[RunningAllocation, datetime, str]]
+    ends: list[tuple[datetime, str]]
+    pending: dict[str, PendingJob]
+    done: dict[str, JobForecast] = field(default_factory=dict)
+    reasons: dict[str, PendingReason] = field(default_factory=dict)
+
+
+class _Nodes:
+    """The snapshot's clusters with each node's free GPUs as the simulation has them, kept
+    from step to step: only the nodes whose free GPUs moved since the last step are made
+    again (a step ends or starts a few jobs; the pool has thousands of nodes)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.clusters = snapshot.clusters
+        self.nodes = [list(c.nodes) for c in snapshot.clusters]
+        self.at: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+        for ci, c in enumerate(snapshot.clusters):
+            for ni, n in enumerate(c.nodes):
+                self.at.setdefault((c.id, n.name, n.model), []).append((ci, ni))
+        self.moved: set[tuple[str, str, str]] = set()
+
+    def now(self, free: Mapping[tuple[str, str, str], int]) -> tuple[Cluster, ...]:
+        """The clusters with ``free`` on every node that moved."""
+        changed: set[int] = set()
+        for key in self.moved:
+            f = free[key]
+            for ci, ni in self.at[key]:
+                original = self.snapshot.clusters[ci].nodes[ni]
+                self.nodes[ci][ni] = (
+                    original if f == original.free_gpus else replace(original, free_gpus=f)
+                )
+                changed.add(ci)
+        self.moved.clear()
+        if changed:
+            self.clusters = tuple(
+                replace(c, nodes=tuple(self.nodes[ci])) if ci in changed else c
+                for ci, c in enumerate(self.clusters)
+            )
+        return self.clusters
+
+
+def _release(sim: _Sim, alloc: RunningAllocation) -> None:
+    """Give a job's GPUs back to the nodes it holds (those the snapshot knows)."""
+    for node in alloc.nodes:
+        key = (alloc.cluster, node, alloc.model)
+        if key in sim.free:
+            sim.free[key] += alloc.gpus_per_replica
+            sim.nodes.moved.add(key)
+
+
+def _started(
+    sim: _Sim,
+    decision: Decision,
+    now: datetime,
+    durations: Mapping[str, Duration],
+    default: Duration,
+    opened_by: str,
+) -> None:
+    """Start what the engine admitted at ``now``: charge its nodes, schedule its end."""
+    for adm in decision.admissions:
+        job = sim.pending.pop(adm.job_id, None)
+        if job is None:
+            continue
+        duration = durations.get(job.id, default)
+        alloc = running_allocation(
+            job.id,
+            job.team,
+            adm.cluster,
+            adm.model,
+            len(adm.node_plan),
+            adm.gpus_per_replica,
+            job.priority,
+            now,
+            adm.node_plan,
+            False,
+        )
+        for node in adm.node_plan:
+            key = (adm.cluster, node, adm.model)
+            if key in sim.free:
+                sim.free[key] -= adm.gpus_per_replica
+                sim.nodes.moved.add(key)
+        end = now + duration.expected
+        sim.running[job.id] = (alloc, end, duration.basis)
+        heapq.heappush(sim.ends, (end, job.id))
+        sim.done[job.id] = JobForecast(
+            job_id=job.id, start=now, model=adm.model, cluster=adm.cluster, why=opened_by
+        )
+
+
+def _preempted(sim: _Sim, decision: Decision, requeue: Mapping[str, PendingJob]) -> bool:
+    """Stop the engine's victims; a victim that was queued at the start goes back in line."""
+    for p in decision.preemptions:
+        held = sim.running.pop(p.job_id, None)
+        if held is None:
+            continue
+        _release(sim, held[0])
+        again = requeue.get(p.job_id)
+        if again is not None:
+            sim.pending[p.job_id] = again
+            sim.done.pop(p.job_id, None)
+    return bool(decision.preemptions)
+
+
+def _opened_by(
+    now: datetime, start: datetime, freed: Sequence[tuple[str, datetime, str]], extra: int
+) -> str:
+    """Why a job started at a later simulated instant: the running jobs whose expected end
+    gave their GPUs back then, with the basis of that expectation."""
+    if start == now:
+        return (
+            f"it would be admitted in the next cycle: the engine finds room for it now ({MAY_MOVE})"
+        )
+    job_id, end, basis = freed[0]
+    who = (
+        f"job {job_id[:8]} and {count(extra, 'other job')} end"
+        if extra
+        else f"job {job_id[:8]} ends"
+    )
+    return f"once {who}, expected by {end:%Y-%m-%d %H:%M} UTC ({basis}); {MAY_MOVE}"
+
+
+def _unstarted(
+    job: PendingJob, sim: _Sim, stopped: str, now: datetime, last: datetime
+) -> JobForecast:
+    reason = sim.reasons.get(job.id)
+    said = f": {reason.message}" if reason is not None and reason.message else ""
+    if stopped == "stuck":
+        why = f"no estimate: even after every running job has ended it would not start{said}"
+    elif stopped == "horizon":
+        why = (
+            f"no estimate within the next {fmt_wait(last - now)}: the jobs ahead of it and the "
+            f"running ones keep its GPUs at least that long{said}"
+        )
+    else:
+        why = (
+            f"no estimate: the simulation stopped at {last:%Y-%m-%d %H:%M} UTC (its step "
+            f"budget) before this job's turn{said}"
+        )
+    return JobForecast(job_id=job.id, start=None, why=why)
+
+
+def forecast(
+    snapshot: Snapshot,
+    config: EngineConfig = DEFAULT_CONFIG,
+    *,
+    ends: Mapping[str, Expected],
+    durations: Mapping[str, Duration],
+    default: Duration,
+    horizon: timedelta = timedelta(days=7),
+    quantum: timedelta = timedelta(minutes=1),
+    max_steps: int = 400,
+    resolution: float = 0.05,
+    first: Decision | None = None,
+    until: str | None = None,
+    worded: bool = False,
+) -> Forecast:
+    """Estimate when each job of ``snapshot.pending`` starts, by replaying the engine.
+
+    ``ends``: per running job, when it is expected to end (a job missing here ends at
+    ``started_at + default``); ``durations``: per pending job, how long it runs once started.
+    Ends closer together than ``quantum``, or than ``resolution`` times the time simulated so
+    far, are one step (an estimate is no finer than that).
+    ``first``: the decision already made on ``snapshot`` (the cycle's), reused for step one.
+    ``until``: stop as soon as this job starts (what :func:`alternatives` needs).
+    Stops when every job started, when nothing runs and nothing more can start, past
+    ``horizon`` or after ``max_steps`` decisions; jobs left say which.
+    """
+    now = snapshot.now
+    sim = _Sim(
+        free={(c.id, n.name, n.model): n.free_gpus for c in snapshot.clusters for n in c.nodes},
+        nodes=_Nodes(snapshot),
+        running={},
+        ends=[],
+        pending={j.id: j for j in snapshot.pending},
+    )
+    for a in snapshot.running:
+        exp = ends.get(a.job_id)
+        if a.preempting:
+            end, basis = now + PREEMPTING_END, "grace period (it is being preempted)"
+        elif exp is not None:
+            end, basis = max(exp.end, now), exp.basis
+        else:
+            end, basis = max(a.started_at + default.expected, now), default.basis
+        sim.running[a.job_id] = (a, end, basis)
+        sim.ends.append((end, a.job_id))
+    heapq.heapify(sim.ends)
+    requeue = dict(sim.pending)
+    groups = _quota_groups(snapshot, snapshot.pending)
+    t = now
+    steps = 0
+    stopped = "done"
+    opened = _opened_by(now, now, (), 0)
+    while sim.pending:
+        if first is not None and steps == 0:
+            decision = first
+        else:
+            state = _state(snapshot, sim, t)
+            decision = decide(state, config) if worded else _Step(state, config, *groups).run()
+        steps += 1
+        _started(sim, decision, t, durations, default, opened)
+        sim.reasons.update((r.job_id, r) for r in decision.pending)
+        if until is not None and until in sim.done:
+            break
+        preempted = _preempted(sim, decision, requeue)
+        if not sim.pending:
+            break
+        if steps >= max_steps:
+            # Checked before re-deciding after a preemption too: a victim that is queued may
+            # be admitted again at once on borrowed quota and reclaimed again, for ever.
+            stopped = "budget"
+            break
+        if preempted:
+            opened = f"after the engine reclaims GPUs for it by preemption ({MAY_MOVE})"
+            continue  # the reclaimer takes the freed GPUs at the same instant
+        # Ends within one quantum are one step; far ahead, a step spans ``resolution`` of the
+        # distance from now (an estimate 10 h out is no finer than 30 min anyway).
+        freed = _advance(sim, max(quantum, (t - now) * resolution))
+        if not freed:
+            stopped = "stuck"
+            break
+        t = max(t, freed[-1][1])
+        if t - now > horizon:
+            stopped = "horizon"
+            break
+        opened = _opened_by(now, t, freed, len(freed) - 1)
+    jobs = dict(sim.done)
+    if sim.pending and not worded:  # why the jobs left wait: one worded decision
+        last = decide(_state(snapshot, sim, t), config)
+        sim.reasons.update((r.job_id, r) for r in last.pending)
+    for job in sim.pending.values():
+        jobs[job.id] = _unstarted(job, sim, stopped, now, t)
+    return Forecast(jobs=jobs, steps=steps, simulated_until=t)
+
+
+def _state(snapshot: Snapshot, sim: _Sim, t: datetime) -> Snapshot:
+    """The snapshot as the simulation has the pool at ``t``."""
+    return replace(
+        snapshot,
+        now=t,
+        clusters=sim.nodes.now(sim.free),
+        running=tuple(a for a, _, _ in sim.running.values()),
+        pending=tuple(sim.pending.values()),
+    )
+
+
+def _advance(sim: _Sim, quantum: timedelta) -> list[tuple[str, datetime, str]]:
+    """End every running job due within ``quantum`` of the next expected end."""
+    freed: list[tuple[str, datetime, str]] = []
+    limit: datetime | None = None
+    while sim.ends:
+        end, job_id = sim.ends[0]
+        held = sim.running.get(job_id)
+        if held is None or held[1] != end:  # preempted meanwhile: a stale entry
+            heapq.heappop(sim.ends)
+            continue
+        if limit is None:
+            limit = end + quantum
+        elif end > limit:
+            break
+        heapq.heappop(sim.ends)
+        del sim.running[job_id]
+        _release(sim, held[0])
+        freed.append((job_id, end, held[2]))
+    return freed
+
+
+# -- alternatives -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Alternative:
+    """What the job would get if it asked differently: one model only, or fewer replicas."""
+
+    label: str
+    """E.g. ``"A100-80GB"`` or ``"4 replicas instead of 8"``."""
+    model: str
+    """The model asked for ('' when any candidate is fine: the replicas variant)."""
+    replicas: int
+    estimate: JobForecast
+
+
+def alternatives(
+    snapshot: Snapshot,
+    job: PendingJob,
+    config: EngineConfig = DEFAULT_CONFIG,
+    *,
+    ends: Mapping[str, Expected],
+    durations: Mapping[str, Duration],
+    default: Duration,
+    horizon: timedelta = timedelta(days=7),
+    quantum: timedelta = timedelta(minutes=1),
+    max_steps: int = 400,
+) -> list[Alternative]:
+    """The estimate for ``job`` (queued or not yet submitted) on each candidate model its
+    requirement allows, and with half and a quarter of its replicas (a gang of fewer pods
+    fits sooner). Each variant replaces the job in line, keeping its submit time; the
+    simulation stops when the variant starts."""
+    variants: list[tuple[str, str, PendingJob]] = []
+    models = resolve_candidates(job.requirement, job.policy, snapshot.models).matched
+    for m in models:
+        only = replace(job.requirement, models=(m.key,))
+        variants.append(
+            (m.label, m.key, replace(job, requirement=only, policy=Policy.ORDERED, fallback=False))
+        )
+    r = job.replicas // 2
+    while r >= 1 and len(variants) < len(models) + 2:
+        variants.append(
+            (f"{count(r, 'replica')} instead of {job.replicas}", "", replace(job, replicas=r))
+        )
+        r //= 2
+    others = tuple(p for p in snapshot.pending if p.id != job.id)
+    out: list[Alternative] = []
+    for label, model, variant in variants:
+        result = forecast(
+            replace(snapshot, pending=(*others, variant)),
+            config,
+            ends=ends,
+            durations=durations,
+            default=default,
+            horizon=horizon,
+            quantum=quantum,
+            max_steps=max_steps,
+            until=job.id,
+        )
+        out.append(
+            Alternative(
+                label=label, model=model, replicas=variant.replicas, estimate=result.jobs[job.id]
+            )
+        )
+    return out

@@ -1,0 +1,277 @@
+"""Preemption: reclaiming nominal quota from other teams' borrowed jobs so that a job fits.
+
+Kept apart from the placement loop, as Kueue and Armada keep theirs: :func:`try_preempt` works
+out the victims on a copy (a what-if over the pool's free GPUs), and only a set that makes the
+gang fit is applied to the placement's state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduling.engine import reasons
+from scheduling.engine.capacity import Pool
+from scheduling.engine.decision import (
+    Preemption,
+)
+from scheduling.engine.reasons import PreemptionCode, ReasonCode
+from scheduling.engine.snapshot import GpuModel, PendingJob, RunningAllocation
+
+if TYPE_CHECKING:
+    from scheduling.engine.core import Placement
+
+
+class Victim:
+    """A running allocation that could be preempted, with its node indices in its pool."""
+
+    __slots__ = ("alloc", "nodes", "sort_key")
+
+    def __init__(self, alloc: RunningAllocation, nodes: list[int]) -> None:
+        self.alloc = alloc
+        self.nodes = nodes
+        # Lowest priority first, then most recently started, then id (deterministic).
+        self.sort_key = (alloc.priority, -alloc.started_at.timestamp(), alloc.job_id)
+
+
+def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
+    """Reclaim nominal quota from borrowers so that ``job`` fits; True when it does.
+
+    Rule: only for a job whose team stays within nominal on this model with it; victims are
+    other teams' jobs on borrowed quota in one enabled cluster (jobs already being preempted
+    are used first, for free); lowest priority, then most recently started first; the set is
+    then minimised by dropping any victim not needed. Fewest victims wins across clusters.
+    """
+    g, r, need = job.gpus_per_replica, job.replicas, job.gpus
+    row = pl.quota.row(job.team, model.key)
+    if row.used + need > row.nominal:
+        return False
+    memo_key = (model.key, g, r)
+    if memo_key in pl._preempt_failed:
+        return False
+    # Rank across clusters: fewest victims, lowest sum of their priorities, least leftover
+    # on the nodes used, cluster id. The placement (for the leftover) is worked out only
+    # for the clusters tied on the first two.
+    found: list[tuple[tuple[int, int], Pool, list[Victim], list[Victim], dict[int, int]]] = []
+    for pool in pl.enabled.get(model.key, ()):
+        if pool.max_total < g:
+            continue
+        key = pool.key
+        inflight = pl.inflight.get(key, [])
+        # No own-team job can be a victim: a team within nominal with this job has none
+        # above nominal on this model (borrowed flags count from the cycle's start).
+        victims = pl.victims.get(key, [])
+        if not inflight and not victims:
+            continue
+        chosen = _what_if(pool, g, r, inflight, victims)
+        if chosen is not None:
+            used_inflight, used_victims, released = chosen
+            rank = (len(used_victims), sum(v.alloc.priority for v in used_victims))
+            found.append((rank, pool, used_inflight, used_victims, released))
+    best: tuple[tuple[int, str], Pool, list[Victim], list[Victim], list[int]] | None = None
+    if found:
+        least = min(f[0] for f in found)
+        for rank, pool, used_inflight, used_victims, released in found:
+            if rank != least:
+                continue
+            placed = _plan_released(pool, released, g, r)
+            if placed is None:  # pragma: no cover - the slot count said it fits
+                continue
+            plan, leftover = placed
+            tie = (leftover, pool.cluster)
+            if best is None or tie < best[0]:
+                best = (tie, pool, used_inflight, used_victims, plan)
+    if best is None:
+        if _wait_for_protected(pl, job, model):
+            return True
+        pl._preempt_failed.add(memo_key)
+        return False
+    _, pool, used_inflight, used_victims, plan = best
+    if _over_budget(pl, job, model, used_victims):
+        return True
+    # Apply: victims leave the candidate lists, the job's share of the currently free GPUs
+    # on its future nodes is reserved, and its quota and share are charged.
+    per_node: dict[int, int] = {}
+    for i in plan:
+        per_node[i] = per_node.get(i, 0) + g
+    for i, gpus in sorted(per_node.items()):
+        reserve = min(gpus, pool.free[i])
+        if reserve:
+            pool.take(i, reserve)
+    key = pool.key
+    for v in used_inflight:
+        pl.inflight[key].remove(v)
+        pl.claimed.add(v.alloc.job_id)
+    for v in used_victims:
+        pl.victims[key].remove(v)
+        pl.claimed.add(v.alloc.job_id)
+    pl._charge(job.team, model.key, need)
+    pl.preempted_gpus += sum(v.alloc.gpus for v in used_victims)
+    for v in used_victims:
+        a = v.alloc
+        pl.preemptions.append(
+            Preemption(
+                job_id=a.job_id,
+                team=a.team,
+                cluster=a.cluster,
+                model=a.model,
+                for_job=job.id,
+                for_team=job.team,
+                code=PreemptionCode.RECLAIM_NOMINAL,
+                message=reasons.msg_preempted(
+                    a.team, model.label, a.gpus, a.cluster, job.team, row.used, row.nominal
+                ),
+            )
+        )
+    detail = reasons.detail_preempting(
+        len(used_victims), len(used_inflight), pool.cluster, row.used, row.nominal
+    )
+    pl._wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
+    return True
+
+
+def _wait_for_protected(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
+    """True (and the job waits ``MIN_RUNTIME``) when borrowed jobs still within their team's
+    minimum runtime would make room: the claimer is told when the last of them it needs may
+    go, instead of a bare "no capacity". Memoised per (model, gang shape), like the search."""
+    g, r = job.gpus_per_replica, job.replicas
+    key = (model.key, g, r)
+    if key in pl._protected_memo:
+        until = pl._protected_memo[key]
+    else:
+        until = None
+        for pool in pl.enabled.get(model.key, ()):
+            protected = pl.protected.get(pool.key)
+            if not protected or pool.max_total < g:
+                continue
+            victims = sorted(
+                (*pl.victims.get(pool.key, ()), *protected),
+                key=lambda v: v.sort_key,
+            )
+            chosen = _what_if(pool, g, r, pl.inflight.get(pool.key, []), victims)
+            if chosen is None:
+                continue
+            ends = [v.alloc.protected_until for v in chosen[1] if v.alloc.protected_until]
+            free_at = max((t for t in ends if t > pl.snap.now), default=None)
+            if free_at is not None and (until is None or free_at < until):
+                until = free_at
+        pl._protected_memo[key] = until
+    if until is None:
+        return False
+    detail = reasons.detail_min_runtime(until, until - pl.snap.now)
+    pl._wait(job, ReasonCode.MIN_RUNTIME, label=model.label, detail=detail)
+    return True
+
+
+def _over_budget(pl: Placement, job: PendingJob, model: GpuModel, victims: list[Victim]) -> bool:
+    """True (and the job waits ``PREEMPTION_BUDGET``) when preempting ``victims`` would take
+    this cycle's preempted GPUs past ``EngineConfig.preemption_budget_gpus``.
+
+    GPUs still being preempted from earlier cycles count, so a burst of cycles does not
+    multiply the budget. A reclaim larger than the whole budget is let through when nothing
+    else is being preempted, so one big gang is never starved by the budget; it then goes
+    alone. Not memoised: another job may need fewer GPUs released.
+    """
+    budget = pl.config.preemption_budget_gpus
+    gpus = sum(v.alloc.gpus for v in victims)
+    spent = pl.preempted_gpus
+    if budget is None or not victims or spent + gpus <= budget or spent == 0:
+        return False
+    detail = reasons.detail_preemption_budget(len(victims), gpus, budget, spent)
+    pl._wait(job, ReasonCode.PREEMPTION_BUDGET, label=model.label, detail=detail)
+    return True
+
+
+def _what_if(
+    pool: Pool, g: int, r: int, inflight: list[Victim], victims: list[Victim]
+) -> tuple[list[Victim], list[Victim], dict[int, int]] | None:
+    """Find victims whose release lets the gang fit in ``pool``, on a copy of its free GPUs:
+    (in-flight preemptions used, victims chosen, node -> free GPUs once they are released).
+
+    Greedy in order (in-flight preemptions first, then victims by priority and recency), then
+    minimised: each chosen victim whose release is not needed is dropped again. Counts slots
+    (replicas that fit) only; :func:`_plan_released` places the gang.
+    """
+    released: dict[int, int] = {}
+    base = pool.free
+    total = pool.total
+    buckets = pool.buckets
+    slots = 0
+    for f in range(g, len(buckets)):
+        slots += len(buckets[f]) * (f // g)
+    chosen: list[Victim] = []
+    for v in (*inflight, *victims):
+        if slots >= r:
+            break
+        gv = v.alloc.gpus_per_replica
+        for i in v.nodes:
+            t, b, rel = total[i], base[i], released.get(i, 0)
+            before = (b + rel if b + rel < t else t) // g
+            rel += gv
+            released[i] = rel
+            slots += (b + rel if b + rel < t else t) // g - before
+        chosen.append(v)
+    if slots < r:
+        return None
+    for v in reversed(chosen):
+        # Would the gang still fit without this victim?
+        gv = v.alloc.gpus_per_replica
+        delta = 0
+        for i in v.nodes:
+            t, b, rel = total[i], base[i], released[i]
+            before = (b + rel if b + rel < t else t) // g
+            rel -= gv
+            released[i] = rel
+            delta += (b + rel if b + rel < t else t) // g - before
+        if slots + delta >= r:
+            slots += delta
+            chosen.remove(v)
+        else:
+            for i in v.nodes:
+                released[i] += gv
+    free = {}
+    for i, rel in released.items():
+        f = base[i] + rel
+        free[i] = f if f < total[i] else total[i]
+    inflight_ids = {id(v) for v in inflight}
+    return (
+        [v for v in chosen if id(v) in inflight_ids],
+        [v for v in chosen if id(v) not in inflight_ids],
+        free,
+    )
+
+
+def _plan_released(
+    pool: Pool, released: dict[int, int], g: int, r: int
+) -> tuple[list[int], int] | None:
+    """Best-fit placement in ``pool`` once the nodes of ``released`` have the free GPUs it
+    gives them: (node index per replica, leftover GPUs on the nodes used).
+
+    The same order as :meth:`Pool.plan` over a plain copy: fewest free GPUs that still take a
+    replica first, then node index; the pool's buckets are walked, not its nodes.
+    """
+    extra: dict[int, list[int]] = {}
+    for i, f in released.items():
+        if f >= g:
+            extra.setdefault(f, []).append(i)
+    buckets = pool.buckets
+    remaining = r
+    chosen: list[int] = []
+    leftover = 0
+    for f in range(g, len(buckets)):
+        bucket = buckets[f]
+        more = extra.get(f)
+        if not bucket and not more:
+            continue
+        nodes = [i for i in bucket if i not in released]
+        if more:
+            nodes.extend(more)
+        nodes.sort()
+        per_node = f // g
+        for i in nodes:
+            k = per_node if per_node < remaining else remaining
+            chosen.extend([i] * k)
+            leftover += f - k * g
+            remaining -= k
+            if remaining == 0:
+                return chosen, leftover
+    return None

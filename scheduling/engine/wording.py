@@ -1,0 +1,257 @@
+"""The wording of pending reasons: which candidate failure explains a waiting job, its code,
+and the sentence with the numbers, as :class:`~scheduling.engine.core.Placement` assembles them
+at the end of a cycle (all text itself lives in :mod:`scheduling.engine.reasons`).
+
+Functions of the placement's state, not methods, so that the placement reads as the steps of a
+cycle; the numbers they quote are the end-of-cycle ones (see ``core``'s docstring for why those
+explain a failure seen earlier in the cycle).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduling.engine import reasons
+from scheduling.engine.candidates import Candidates
+from scheduling.engine.decision import (
+    CandidateNote,
+    PendingReason,
+)
+from scheduling.engine.quota import COHORT_SHORT
+from scheduling.engine.reasons import ReasonCode, SkipCode
+from scheduling.engine.snapshot import ClusterState, GpuModel, PendingJob
+
+if TYPE_CHECKING:
+    from scheduling.engine.core import Placement, _Failure, _Waiting
+
+
+# The candidate failure "closest to running" explains the job: lower rank wins.
+_RANK = {
+    SkipCode.HELD_FOR_OTHER_JOB: 0,
+    SkipCode.NO_NODE_FITS: 1,
+    SkipCode.COHORT_CANNOT_LEND: 2,
+    SkipCode.QUOTA_FULL: 3,
+    SkipCode.NO_ENABLED_CLUSTER: 4,
+    SkipCode.TOO_LARGE: 5,
+}
+_RANK_QUOTA = _RANK[SkipCode.QUOTA_FULL]  # candidates blocked by quota or capacity are counted
+# The reason a primary candidate failure gives, where it depends on nothing else.
+_REASON_OF = {
+    SkipCode.HELD_FOR_OTHER_JOB: ReasonCode.CAPACITY_HELD,
+    SkipCode.COHORT_CANNOT_LEND: ReasonCode.COHORT_HAS_NOTHING_TO_LEND,
+    SkipCode.QUOTA_FULL: ReasonCode.QUOTA_EXHAUSTED,
+}
+
+
+def quota_code(pl: Placement, team: str, model: str, need: int) -> SkipCode:
+    outcome = pl.quota.fits(team, model, need)
+    if outcome != COHORT_SHORT:
+        return SkipCode.QUOTA_FULL
+    if pl.quota.held(team, model) and pl.quota.fits_ignoring_holds(team, model, need):
+        return SkipCode.HELD_FOR_OTHER_JOB
+    return SkipCode.COHORT_CANNOT_LEND
+
+
+def skip_code_of(pl: Placement, f: _Failure, job: PendingJob) -> SkipCode:
+    if f.code is SkipCode.QUOTA_FULL:
+        return quota_code(pl, job.team, f.model.key, job.gpus)
+    return f.code
+
+
+def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> str:
+    """The sentence for one candidate failure, with end-of-cycle numbers (see the module
+    docstring for why those explain a failure seen earlier in the cycle)."""
+    m = f.model.key
+    g, r, need = job.gpus_per_replica, job.replicas, job.gpus
+    if code is SkipCode.QUOTA_FULL:
+        row = pl.quota.row(job.team, m)
+        return reasons.detail_quota_full(need, row.used, row.nominal, row.borrowing_limit)
+    if code is SkipCode.COHORT_CANNOT_LEND:
+        row = pl.quota.row(job.team, m)
+        return reasons.detail_cohort_cannot_lend(
+            row.used,
+            row.nominal,
+            max(0, row.used + need - row.nominal),
+            row.borrowing_limit,
+            pl.quota.can_lend(job.team, m),
+        )
+    if code is SkipCode.NO_ENABLED_CLUSTER:
+        unavailable = pl.unavailable.get(m, ())
+        return reasons.detail_no_enabled_cluster(
+            [p.cluster for p in unavailable if p.state is ClusterState.DRAINING],
+            [p.cluster for p in unavailable if p.state is ClusterState.DISABLED],
+            [p.cluster for p in unavailable if p.state is ClusterState.UNREACHABLE],
+        )
+    if code is SkipCode.TOO_LARGE:
+        pools = pl.enabled[m]
+        split = len({p.cluster for p in pools}) < len(pools)
+        return reasons.detail_too_large(
+            r, g, max(p.max_total for p in pools), max(p.empty_slots(g) for p in pools), split
+        )
+    if code is SkipCode.HELD_FOR_OTHER_JOB:
+        if f.code is SkipCode.QUOTA_FULL:  # the cohort's lending is held
+            cohort = pl.quota.row(job.team, m).cohort
+            holder = pl._quota_held_by.get((cohort, m), "")
+            return reasons.detail_held_for_other(holder, pl.quota.held(job.team, m))
+        held = sum(p.held_total() for p in pl.enabled[m])
+        return reasons.detail_held_for_other(f.holder, held)
+    largest, where, free, out_of_service = model_free(pl, m)
+    return reasons.detail_no_node_fits(r, g, largest, free, out_of_service, where)
+
+
+def model_free(pl: Placement, model: str) -> tuple[int, str, int, int]:
+    """(largest free block, the cluster holding it, free GPUs, GPUs on nodes out of service)
+    in enabled clusters. The cluster is named so that a user knows where the closest fit is
+    (the first by name when several hold as much; '' when nothing is free)."""
+    cached = pl._free_cache.get(model) if pl._final else None
+    if cached is None:
+        pools = sorted(pl.enabled.get(model, ()), key=lambda p: p.cluster)
+        blocks = [(p.max_block(), p.cluster) for p in pools]
+        largest = max((b for b, _ in blocks), default=0)
+        where = next((c for b, c in blocks if b == largest), "") if largest else ""
+        cached = (
+            largest,
+            where,
+            sum(p.free_total for p in pools),
+            sum(p.out_of_service for p in pools),
+        )
+        if pl._final:  # nothing changes any more: compute once per model
+            pl._free_cache[model] = cached
+    return cached
+
+
+def candidate_note(pl: Placement, f: _Failure, job: PendingJob) -> CandidateNote:
+    """The note for one failure, with the numbers as they are now."""
+    code = skip_code_of(pl, f, job)
+    return CandidateNote(
+        model=f.model.key,
+        code=code,
+        message=reasons.note(f.model.label, detail_of(pl, code, f, job)),
+    )
+
+
+def final_note(pl: Placement, f: _Failure, job: PendingJob) -> tuple[CandidateNote, int]:
+    """The note for one failure once the cycle is final, and its rank; shared between jobs.
+
+    A quota failure object belongs to one (team, model), a capacity failure to one
+    (model, gang shape), so (failure, GPUs needed) identifies the words."""
+    note = candidate_note(pl, f, job)
+    f.notes[job.gpus] = entry = (note, _RANK[note.code])
+    return entry
+
+
+def pending_reason_of(pl: Placement, w: _Waiting, position: int) -> PendingReason:
+    """A wait decided and worded when the job was visited."""
+    job = w.job
+    if w.code is ReasonCode.TEAM_HELD:
+        message = reasons.msg_team_held(job.team)
+    elif w.code is ReasonCode.INVALID_JOB:
+        message = reasons.msg_invalid(w.detail)
+    elif w.code is ReasonCode.NO_MODEL_MATCHES:
+        message = reasons.msg_no_model_matches(len(pl.snap.models), [n.message for n in w.rejected])
+    else:  # PREEMPTING, HOLDING_CAPACITY
+        message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail)
+    return PendingReason(
+        job_id=job.id,
+        team=job.team,
+        code=w.code,
+        message=message,
+        position=position,
+        candidates=w.rejected,
+    )
+
+
+def reason_words(
+    pl: Placement, job: PendingJob, failures: tuple[_Failure, ...], cands: Candidates, n_tried: int
+) -> tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]:
+    """Code, message, candidate notes and the message's frame of a capacity/quota wait.
+
+    Jobs of one group share one failures tuple (the group memo), hence the same words:
+    they are assembled once per tuple. WAITING_BEHIND differs per job only in its counts:
+    its message is left empty and the frame (what goes before and after the detail) is
+    returned instead."""
+    need = job.gpus_per_replica * job.replicas
+    if len(failures) == 1:
+        f = failures[0]
+        primary, best = f.notes.get(need) or final_note(pl, f, job)
+        notes = [primary]
+        primary_at = others = 0
+    else:
+        entries = [f.notes.get(need) or final_note(pl, f, job) for f in failures]
+        ranks = [rank for _, rank in entries]
+        notes = [note for note, _ in entries]
+        best = min(ranks)
+        primary_at = ranks.index(best)
+        if notes[primary_at].code is SkipCode.NO_ENABLED_CLUSTER:
+            # A model some cluster has, though that cluster takes nothing new now, explains
+            # more than one no cluster has (and matches the code ``reason_code_of`` gives).
+            primary_at = next(
+                (
+                    i
+                    for i, rank in enumerate(ranks)
+                    if rank == best and pl.unavailable.get(failures[i].model.key)
+                ),
+                primary_at,
+            )
+        primary = notes[primary_at]
+        others = sum(1 for rank in ranks if rank <= _RANK_QUOTA) - (best <= _RANK_QUOTA)
+        if primary_at:
+            notes.insert(0, notes.pop(primary_at))
+    f = failures[primary_at]
+    code = _REASON_OF.get(primary.code) or reason_code_of(pl, primary.code, f, failures)
+    label = f.model.label
+    frame_key = (job.replicas, job.gpus_per_replica, label, others)
+    frame = pl._frames.get(frame_key)
+    if frame is None:
+        frame = pl._frames[frame_key] = reasons.pending_frame(*frame_key)
+    head, tail = frame
+    message = ""
+    if code is not ReasonCode.WAITING_BEHIND:
+        message = f"{head}{primary.message[len(label) + 2 :]}{tail}"
+    if n_tried < len(cands.matched):
+        notes.extend(fallback_note(pl, m) for m in cands.matched[n_tried:])
+    rejected = cands.rejected
+    return code, message, (*rejected, *notes) if rejected else tuple(notes), head, tail
+
+
+def reason_code_of(
+    pl: Placement, primary: SkipCode, f: _Failure, failures: tuple[_Failure, ...]
+) -> ReasonCode:
+    if primary is SkipCode.HELD_FOR_OTHER_JOB:
+        return ReasonCode.CAPACITY_HELD
+    if primary is SkipCode.NO_NODE_FITS:
+        return ReasonCode.WAITING_BEHIND if f.fit_at_start else ReasonCode.NO_CAPACITY
+    if primary is SkipCode.COHORT_CANNOT_LEND:
+        return ReasonCode.COHORT_HAS_NOTHING_TO_LEND
+    if primary is SkipCode.QUOTA_FULL:
+        return ReasonCode.QUOTA_EXHAUSTED
+    if primary is SkipCode.NO_ENABLED_CLUSTER:
+        states = {p.state for g in failures for p in pl.unavailable.get(g.model.key, ())}
+        if ClusterState.UNREACHABLE in states:
+            return ReasonCode.CLUSTER_UNREACHABLE
+        if ClusterState.DRAINING in states:
+            return ReasonCode.CLUSTER_DRAINING
+        return ReasonCode.NO_ENABLED_CLUSTER
+    return ReasonCode.JOB_TOO_LARGE
+
+
+def not_tried_note(pl: Placement, model: GpuModel) -> CandidateNote:
+    note = pl._not_tried_memo.get(model.key)
+    if note is None:
+        note = pl._not_tried_memo[model.key] = CandidateNote(
+            model=model.key,
+            code=SkipCode.NOT_TRIED,
+            message=reasons.note(model.label, reasons.detail_not_tried()),
+        )
+    return note
+
+
+def fallback_note(pl: Placement, model: GpuModel) -> CandidateNote:
+    note = pl._fallback_memo.get(model.key)
+    if note is None:
+        note = pl._fallback_memo[model.key] = CandidateNote(
+            model=model.key,
+            code=SkipCode.FALLBACK_NOT_ALLOWED,
+            message=reasons.note(model.label, reasons.detail_fallback_not_allowed()),
+        )
+    return note

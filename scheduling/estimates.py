@@ -1,0 +1,342 @@
+"""Start estimates for queued jobs: the inputs of ``engine.forecast`` in a few queries, and
+what comes out stored on the jobs (every cycle) or answered for one job or one spec (the API
+and the pages).
+
+Each cycle asks for a refresh once it committed (:func:`estimates_request`); the task
+(``scheduling.tasks.refresh_estimates_task``) loads a snapshot as the cycle does and calls
+:func:`estimates_refresh`, whose simulation's first step is the engine's decision on that
+snapshot, so a job the next cycle would admit is estimated "now" by construction. Only
+estimates that changed are written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+
+from portal.models import HOLDING_STATES, Job, JobState, Team
+from scheduling import engine
+from scheduling.engine.forecast import (
+    Alternative,
+    Duration,
+    DurationModel,
+    Expected,
+    Finished,
+    JobForecast,
+    alternatives,
+    forecast,
+    name_pattern,
+)
+from scheduling.engine.reasons import fmt_wait
+from scheduling.models import GpuModel
+
+log = logging.getLogger(__name__)
+
+FINISHED_RUNS = 5_000
+"""At most this many recent finished runs teach the durations (the newest)."""
+
+OVERRUN_SHARE = 0.1
+"""A running job already past its expected runtime is assumed to end within this share of it."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the simulation needs besides the snapshot."""
+
+    ends: dict[str, Expected]
+    durations: dict[str, Duration]
+    default: Duration
+    model: DurationModel
+
+
+def _finished_runs(now: dt.datetime) -> list[Finished]:
+    since = now - dt.timedelta(days=settings.GPUPOOL_ESTIMATE_HISTORY_DAYS)
+    rows = (
+        Job.objects.filter(
+            state__in=(JobState.SUCCEEDED, JobState.FAILED),
+            finished_at__gte=since,
+            started_at__isnull=False,
+        )
+        .order_by("-finished_at")
+        .values_list("team__slug", "kind", "name", "image", "started_at", "finished_at")[
+            :FINISHED_RUNS
+        ]
+    )
+    return [
+        Finished(team=team, kind=kind, pattern=name_pattern(name, image), runtime=end - start)
+        for team, kind, name, image, start, end in rows
+        if end >= start
+    ]
+
+
+def duration_model(*, now: dt.datetime) -> DurationModel:
+    """Median runtimes of the finished runs of the last days (the newest few thousand)."""
+    return DurationModel(_finished_runs(now))
+
+
+def duration_of(model: DurationModel, *, team: str, kind: str, name: str, image: str,
+                max_runtime_seconds: int) -> Duration:  # fmt: skip
+    return model.expected(
+        team=team,
+        kind=kind,
+        pattern=name_pattern(name, image),
+        max_runtime=dt.timedelta(seconds=max_runtime_seconds),
+    )
+
+
+def _running_end(start: dt.datetime, d: Duration, max_runtime: int, now: dt.datetime) -> Expected:
+    """When a running job ends: its start plus its expected runtime; one already past that
+    is assumed to end soon (within a tenth of it), never after its max runtime."""
+    end = start + d.expected
+    if end > now:
+        return Expected(end=end, basis=d.basis)
+    soon = now + max(dt.timedelta(minutes=1), d.expected * OVERRUN_SHARE)
+    return Expected(
+        end=min(soon, max(now, start + dt.timedelta(seconds=max_runtime))),
+        basis=f"{d.basis}, which it has already run past (assumed to end soon)",
+    )
+
+
+def inputs_for(snapshot: engine.Snapshot) -> Inputs:
+    """Expected ends of the running jobs and durations of the queued ones of ``snapshot``,
+    in one query over the active jobs plus the (cached) finished runs."""
+    now = snapshot.now
+    model = duration_model(now=now)
+    ends: dict[str, Expected] = {}
+    durations: dict[str, Duration] = {}
+    rows = Job.objects.filter(state__in=(JobState.QUEUED, *HOLDING_STATES)).values_list(
+        "public_id",
+        "state",
+        "team__slug",
+        "kind",
+        "name",
+        "image",
+        "max_runtime_seconds",
+        "started_at",
+        "admitted_at",
+    )
+    for public_id, state, team, kind, name, image, max_runtime, started, admitted in rows:
+        d = duration_of(
+            model, team=team, kind=kind, name=name, image=image, max_runtime_seconds=max_runtime
+        )
+        if state == JobState.QUEUED:
+            durations[str(public_id)] = d
+        else:
+            ends[str(public_id)] = _running_end(started or admitted or now, d, max_runtime, now)
+    default = Duration(expected=dt.timedelta(hours=1), basis="a one-hour guess (job unknown)")
+    return Inputs(ends=ends, durations=durations, default=default, model=model)
+
+
+def _limits() -> dict[str, Any]:
+    return {
+        "horizon": dt.timedelta(hours=settings.GPUPOOL_ESTIMATE_HORIZON_HOURS),
+        "max_steps": settings.GPUPOOL_ESTIMATE_MAX_STEPS,
+    }
+
+
+def _beyond_lookback() -> str:
+    return (
+        f"no estimate: it is beyond the first {settings.GPUPOOL_SCHEDULER_LOOKBACK} queued jobs "
+        "of its team that the scheduler looks at; it gets one as those ahead of it start"
+    )
+
+
+def estimates_refresh(
+    *,
+    snapshot: engine.Snapshot,
+    config: engine.EngineConfig,
+    job_pk: Mapping[str, int],
+    decision: engine.Decision | None = None,
+) -> int:
+    """Recompute every queued job's estimate from ``snapshot`` (``decision``: the engine's on
+    it, when already made) and store those that changed; returns how many rows changed."""
+    now = snapshot.now
+    inputs = inputs_for(snapshot)
+    result = forecast(
+        snapshot,
+        config,
+        ends=inputs.ends,
+        durations=inputs.durations,
+        default=inputs.default,
+        first=decision,
+        **_limits(),
+    )
+    by_pk = {job_pk[j]: f for j, f in result.jobs.items() if j in job_pk}
+    changed = []
+    for job in Job.objects.filter(state=JobState.QUEUED).only(
+        "pk", "estimated_start_at", "estimate_model", "estimate_cluster", "estimate_note"
+    ):
+        f = by_pk.get(job.pk)
+        new = (
+            (f.start, f.model, f.cluster, f.why)
+            if f is not None
+            else (None, "", "", _beyond_lookback())
+        )
+        old = (job.estimated_start_at, job.estimate_model, job.estimate_cluster, job.estimate_note)
+        if new != old:
+            job.estimated_start_at, job.estimate_model, job.estimate_cluster = new[:3]
+            job.estimate_note = new[3]
+            job.estimate_updated_at = now
+            changed.append(job)
+    fields = [
+        "estimated_start_at",
+        "estimate_model",
+        "estimate_cluster",
+        "estimate_note",
+        "estimate_updated_at",
+    ]
+    Job.objects.bulk_update(changed, fields, batch_size=1000)
+    log.info("estimates: %d changed, %d simulation steps", len(changed), result.steps)
+    return len(changed)
+
+
+REQUESTED_KEY = "scheduling:estimates-requested"
+RUNNING_KEY = "scheduling:estimates-running"
+TASK = "scheduling.refresh_estimates"
+
+
+def estimates_request() -> None:
+    """The cycle's step 6: once it commits, ask for the estimates to be recomputed.
+
+    In a task of its own, not in the cycle: the simulation replays many engine decisions
+    (seconds at ten thousand queued jobs), and the cycle admits every few hundred
+    milliseconds. Requests made while one is queued are one (coalesced); best effort like
+    ``cycle_request``: a lost request leaves the previous estimates until the next cycle.
+    """
+
+    def send() -> None:
+        try:
+            if cache.add(REQUESTED_KEY, 1, timeout=60):
+                try:
+                    current_app.send_task(TASK)
+                except Exception:
+                    cache.delete(REQUESTED_KEY)
+                    raise
+        except Exception:
+            log.warning("could not request an estimate refresh", exc_info=True)
+
+    transaction.on_commit(send)
+
+
+# -- one job, one spec: the API and the pages -------------------------------------------------
+
+
+def in_words(start: dt.datetime | None, now: dt.datetime) -> str:
+    """``now``, ``in ~40m``, ``in ~2d 3h``; empty without a start."""
+    if start is None:
+        return ""
+    if start <= now:
+        return "now"
+    return f"in ~{fmt_wait(start - now + dt.timedelta(seconds=59))}"
+
+
+def forecast_dict(f: JobForecast, now: dt.datetime, labels: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "start_at": f.start.isoformat().replace("+00:00", "Z") if f.start else None,
+        "starts": in_words(f.start, now),
+        "model": f.model,
+        "model_name": labels.get(f.model, f.model),
+        "cluster": f.cluster,
+        "why": f.why,
+    }
+
+
+def alternative_dict(a: Alternative, now: dt.datetime, labels: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "label": labels.get(a.model, a.label) if a.model else a.label,
+        "only_model": a.model,
+        "replicas": a.replicas,
+        **forecast_dict(a.estimate, now, labels),
+    }
+
+
+def _answer(
+    snapshot: engine.Snapshot,
+    config: engine.EngineConfig,
+    job: engine.PendingJob,
+    duration: Duration,
+    inputs: Inputs,
+) -> dict[str, Any]:
+    """The estimate for ``job`` (in ``snapshot.pending``) and its alternatives."""
+    now = snapshot.now
+    durations = {**inputs.durations, job.id: duration}
+    common: dict[str, Any] = {
+        "ends": inputs.ends,
+        "durations": durations,
+        "default": inputs.default,
+        **_limits(),
+    }
+    labels = dict(GpuModel.objects.values_list("key", "display_name"))
+    mine = forecast(snapshot, config, until=job.id, **common).jobs[job.id]
+    alts = alternatives(snapshot, job, config, **common)
+    return {
+        "estimate": forecast_dict(mine, now, labels),
+        "expected_runtime_minutes": round(duration.expected.total_seconds() / 60),
+        "runtime_basis": duration.basis,
+        "alternatives": [alternative_dict(a, now, labels) for a in alts],
+        "computed_at": now.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def job_estimate(
+    job: Job, *, snapshot: engine.Snapshot, config: engine.EngineConfig
+) -> dict[str, Any]:
+    """A queued job's estimate on ``snapshot`` (the pool now), with alternatives; a job in
+    another state has none, and says so."""
+    if job.state != JobState.QUEUED:
+        return {
+            "estimate": None,
+            "why": f"no estimate: the job is {job.state.lower()}, not queued",
+            "alternatives": [],
+        }
+    job_id = str(job.public_id)
+    pending = next((p for p in snapshot.pending if p.id == job_id), None)
+    if pending is None:
+        return {"estimate": None, "why": _beyond_lookback(), "alternatives": []}
+    inputs = inputs_for(snapshot)
+    duration = inputs.durations.get(job_id, inputs.default)
+    return {"why": "", **_answer(snapshot, config, pending, duration, inputs)}
+
+
+def spec_estimate(
+    *, spec: Any, team: Team, snapshot: engine.Snapshot, config: engine.EngineConfig
+) -> dict[str, Any]:
+    """The estimate for a job not yet submitted (a validated ``JobSpec``) on ``snapshot``: it
+    would join the end of its team's line now."""
+    now = snapshot.now
+    job = engine.PendingJob(
+        id="(this job)",
+        team=team.slug,
+        submitted_at=now,
+        gpus_per_replica=spec.gpus_per_replica,
+        replicas=spec.replicas,
+        priority=spec.priority,
+        requirement=engine.Requirement(
+            models=tuple(spec.gpu_models),
+            min_memory_gib=float(spec.min_gpu_memory_gib or 0),
+            min_tflops_fp16=float(spec.min_fp16_tflops or 0),
+            bf16=spec.requires_bf16,
+            fp8=spec.requires_fp8,
+        ),
+        policy=engine.Policy(spec.selection_policy),
+        fallback=spec.allow_fallback,
+    )
+    snapshot = replace(snapshot, pending=(*snapshot.pending, job))
+    inputs = inputs_for(snapshot)
+    duration = duration_of(
+        inputs.model,
+        team=team.slug,
+        kind=spec.kind,
+        name=spec.name,
+        image=spec.image,
+        max_runtime_seconds=spec.max_runtime_seconds,
+    )
+    return {"why": "", **_answer(snapshot, config, job, duration, inputs)}

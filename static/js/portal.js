@@ -1,0 +1,153 @@
+/* gpupool: the portal's own page behaviour. The Content-Security-Policy runs scripts from the
+   portal's static files only, so pages carry no inline script or on* handlers; what they need
+   is declared with data attributes and wired here, by event delegation (which also covers
+   content htmx swaps in later). Every page works without this file: it only adds. */
+(function () {
+  "use strict";
+
+  // <select data-autosubmit> submits its form as soon as it changes (the queue's filters;
+  // a <noscript> button does the same without JavaScript).
+  document.addEventListener("change", function (event) {
+    var field = event.target;
+    if (field && field.matches && field.matches("[data-autosubmit]") && field.form) {
+      field.form.submit();
+    }
+  });
+
+  // Parts that refresh themselves (<div data-refresh hx-trigger="every 5s">): a refresh is
+  // skipped while keyboard focus is inside the part, so it never takes focus away from what
+  // the user is on; focus elsewhere, and the scroll position, are untouched by the swap. The
+  // <details data-keep-open="key"> a user opened stay open across the refresh.
+  var opened = {};
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-refresh")) return;
+    var active = document.activeElement;
+    if (active && active !== document.body && elt.contains(active)) {
+      event.preventDefault();
+      return;
+    }
+    opened[elt.id] = {
+      elt: elt,
+      keys: Array.prototype.map.call(
+        elt.querySelectorAll("details[data-keep-open][open]"),
+        function (d) { return d.getAttribute("data-keep-open"); })
+    };
+  });
+  // Read again just before the swap: a list opened while the request was on its way counts.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (!elt || !elt.id || !opened[elt.id] || opened[elt.id].elt !== elt) return;
+    opened[elt.id].keys = Array.prototype.map.call(
+      elt.querySelectorAll("details[data-keep-open][open]"),
+      function (d) { return d.getAttribute("data-keep-open"); });
+  });
+  // Restored as soon as the new part is in the page (afterSwap), before it is painted, so a
+  // list never flashes shut; afterSettle stays as the fallback for swaps that fire no
+  // afterSwap on the new content.
+  function reopenKeptDetails() {
+    Object.keys(opened).forEach(function (id) {
+      var part = document.getElementById(id);
+      if (!part || part === opened[id].elt) return;  // not swapped yet
+      var keys = opened[id].keys;
+      delete opened[id];
+      keys.forEach(function (key) {
+        part.querySelectorAll("details[data-keep-open]").forEach(function (d) {
+          if (d.getAttribute("data-keep-open") === key) d.open = true;
+        });
+      });
+    });
+  }
+  document.addEventListener("htmx:afterSwap", reopenKeptDetails);
+  document.addEventListener("htmx:afterSettle", reopenKeptDetails);
+  // The menu button (phones): the nav is shown until this script runs, so a browser without
+  // JavaScript keeps every link; the stylesheet hides it behind the button below 640 px only
+  // once the header says the button works (.has-menu).
+  function setUpMenu() {
+    var button = document.querySelector("[data-menu-toggle]");
+    if (!button) return;
+    var nav = document.getElementById(button.getAttribute("aria-controls"));
+    if (!nav) return;
+    button.hidden = false;
+    button.closest("header").classList.add("has-menu");
+    button.addEventListener("click", function () {
+      var open = button.getAttribute("aria-expanded") !== "true";
+      button.setAttribute("aria-expanded", open ? "true" : "false");
+      if (open) {
+        var first = nav.querySelector("a");
+        if (first) first.focus();
+      }
+    });
+    document.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && button.getAttribute("aria-expanded") === "true") {
+        button.setAttribute("aria-expanded", "false");
+        button.focus();
+      }
+    });
+  }
+
+  // Stacked tables (table.jobs below 640 px show one cell per line): each cell carries its
+  // column's header as data-label, which the stylesheet prints before it. Cells that already
+  // have one (set by a template) keep it.
+  function labelCells(root) {
+    var tables = (root.matches && root.matches("table.jobs")) ? [root] : root.querySelectorAll("table.jobs");
+    Array.prototype.forEach.call(tables, function (table) {
+      var heads = table.querySelectorAll("thead tr:last-child th");
+      if (!heads.length) return;
+      var names = Array.prototype.map.call(heads, function (th) { return th.textContent.trim(); });
+      Array.prototype.forEach.call(table.querySelectorAll("tbody tr"), function (row) {
+        var col = 0;
+        Array.prototype.forEach.call(row.children, function (cell) {
+          var name = names[col] || "";
+          if (name && !cell.hasAttribute("data-label")) cell.setAttribute("data-label", name);
+          col += cell.colSpan || 1;
+        });
+      });
+    });
+  }
+
+  // A box that scrolls sideways (a wide table on a narrow screen) must be reachable by
+  // keyboard to be scrolled: it becomes a focusable, named region while it overflows.
+  function focusableScrollers() {
+    Array.prototype.forEach.call(document.querySelectorAll(".scroll"), function (box) {
+      if (box.scrollWidth > box.clientWidth + 1) {
+        if (!box.hasAttribute("tabindex")) {
+          box.setAttribute("tabindex", "0");
+          box.setAttribute("role", "region");
+          if (!box.hasAttribute("aria-label")) {
+            var caption = box.querySelector("caption");
+            var heading = box.closest("section, main");
+            heading = heading && heading.querySelector("h2, h1");
+            box.setAttribute("aria-label", (caption || heading || {textContent: "Table"}).textContent.trim() + " (scrolls sideways)");
+          }
+        }
+      }
+    });
+  }
+
+  // The quota grid: a cell typed away from what the page loaded (its hidden was- field) is
+  // marked as staged until the batch is saved or discarded.
+  function markStaged(field) {
+    if (!field.form || !field.name || !/^[nb]:/.test(field.name)) return;
+    var was = field.form.elements["was-" + field.name];
+    if (was) field.classList.toggle("staged", field.value.trim() !== was.value);
+  }
+  document.addEventListener("input", function (event) {
+    var field = event.target;
+    if (field && field.closest && field.closest("[data-staged-grid]")) markStaged(field);
+  });
+
+  function ready() {
+    Array.prototype.forEach.call(document.querySelectorAll("[data-staged-grid] input"), markStaged);
+    setUpMenu();
+    labelCells(document);
+    focusableScrollers();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
+  else ready();
+  document.addEventListener("htmx:afterSwap", function () {
+    labelCells(document);  // an outerHTML swap's event names the element it replaced
+    focusableScrollers();
+  });
+  window.addEventListener("resize", focusableScrollers);
+})();

@@ -1,0 +1,372 @@
+"""The start-estimate simulation: the engine replayed through expected ends of running jobs."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from scheduling.engine import EngineConfig, Snapshot, decide
+from scheduling.engine.forecast import (
+    Duration,
+    DurationModel,
+    Expected,
+    Finished,
+    alternatives,
+    forecast,
+    name_pattern,
+)
+from scheduling.engine.reasons import ReasonCode
+from tests.scheduling.engine.builders import (
+    NOW,
+    a_cluster,
+    a_job,
+    a_snapshot,
+    running,
+)
+
+HOUR = Duration(expected=timedelta(hours=1), basis="a guess")
+NODE = "east-a100-80gb-{}"
+
+
+def ends_in(**minutes: float) -> dict[str, Expected]:
+    return {
+        job: Expected(end=NOW + timedelta(minutes=m), basis=f"{job}'s median")
+        for job, m in minutes.items()
+    }
+
+
+def runs(job: str, team: str, node: int, gpus: int = 8, **kw: object) -> object:
+    return running(
+        job,
+        team=team,
+        cluster="east",
+        model="a100-80gb",
+        nodes=[NODE.format(node)],
+        gpus=gpus,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_job_that_fits_now_is_estimated_now_on_the_engines_choice() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_pending(a_job("j1", gpus=4))
+        .build()
+    )
+    f = forecast(snap, ends={}, durations={}, default=HOUR).jobs["j1"]
+    admitted = decide(snap).admissions[0]
+    assert (f.start, f.model, f.cluster) == (NOW, admitted.model, admitted.cluster)
+    assert "next cycle" in f.why and "not a promise" in f.why
+
+
+def test_a_job_starts_when_the_running_job_on_its_gpus_is_expected_to_end() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_running(runs("r1", "alice", 0))
+        .with_pending(a_job("j1", gpus=8))
+        .build()
+    )
+    f = forecast(snap, ends=ends_in(r1=40), durations={}, default=HOUR).jobs["j1"]
+    assert f.start == NOW + timedelta(minutes=40)
+    assert "r1" in f.why and "r1's median" in f.why
+
+
+def test_jobs_ahead_run_first_and_their_own_runtime_delays_the_next() -> None:
+    # One node: j1 (older) waits for r1 (40 min), runs 2 h, then j2 gets the node.
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_running(runs("r1", "alice", 0))
+        .with_pending(a_job("j1", gpus=8).submitted(30), a_job("j2", gpus=8).submitted(20))
+        .build()
+    )
+    durations = {"j1": Duration(expected=timedelta(hours=2), basis="j1's median")}
+    jobs = forecast(snap, ends=ends_in(r1=40), durations=durations, default=HOUR).jobs
+    assert jobs["j1"].start == NOW + timedelta(minutes=40)
+    assert jobs["j2"].start == NOW + timedelta(minutes=160)
+
+
+def test_a_gang_waits_until_enough_whole_nodes_free_not_just_enough_gpus() -> None:
+    # Two nodes each half busy: 8 GPUs free in total, yet no node has 8 for one replica of
+    # the gang (2 x 8) until both running jobs end; the later end decides.
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 2))
+        .with_quota("alice", "a100-80gb", 16)
+        .with_running(runs("r0", "alice", 0, gpus=4), runs("r1", "alice", 1, gpus=4))
+        .with_pending(a_job("gang", gpus=8, replicas=2))
+        .build()
+    )
+    f = forecast(snap, ends=ends_in(r0=10, r1=90), durations={}, default=HOUR).jobs["gang"]
+    assert f.start == NOW + timedelta(minutes=90)
+
+
+def test_a_team_within_nominal_reclaims_from_a_borrower_at_once() -> None:
+    # bob borrows alice's idle quota; alice's job reclaims it now (preemption), not when
+    # bob's job would have ended.
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_quota("bob", "a100-80gb", 0)
+        .with_running(runs("b1", "bob", 0))
+        .with_pending(a_job("a1", team="alice", gpus=8))
+        .build()
+    )
+    f = forecast(snap, ends=ends_in(b1=300), durations={}, default=HOUR).jobs["a1"]
+    assert f.start == NOW
+    assert "reclaims" in f.why
+    no_reclaim = forecast(
+        snap, EngineConfig(preemption=False), ends=ends_in(b1=300), durations={}, default=HOUR
+    ).jobs["a1"]
+    assert no_reclaim.start == NOW + timedelta(minutes=300)
+
+
+@pytest.mark.parametrize(
+    ("alice_ago", "bob_ago", "first"),
+    [(30, 20, "a"), (20, 30, "b")],
+    ids=["equal shares: the older submit goes first", "and the other way round"],
+)
+def test_ties_in_share_go_to_the_older_submit(alice_ago: int, bob_ago: int, first: str) -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 4)
+        .with_quota("bob", "a100-80gb", 4)
+        .with_running(runs("r1", "alice", 0, gpus=8))
+        .with_pending(
+            a_job("a", team="alice", gpus=8).submitted(alice_ago),
+            a_job("b", team="bob", gpus=8).submitted(bob_ago),
+        )
+        .build()
+    )
+    jobs = forecast(snap, ends=ends_in(r1=30), durations={}, default=HOUR).jobs
+    second = "b" if first == "a" else "a"
+    assert jobs[first].start == NOW + timedelta(minutes=30)
+    assert jobs[second].start == NOW + timedelta(minutes=90)
+
+
+def test_a_job_that_can_never_start_says_why_instead_of_a_time() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 16)
+        .with_pending(a_job("huge", gpus=8, replicas=3))
+        .build()
+    )
+    f = forecast(snap, ends={}, durations={}, default=HOUR).jobs["huge"]
+    assert f.start is None
+    assert f.why.startswith("no estimate: even after every running job has ended")
+    assert "A100-80GB" in f.why
+
+
+def test_beyond_the_horizon_there_is_no_estimate_and_it_says_so() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_running(runs("r1", "alice", 0))
+        .with_pending(a_job("j1", gpus=8))
+        .build()
+    )
+    f = forecast(
+        snap, ends=ends_in(r1=600), durations={}, default=HOUR, horizon=timedelta(hours=2)
+    ).jobs["j1"]
+    assert f.start is None and "no estimate within the next" in f.why
+
+
+def test_alternatives_estimate_each_candidate_model_and_fewer_replicas() -> None:
+    # A100 is busy for 2 h; the T4 node is free: a job that takes either sees both.
+    snap = (
+        a_snapshot()
+        .with_clusters(
+            a_cluster("east").with_nodes("a100-80gb", 2).with_nodes("t4", 1, gpus=4),
+        )
+        .with_quota("alice", "a100-80gb", 16)
+        .with_quota("alice", "t4", 4)
+        .with_running(runs("r0", "alice", 0), runs("r1", "alice", 1, gpus=4))
+        .with_pending(a_job("j", gpus=4, replicas=2).on_models("a100-80gb", "t4"))
+        .build()
+    )
+    alts = {
+        a.label: a
+        for a in alternatives(
+            snap, snap.pending[0], ends=ends_in(r0=120, r1=30), durations={}, default=HOUR
+        )
+    }
+    assert set(alts) == {"A100-80GB", "T4", "1 replica instead of 2"}
+    assert alts["A100-80GB"].estimate.start == NOW + timedelta(minutes=30)
+    assert alts["T4"].estimate.start is None  # 2 x 4 never fits one 4-GPU node
+    assert alts["1 replica instead of 2"].estimate.start == NOW
+
+
+def test_durations_come_from_the_narrowest_group_with_enough_runs() -> None:
+    def run(team: str, name: str, minutes: int) -> Finished:
+        return Finished(
+            team=team,
+            kind="training",
+            pattern=name_pattern(name, "reg/bert:1.0"),
+            runtime=timedelta(minutes=minutes),
+        )
+
+    model = DurationModel(
+        [run("alice", f"bert-{i}", 30) for i in range(3)]
+        + [run("alice", "gpt", 300), run("bob", "x", 10), run("bob", "y", 10)]
+    )
+    cap = timedelta(hours=24)
+    same = model.expected(
+        team="alice",
+        kind="training",
+        pattern=name_pattern("bert-99", "reg/bert:2"),
+        max_runtime=cap,
+    )
+    assert same.expected == timedelta(minutes=30) and "like it" in same.basis
+    team = model.expected(team="alice", kind="training", pattern="other|x", max_runtime=cap)
+    assert team.expected == timedelta(minutes=30) and "this team's training jobs" in team.basis
+    pool = model.expected(team="bob", kind="training", pattern="z|z", max_runtime=cap)
+    assert "of every team" in pool.basis
+    bounded = model.expected(
+        team="alice", kind="training", pattern="other|x", max_runtime=timedelta(minutes=20)
+    )
+    assert bounded.expected == timedelta(minutes=20) and "max runtime" in bounded.basis
+    unknown = model.expected(team="carol", kind="inference", pattern="a|b", max_runtime=cap)
+    assert unknown.expected == cap and "fewer than 3" in unknown.basis
+
+
+def _random_pool(seed: int) -> tuple[Snapshot, dict[str, Expected], dict[str, Duration]]:
+    """Three clusters of A100 and T4 nodes half busy, five teams with quotas that do not add
+    up to the pool (so some borrow, some reclaim), 120 queued jobs of every shape."""
+    rnd = random.Random(seed)
+    builder = a_snapshot()
+    for c in ("east", "west", "north"):
+        builder.with_clusters(a_cluster(c).with_nodes("a100-80gb", 4).with_nodes("t4", 3, gpus=4))
+    teams = [f"team-{i}" for i in range(5)]
+    for t in teams:
+        builder.with_quota(t, "a100-80gb", rnd.choice([0, 8, 16, 24]))
+        builder.with_quota(t, "t4", rnd.choice([0, 4, 8]))
+    ends: dict[str, Expected] = {}
+    for c in ("east", "west", "north"):
+        for i in range(4):
+            if rnd.random() < 0.6:
+                job = f"r-{c}-{i}"
+                builder.with_running(
+                    running(
+                        job,
+                        team=rnd.choice(teams),
+                        cluster=c,
+                        model="a100-80gb",
+                        nodes=[f"{c}-a100-80gb-{i}"],
+                        gpus=rnd.choice([4, 8]),
+                        started_minutes_ago=rnd.randint(1, 300),
+                    )
+                )
+                ends[job] = Expected(end=NOW + timedelta(minutes=rnd.randint(1, 400)), basis="b")
+    durations = {}
+    for n in range(120):
+        job = a_job(
+            f"q{n:03}",
+            team=rnd.choice(teams),
+            gpus=rnd.choice([1, 2, 4, 8]),
+            replicas=rnd.choice([1, 1, 2]),
+        ).submitted(rnd.randint(0, 400))
+        if rnd.random() < 0.4:
+            job = job.on_models(*rnd.sample(["a100-80gb", "t4"], rnd.choice([1, 2])))
+        if rnd.random() < 0.2:
+            job = job.priority(10)
+        builder.with_pending(job)
+        durations[f"q{n:03}"] = Duration(expected=timedelta(minutes=rnd.randint(5, 300)), basis="d")
+    return builder.build(), ends, durations
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_simulating_without_wording_every_step_changes_no_estimate(seed: int) -> None:
+    snap, ends, durations = _random_pool(seed)
+    quick = forecast(snap, ends=ends, durations=durations, default=HOUR)
+    worded = forecast(snap, ends=ends, durations=durations, default=HOUR, worded=True)
+    assert quick.jobs == worded.jobs
+    assert any(f.start is not None and f.start > NOW for f in quick.jobs.values())
+
+
+def _quota_bound_pool(seed: int) -> tuple[Snapshot, dict[str, Expected], dict[str, Duration]]:
+    """Teams in two cohorts at or near their quota (small borrowing and lending limits, one
+    team with none at all, one held), deep lines with starving heads: most queued jobs cannot
+    start on quota, the case the simulation leaves out of its steps."""
+    rnd = random.Random(seed)
+    builder = a_snapshot()
+    for c in ("east", "west"):
+        builder.with_clusters(a_cluster(c).with_nodes("a100-80gb", 3).with_nodes("t4", 3, gpus=4))
+    teams = [f"team-{i}" for i in range(6)]
+    for i, t in enumerate(teams):
+        builder.with_team(t, cohort=f"c{i % 2}", held=i == 5)
+        builder.with_quota(
+            t,
+            "a100-80gb",
+            rnd.choice([0, 8, 16]),
+            borrowing=rnd.choice([None, 0, 8]),
+            lending=rnd.choice([None, 0, 4]),
+        )
+        if i != 4:  # team-4 has no T4 quota row: nominal 0, only what its cohort lends
+            builder.with_quota(t, "t4", rnd.choice([0, 4, 8]), borrowing=rnd.choice([None, 4]))
+    builder.with_cohort_quota("c1", "t4", 4)
+    ends: dict[str, Expected] = {}
+    for c in ("east", "west"):
+        for i in range(3):
+            job = f"r-{c}-{i}"
+            builder.with_running(
+                running(
+                    job,
+                    team=rnd.choice(teams[:5]),
+                    cluster=c,
+                    model="a100-80gb",
+                    nodes=[f"{c}-a100-80gb-{i}"],
+                    gpus=8,
+                    started_minutes_ago=rnd.randint(1, 300),
+                )
+            )
+            ends[job] = Expected(end=NOW + timedelta(minutes=rnd.randint(1, 300)), basis="b")
+    durations = {}
+    for n in range(150):
+        job = a_job(
+            f"q{n:03}",
+            team=rnd.choice(teams),
+            gpus=rnd.choice([1, 2, 4, 8]),
+            replicas=rnd.choice([1, 1, 2]),
+        ).submitted(rnd.randint(0, 400))
+        if rnd.random() < 0.5:
+            job = job.on_models(*rnd.sample(["a100-80gb", "t4"], rnd.choice([1, 2])))
+        if rnd.random() < 0.15:
+            job = job.priority(10)
+        builder.with_pending(job)
+        durations[f"q{n:03}"] = Duration(expected=timedelta(minutes=rnd.randint(5, 300)), basis="d")
+    return builder.build(), ends, durations
+
+
+@pytest.mark.parametrize("seed", [1, 3, 4])
+def test_leaving_quota_bound_jobs_out_of_a_step_changes_no_estimate(seed: int) -> None:
+    # worded=True runs the plain decide() over the whole queue at every step.
+    snap, ends, durations = _quota_bound_pool(seed)
+    config = EngineConfig(lookback_per_team=12, preemption_budget_gpus=16)
+    blocked = {r.code for r in decide(snap, config).pending}
+    assert blocked & {ReasonCode.QUOTA_EXHAUSTED, ReasonCode.COHORT_HAS_NOTHING_TO_LEND}
+    quick = forecast(snap, config, ends=ends, durations=durations, default=HOUR)
+    plain = forecast(snap, config, ends=ends, durations=durations, default=HOUR, worded=True)
+    assert quick.jobs == plain.jobs and quick.steps == plain.steps
+    assert any(f.start is not None and f.start > NOW for f in quick.jobs.values())
+
+
+def test_a_victim_admitted_again_and_reclaimed_again_stops_at_the_step_budget() -> None:
+    # Seed 2: a queued borrower is preempted for a reclaimer, requeued, admitted again at the
+    # same instant and preempted again; re-deciding after a preemption used to skip the
+    # budget, so the simulation never ended.
+    snap, ends, durations = _quota_bound_pool(2)
+    config = EngineConfig(lookback_per_team=12, preemption_budget_gpus=16)
+    result = forecast(snap, config, ends=ends, durations=durations, default=HOUR, max_steps=50)
+    assert result.steps == 50
+    assert any("step budget" in f.why for f in result.jobs.values())

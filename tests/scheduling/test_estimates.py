@@ -1,0 +1,180 @@
+"""Start estimates over REST and on the job rows: the forward simulation fed from the
+database (learned runtimes, running jobs' expected ends), tenancy, validation, and the
+cycle's request for a refresh."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+
+from portal.jobs.services import job_submit
+from portal.models import Job, JobState
+from scheduling import estimates
+from scheduling.cycle import run_cycle
+from scheduling.tasks import estimates_refresh_now
+from tests.conftest import job_body
+from tests.dashboards.conftest import kubesim_cluster  # noqa: F401  (fixture)
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+A100 = {"gpu_models": ["a100-80gb"], "min_gpu_memory_gib": None}
+
+
+@pytest.fixture
+def east(kubesim_cluster):  # noqa: F811
+    """kubesim's small pool: 2 x 8 A100, an A100 with 4 whole GPUs and MIG slices,
+    2 x 4 V100, 3 x 1 T4."""
+    return kubesim_cluster("east")
+
+
+@pytest.fixture(autouse=True)
+def _no_refresh_in_flight():
+    cache.delete_many([estimates.REQUESTED_KEY, estimates.RUNNING_KEY])
+
+
+def finished_runs(team, owner, minutes: int, n: int = 3, name: str = "bert-{}") -> None:
+    """``n`` finished training runs of ``minutes`` each, named like ``bert-1``."""
+    end = timezone.now() - dt.timedelta(hours=1)
+    for i in range(n):
+        JobFactory(
+            team=team,
+            owner=owner,
+            name=name.format(i),
+            state=JobState.SUCCEEDED,
+            started_at=end - dt.timedelta(minutes=minutes),
+            finished_at=end,
+        )
+
+
+def full_a100s(bob, vision, quota) -> list[Job]:
+    """Two 8-GPU jobs fill the two 8-GPU A100 nodes; a third waits."""
+    quota(vision, "a100-80gb", nominal=24)
+    jobs = [
+        job_submit(
+            user=bob, data=job_body(name=f"bert-{i}", replicas=1, gpus_per_replica=8, **A100)
+        ).job
+        for i in range(3)
+    ]
+    assert len(run_cycle().admitted) == 2
+    return jobs
+
+
+def test_a_queued_job_starts_when_a_running_one_is_expected_to_end(
+    api_as, bob, vision, quota, east
+):
+    finished_runs(vision, bob, minutes=30)
+    first, _, third = full_a100s(bob, vision, quota)
+    got = api_as(bob).get(f"/api/v1/jobs/{third.public_id}/estimate/").json()
+    start = dt.datetime.fromisoformat(got["estimate"]["start_at"])
+    first.refresh_from_db()
+    # The running ones are expected to run 30 min (the median of bert-* runs), not 1 h.
+    assert abs(start - (first.admitted_at + dt.timedelta(minutes=30))) < dt.timedelta(minutes=2)
+    assert got["estimate"]["model"] == "a100-80gb" and got["estimate"]["cluster"]
+    assert "median of 3 finished runs" in got["estimate"]["why"]
+    assert "not a promise" in got["estimate"]["why"]
+    assert got["expected_runtime_minutes"] == 30
+    assert "this team's training jobs like it" in got["runtime_basis"]
+    labels = [a["label"] for a in got["alternatives"]]
+    assert labels[0] == "NVIDIA A100-SXM4-80GB"
+    assert got["alternatives"][0]["start_at"] == got["estimate"]["start_at"]
+
+
+def test_a_spec_not_yet_submitted_gets_alternatives_and_nothing_is_stored(
+    api_as, bob, vision, quota, east
+):
+    full_a100s(bob, vision, quota)
+    quota(vision, "v100-32gb", nominal=8)
+    before = Job.objects.count()
+    body = job_body(replicas=2, gpus_per_replica=4, gpu_models=["a100-80gb", "v100-32gb"])
+    body["min_gpu_memory_gib"] = None
+    got = api_as(bob).post("/api/v1/jobs/estimate/", body, format="json")
+    assert got.status_code == 200, got.content
+    alts = {a["only_model"] or a["label"]: a for a in got.json()["alternatives"]}
+    assert alts["v100-32gb"]["starts"] == "now"  # 2 x 4 on the two idle V100 nodes
+    assert alts["a100-80gb"]["start_at"] is not None and alts["a100-80gb"]["starts"] != "now"
+    assert alts["1 replica instead of 2"]["starts"] == "now"
+    assert got.json()["estimate"]["model"] == "v100-32gb"  # the engine's fallback
+    assert Job.objects.count() == before
+
+
+def test_a_bad_spec_is_refused_naming_the_field(api_as, bob, east):
+    got = api_as(bob).post("/api/v1/jobs/estimate/", job_body(gpus_per_replica=0), format="json")
+    assert got.status_code == 400
+    assert "gpus_per_replica" in got.json()["extra"]["fields"]
+
+
+def test_another_teams_job_and_team_are_not_found(api_as, bob, charlie, vision, quota, east):
+    *_, third = full_a100s(bob, vision, quota)
+    assert api_as(charlie).get(f"/api/v1/jobs/{third.public_id}/estimate/").status_code == 404
+    spec = api_as(charlie).post("/api/v1/jobs/estimate/", job_body(), format="json")
+    assert spec.status_code == 404
+
+
+def test_an_estimate_that_cannot_be_made_says_why(api_as, bob, vision, quota, east):
+    quota(vision, "a100-80gb", nominal=32)
+    body = job_body(replicas=3, gpus_per_replica=8, **A100)
+    got = api_as(bob).post("/api/v1/jobs/estimate/", body, format="json").json()
+    assert got["estimate"]["start_at"] is None
+    assert got["estimate"]["why"].startswith("no estimate: even after every running job")
+
+
+def test_a_job_no_longer_queued_has_no_estimate_and_says_so(api_as, bob, vision, quota, east):
+    first, *_ = full_a100s(bob, vision, quota)
+    got = api_as(bob).get(f"/api/v1/jobs/{first.public_id}/estimate/").json()
+    assert got["estimate"] is None and "not queued" in got["why"]
+
+
+def test_the_cycle_asks_for_a_refresh_which_stores_the_estimates(
+    bob, vision, quota, east, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        first, _, third = full_a100s(bob, vision, quota)
+    assert cache.get(estimates.REQUESTED_KEY)  # the cycle's step 6, on commit
+    assert estimates_refresh_now() == 1  # the one queued job
+    third.refresh_from_db()
+    first.refresh_from_db()
+    max_runtime = dt.timedelta(seconds=first.max_runtime_seconds)  # no runs to learn from
+    assert third.estimated_start_at == first.admitted_at + max_runtime
+    assert third.estimate_model == "a100-80gb" and "max runtime" in third.estimate_note
+    assert estimates_refresh_now() == 0  # unchanged: nothing written
+    cache.add(estimates.RUNNING_KEY, 1)
+    assert estimates_refresh_now() is None  # single flight
+
+
+def test_the_job_api_gives_the_simulations_estimate_once_it_has_run(
+    api_as, bob, vision, quota, east
+):
+    """One estimate per job wherever it is read: ``GET /api/v1/jobs/{id}/`` (and the CLI's
+    ``show``) gives the stored simulation's, with the model and cluster, once it exists; the
+    quick estimate only before the first refresh."""
+    *_, third = full_a100s(bob, vision, quota)
+    before = api_as(bob).get(f"/api/v1/jobs/{third.public_id}/").json()["start_estimate"]
+    assert before["source"] in {"runtime", "history", "none"}
+    assert before["model"] == "" and before["cluster"] == ""
+    assert estimates_refresh_now() == 1
+    third.refresh_from_db()
+    after = api_as(bob).get(f"/api/v1/jobs/{third.public_id}/").json()["start_estimate"]
+    assert after["source"] == "simulation"
+    assert dt.datetime.fromisoformat(after["at"]) == third.estimated_start_at
+    assert (after["model"], after["cluster"]) == ("a100-80gb", third.estimate_cluster)
+    assert after["basis"] == third.estimate_note and "max runtime" in after["basis"]
+
+
+def test_the_pages_fragments_keep_to_the_team_and_name_what_to_fix(
+    client, bob, charlie, vision, quota, east
+):
+    *_, third = full_a100s(bob, vision, quota)
+    client.force_login(charlie)
+    assert client.get(f"/jobs/{third.public_id}/estimate/").status_code == 404
+    client.force_login(bob)
+    page = client.get(f"/jobs/{third.public_id}/estimate/").content.decode()
+    assert "an estimate, not a promise" in page and 'id="estimate-alternatives-table"' in page
+    bad = client.get("/jobs/new/estimate/?team=vision&replicas=1&gpus_per_replica=0")
+    assert "No estimate yet:" in bad.content.decode()
+    assert "gpus_per_replica" in bad.content.decode()
+    other = client.get("/jobs/new/estimate/?team=language&replicas=1&gpus_per_replica=1")
+    assert "No estimate yet" in other.content.decode()
