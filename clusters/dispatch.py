@@ -46,6 +46,7 @@ from clusters.manifests import job_manifest, submission_uid
 from clusters.models import Cluster, VolcanoJobRecord
 from clusters.outcome import (
     MAX_BACKOFF_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
     Outcome,
     backoff_seconds,
     job_event_record,
@@ -187,8 +188,14 @@ def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = Non
             f"Could not create the Volcano Job after {attempt} attempts: {problem}",
         )
     delay = backoff_seconds(attempt, retry_after)
+    now = timezone.now()
+    floor: dict[str, Any] = {}
+    if retry_after is not None:
+        floor["dispatch_not_before"] = now + dt.timedelta(
+            seconds=min(retry_after, MAX_RETRY_AFTER_SECONDS)
+        )
     Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
-        dispatch_next_at=timezone.now() + dt.timedelta(seconds=delay), dispatch_owner=""
+        dispatch_next_at=now + dt.timedelta(seconds=delay), dispatch_owner="", **floor
     )
     job_event_record(
         job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s"
@@ -313,11 +320,34 @@ def _delete_quietly(job: Job, namespace: str, name: str, uid: str | None = None)
             log.warning("could not delete %s/%s of job %s: %s", namespace, name, job.pk, exc)
 
 
+def _too_soon(job: Job, now: dt.datetime) -> float:
+    """Seconds left before the cluster's Retry-After lets this job's create go (0: go now).
+
+    Checked where the create is sent, not where a dispatch is asked for: a wake when the
+    cluster answers again, the re-drive and a duplicate hand-off all end here."""
+    if job.dispatch_not_before is None:
+        return 0.0
+    return max(0.0, (job.dispatch_not_before - now).total_seconds())
+
+
+def _hold(jobs: Iterable[Job]) -> None:
+    """Jobs held back by a Retry-After are due at its end, on their rows too, so the re-drive
+    reads a scheduled wait (not a lost message) and does not send them again meanwhile."""
+    for job in jobs:
+        due = job.dispatch_not_before
+        if due is not None and (job.dispatch_next_at is None or job.dispatch_next_at < due):
+            Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(dispatch_next_at=due)
+
+
 def job_dispatch(*, job_id: int) -> Outcome:
     """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED."""
     job = job_for_task(job_id)
     if job is None or job.state != JobState.ADMITTED:
         return Outcome(done=True, message="not admitted")
+    wait = _too_soon(job, timezone.now())
+    if wait:
+        _hold([job])
+        return Outcome(done=False, message="the cluster asked to wait (Retry-After)", retry_in=wait)
     # The attempt counter lives on the row, so it survives worker restarts and redeliveries.
     if not Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
         dispatch_attempts=F("dispatch_attempts") + 1, **attempt_claim()
@@ -578,12 +608,17 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
     jobs = list(
         jobs_for_tasks().defer(*_NOT_FOR_THE_BATCH).filter(pk__in=job_ids, state=JobState.ADMITTED)
     )
+    now = timezone.now()
+    waits = {job.pk: _too_soon(job, now) for job in jobs}
+    held = {pk: wait for pk, wait in waits.items() if wait}
+    _hold(job for job in jobs if job.pk in held)
+    jobs = [job for job in jobs if job.pk not in held]
     if not jobs:
-        return BatchOutcome()
+        return BatchOutcome(later=held)
     Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
         dispatch_attempts=F("dispatch_attempts") + 1, **attempt_claim()
     )
-    later: dict[int, float] = {}
+    later: dict[int, float] = dict(held)
     woken: list[int] = []
     work: list[_Attempt] = []
     for job in jobs:

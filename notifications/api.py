@@ -14,6 +14,7 @@ from notifications.models import Channel, Delivery, TeamWebhook
 from notifications.preferences import preferences_of, preferences_set
 from notifications.webhooks import team_for_webhooks, webhook_create, webhook_delete, webhooks_of
 from portal.api.body import request_object
+from portal.api.parsers import StrictJSONParser
 
 
 class PreferencesSerializer(serializers.Serializer):
@@ -37,7 +38,12 @@ class PreferencesUpdateSerializer(serializers.Serializer):
 
 
 class PreferencesView(APIView):
-    """Your notification preferences: for each event, the channels beyond the in-portal list."""
+    """Your notification preferences: for each event, the channels beyond the in-portal list.
+
+    JSON only: ``events`` is a map of lists, which a form body cannot say, and an empty form
+    read as "change nothing" would answer 200 to a body that meant something else."""
+
+    parser_classes = [StrictJSONParser]
 
     @extend_schema(responses=PreferencesSerializer)
     def get(self, request: Request) -> Response:

@@ -204,6 +204,13 @@ class Job(models.Model):
         blank=True,
         help_text="When the dispatch was last attempted, or when its scheduled retry is due",
     )
+    # A server's Retry-After is a promise to the server: no message, however it came (a wake
+    # when the cluster answers again, a re-drive, a duplicate hand-off), sends before it.
+    dispatch_not_before = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The cluster asked (Retry-After) for no create before this time",
+    )
     dispatch_owner = models.CharField(
         max_length=200,
         blank=True,

@@ -60,6 +60,7 @@ _UPDATABLE = frozenset(
         "placement",
         "dispatch_attempts",
         "dispatch_next_at",
+        "dispatch_not_before",
         "dispatch_owner",
         "cancel_reason",
     }
@@ -96,6 +97,7 @@ def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
             "admitted_at": now,
             "dispatch_attempts": 0,
             "dispatch_next_at": None,
+            "dispatch_not_before": None,
             "dispatch_owner": "",
             "creates_unsure": 0,
         }

@@ -165,6 +165,21 @@ def test_too_many_requests_waits_at_least_retry_after(sim, cluster, admit):
     assert (submitted.created_at - retry.created_at).total_seconds() >= 2.0
 
 
+def test_no_second_hand_off_beats_retry_after(sim, cluster, admit):
+    # A duplicate message (a wake when the cluster answers again, a re-drive) arrives while
+    # the job waits out the cluster's Retry-After: it must not send the create early.
+    sim.faults.add(verb="create", resource="jobs", status=429, retry_after=3, count=1)
+    job = admit(cluster)
+    dispatch(job)
+    assert wait_for(lambda: _events(job, "DispatchRetry"))
+    dispatch(job)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    retry = _events(job, "DispatchRetry")[0]
+    submitted = _events(job, "Submitted")[0]
+    assert (submitted.created_at - retry.created_at).total_seconds() >= 3.0
+
+
 def test_a_timeout_is_retried_and_the_late_create_is_adopted_not_doubled(sim, cluster, admit):
     # The first create stalls past the client's timeout, then succeeds on the server anyway.
     sim.faults.add(verb="create", resource="jobs", hang=3, count=1)
