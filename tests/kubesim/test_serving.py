@@ -58,7 +58,9 @@ def test_a_service_is_stored_with_the_defaults_and_a_cluster_ip(core):
         (_service(name="9lives"), "metadata.name"),
         (_service(type="Magic"), "spec.type"),
         (
-            _service(ports=[{"name": "http", "port": 80, "targetPort": "much-too-long-a-port-name"}]),
+            _service(
+                ports=[{"name": "http", "port": 80, "targetPort": "much-too-long-a-port-name"}]
+            ),
             "spec.ports[0].targetPort",
         ),
     ],
@@ -149,7 +151,9 @@ def test_deleting_the_job_collects_the_service_it_owns(sim, core, custom):
     core.create_namespaced_service("team-a", owned)
     core.create_namespaced_service("team-a", _service("unowned"))
     sim.settle()
-    custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "team-a", "jobs", "infer")
+    custom.delete_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", "team-a", "jobs", "infer"
+    )
     sim.settle()
     names = [s.metadata.name for s in core.list_namespaced_service("team-a").items]
     assert names == ["unowned"]
