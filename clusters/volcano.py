@@ -74,6 +74,14 @@ Networking
     only from the job's own pods. Training keeps that policy. Inference passes
     ``--disable-network-policy``, since a server the policy isolates cannot serve anyone.
 
+Serving
+    An inference container with a port declares it (named ``http``) and gets a readiness probe
+    on it: an HTTP GET of the job's readiness path, or a TCP connect without one. Its Service is
+    ``<job>-serve`` (:func:`build_serving_service`; the ``svc`` plugin's headless Service owns
+    the job's own name), selecting the job's pods by Volcano's ``volcano.sh/job-name`` and the
+    portal's job label, and on an ingress cluster an Ingress on the host the admin's pattern
+    gives (:func:`build_serving_ingress`). Both carry an owner reference to the Volcano Job.
+
 Queues
     One cluster-scoped ``scheduling.volcano.sh/v1beta1`` Queue per team and cluster
     (:func:`build_volcano_queue`). A queue's state is not a spec field: it lives in
