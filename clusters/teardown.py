@@ -89,10 +89,21 @@ def _remove(job: Job, *, attempt: int) -> Outcome | None:
     return None
 
 
+def _late_withdraw(job: Job | None) -> None:
+    """The watch saw the Volcano Job go and ended the job before this task ran: its endpoint
+    is still this task's to delete (best effort; the cluster reconcile is the backstop)."""
+    if job is not None and job.serves and job.endpoint_url and job.state not in _STOPPING:
+        serving_withdraw(job=job)
+
+
+_STOPPING = frozenset({JobState.CANCELLING, JobState.PREEMPTING})
+
+
 def job_cancel_on_cluster(*, job_id: int, attempt: int = 1) -> Outcome:
     """Delete a CANCELLING job's Volcano Job, then mark it CANCELLED."""
     job = job_for_task(job_id)
     if job is None or job.state != JobState.CANCELLING:
+        _late_withdraw(job)
         return Outcome(done=True, message="not cancelling")
     pending = _remove(job, attempt=attempt)
     if pending is not None:
@@ -119,6 +130,7 @@ def job_evict(*, job_id: int, attempt: int = 1) -> Outcome:
     """Delete a PREEMPTING job's Volcano Job, then requeue it (reason Preempted)."""
     job = job_for_task(job_id)
     if job is None or job.state != JobState.PREEMPTING:
+        _late_withdraw(job)
         return Outcome(done=True, message="not preempting")
     pending = _remove(job, attempt=attempt)
     if pending is not None:

@@ -342,7 +342,7 @@ class Job(models.Model):
     @property
     def curl_line(self) -> str:
         """A request a user can paste to try the endpoint (the readiness path, else ``/``)."""
-        if not self.endpoint_url:
+        if not self.endpoint_url or self.is_terminal:
             return ""
         return f"curl -sS {self.endpoint_url}{self.readiness_path or '/'}"
 

@@ -273,8 +273,10 @@ def endpoint_of(job: Job) -> dict[str, Any] | None:
     if not job.serves:
         return None
     return {
-        "url": job.endpoint_url or None,
-        "kind": job.endpoint_kind or None,
+        # Cleared by the clusters room once the Service is deleted; not shown after the end
+        # meanwhile, since nothing answers there any more.
+        "url": (job.endpoint_url or None) if not job.is_terminal else None,
+        "kind": (job.endpoint_kind or None) if not job.is_terminal else None,
         "port": job.port,
         "ready": job.serving,
         "readiness_path": job.readiness_path,
