@@ -21,7 +21,7 @@ from django.views.decorators.debug import sensitive_post_parameters, sensitive_v
 
 from clusters import services, tasks
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES, ClusterCredentials
-from clusters.models import Cluster, ClusterWatch, Node, SharingMode
+from clusters.models import Cluster, ClusterWatch, Node, ServingExposure, SharingMode
 from clusters.urlcheck import UnsafeUrlError
 from portal.errors import ApplicationError
 
@@ -42,6 +42,9 @@ OPTION_FIELDS = (
     "run_as_non_root",
     "mount_service_account_token",
     "sharing_mode",
+    "serving_exposure",
+    "ingress_host_pattern",
+    "ingress_class_name",
     "request_rate",
     "creates_in_flight",
 )
@@ -86,6 +89,13 @@ class ClusterForm(forms.ModelForm):
         help_text="How shared (fractional) GPU jobs ask for their share on this cluster",
     )
 
+    serving_exposure = forms.ChoiceField(
+        label="Serving exposure",
+        choices=ServingExposure.choices,
+        required=False,
+        help_text="How inference jobs are reached: a ClusterIP Service, or also an Ingress",
+    )
+
     class Meta:
         model = Cluster
         fields = ["name", *OPTION_FIELDS]
@@ -94,7 +104,14 @@ class ClusterForm(forms.ModelForm):
         data = super().clean()
         if not data.get("sharing_mode"):  # left out: keep what the cluster has (none if new)
             data["sharing_mode"] = self.instance.sharing_mode or SharingMode.NONE
+        if not data.get("serving_exposure"):  # the same: keep it (ClusterIP if new)
+            data["serving_exposure"] = self.instance.serving_exposure or ServingExposure.CLUSTERIP
         self.credentials: ClusterCredentials | None = None
+        if data.get("serving_exposure") == "ingress" and not data.get("ingress_host_pattern"):
+            self.add_error(
+                "ingress_host_pattern",
+                "An ingress cluster needs a host pattern, e.g. {job}.serve.example.org.",
+            )
         if not self._settings_allowed(data):
             return data
         return self._clean_credentials(data)

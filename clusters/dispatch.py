@@ -61,6 +61,7 @@ from clusters.services import (
     cluster_unreachable_mark,
     job_namespace_ensure,
 )
+from clusters.serving import serving_expose
 from portal import db
 from portal.jobs.state import (
     Change,
@@ -320,6 +321,17 @@ def _delete_quietly(job: Job, namespace: str, name: str, uid: str | None = None)
             log.warning("could not delete %s/%s of job %s: %s", namespace, name, job.pk, exc)
 
 
+def _expose(created: list[tuple[Job, str, dict[str, Any]]]) -> None:
+    """Give the inference jobs just submitted their Service (and Ingress), owned by the Volcano
+    Job just created. After the transition, never before: the job is SUBMITTED whether or not
+    this works, and an endpoint that could not be made is made by the next reconcile
+    (``clusters.serving``) instead of failing a job whose pods are already starting."""
+    for job, namespace, obj in created:
+        if job.serves:
+            uid = str((obj.get("metadata") or {}).get("uid") or "") or None
+            serving_expose(job=job, namespace=namespace, owner_uid=uid)
+
+
 def _too_soon(job: Job, now: dt.datetime) -> float:
     """Seconds left before the cluster's Retry-After lets this job's create go (0: go now).
 
@@ -483,6 +495,7 @@ def _submitted(
     )
     if won:
         _observe_submitted([job])
+        _expose([(job, namespace, obj)])
         return Outcome(done=True, message="submitted", woken=tuple(_cluster_answered(job)))
     # Cancelled or preempted while we created it: leave nothing behind (a duplicate delivery
     # that lost to another worker's success is the one case where the object stays).
@@ -670,6 +683,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
                 reason="Submitted",
             )
         _observe_submitted([job for job, *_ in done if job.pk in won])
+        _expose([(job, ns, obj) for job, ns, obj, _ in done if job.pk in won])
         for one_per_cluster in {job.cluster_id: job for job, *_ in done}.values():
             woken.extend(_cluster_answered(one_per_cluster))
         for job, namespace, obj, _ in done:

@@ -38,6 +38,7 @@ from kubernetes import client as k8s
 from kubernetes.client.api.apis_api import ApisApi
 from kubernetes.client.api.core_v1_api import CoreV1Api
 from kubernetes.client.api.custom_objects_api import CustomObjectsApi
+from kubernetes.client.api.networking_v1_api import NetworkingV1Api
 from kubernetes.client.api.version_api import VersionApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -62,7 +63,9 @@ PODGROUP_PLURAL = "podgroups"
 RBAC_JOBS = f"{JOB_PLURAL}.{JOB_GROUP}"
 RBAC_PODGROUPS = f"{PODGROUP_PLURAL}.{QUEUE_GROUP}"
 RBAC_QUEUES = f"{QUEUE_PLURAL}.{QUEUE_GROUP}"
+RBAC_INGRESSES = "ingresses.networking.k8s.io"
 PROBE_NAME = "gp-connection-test"  # a name no object has: probes read or dry-run it only
+_PROBE_BACKEND = {"service": {"name": PROBE_NAME, "port": {"number": 80}}}
 FIELD_MANAGER = "gpupool-portal"  # owns the team queues (server-side apply)
 
 
@@ -356,6 +359,7 @@ class KubeClient:
         # modules lazily, which costs seconds in the first task of every worker otherwise.
         self.core = CoreV1Api(self.api)
         self.custom = CustomObjectsApi(self.api)
+        self.networking = NetworkingV1Api(self.api)
         self.versions = VersionApi(self.api)
         self.apis = ApisApi(self.api)
 
@@ -568,6 +572,34 @@ class KubeClient:
             (q, "patch"): lambda: self.apply_queue(
                 queue, field_manager=FIELD_MANAGER, dry_run=True
             ),
+            ("services", "create"): lambda: call(
+                "creating a Service (dry run)",
+                core.create_namespaced_service,
+                ns,
+                {"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}},
+                dry_run="All",
+            ),
+            ("services", "delete"): lambda: call(
+                "deleting a Service (dry run)",
+                core.delete_namespaced_service,
+                name,
+                ns,
+                dry_run="All",
+            ),
+            (RBAC_INGRESSES, "create"): lambda: call(
+                "creating an Ingress (dry run)",
+                self.networking.create_namespaced_ingress,
+                ns,
+                {"metadata": {"name": name}, "spec": {"defaultBackend": _PROBE_BACKEND}},
+                dry_run="All",
+            ),
+            (RBAC_INGRESSES, "delete"): lambda: call(
+                "deleting an Ingress (dry run)",
+                self.networking.delete_namespaced_ingress,
+                name,
+                ns,
+                dry_run="All",
+            ),
             ("nodes", "get"): lambda: call("reading a node", core.read_node, name),
             ("nodes", "list"): lambda: call("listing nodes", core.list_node, limit=1),
             ("nodes", "watch"): lambda: opens("watching nodes", core.list_node),
@@ -585,6 +617,42 @@ class KubeClient:
             return _Unread()
 
         self._call(what, open_and_close, *args, watch=True, timeout_seconds=1)
+
+    # -- Serving: an inference job's Service and Ingress ------------------------------------
+    def create_service(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create a core v1 Service (strict field validation, as for Volcano Jobs)."""
+        return dict(
+            self._call(
+                f"creating Service {manifest['metadata']['name']}",
+                self.core.create_namespaced_service,
+                namespace,
+                manifest,
+                field_validation="Strict",
+            )
+        )
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        self._call(f"deleting Service {name}", self.core.delete_namespaced_service, name, namespace)
+
+    def create_ingress(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create a ``networking.k8s.io/v1`` Ingress."""
+        return dict(
+            self._call(
+                f"creating Ingress {manifest['metadata']['name']}",
+                self.networking.create_namespaced_ingress,
+                namespace,
+                manifest,
+                field_validation="Strict",
+            )
+        )
+
+    def delete_ingress(self, namespace: str, name: str) -> None:
+        self._call(
+            f"deleting Ingress {name}",
+            self.networking.delete_namespaced_ingress,
+            name,
+            namespace,
+        )
 
     # -- Volcano Jobs ----------------------------------------------------------------------
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:

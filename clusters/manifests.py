@@ -204,6 +204,7 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
         max_runtime_seconds=job.max_runtime_seconds,
         max_retry=job.max_retry,
         port=job.port,
+        readiness_path=job.readiness_path or None,
         scheduler_name=cluster.scheduler_name,
         submission_uid=submission_uid(job),
         portal_url=f"{settings.SITE_URL.rstrip('/')}/jobs/{job.public_id}/",

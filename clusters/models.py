@@ -37,6 +37,18 @@ class SharingMode(models.TextChoices):
     HAMI = "hami", "HAMi"
 
 
+class ServingExposure(models.TextChoices):
+    """How an inference job's Service is reached (``docs/serving.md``).
+
+    ``clusterip``: from inside the cluster, at ``<job>-serve.<namespace>.svc.cluster.local``.
+    ``ingress``: also through an Ingress on the host the cluster's ``ingress_host_pattern``
+    gives the job (TLS terminated by the cluster's ingress controller).
+    """
+
+    CLUSTERIP = "clusterip", "ClusterIP Service (in-cluster)"
+    INGRESS = "ingress", "Ingress per job"
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster with Volcano installed where the portal runs admitted jobs.
 
@@ -87,6 +99,21 @@ class Cluster(models.Model):
         help_text="How shared (fractional) GPU jobs ask for their share on this cluster",
     )
     mount_service_account_token = models.BooleanField(default=False)
+    serving_exposure = models.CharField(
+        max_length=16,
+        choices=ServingExposure.choices,
+        default=ServingExposure.CLUSTERIP,
+        help_text="How inference jobs are reached: a ClusterIP Service, or also an Ingress",
+    )
+    ingress_host_pattern = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="Host of each inference job's Ingress, e.g. {job}.serve.example.org "
+        "({job}: the Volcano Job's name, required; {team}: the team)",
+    )
+    ingress_class_name = models.CharField(
+        max_length=253, blank=True, help_text="IngressClass for the Ingresses (empty: default)"
+    )
     request_rate = models.PositiveIntegerField(
         null=True, blank=True, help_text="API requests per second (empty: the portal default)"
     )

@@ -123,6 +123,9 @@ class PodView:
     phase: str
     started_at: dt.datetime | None
     facts: tuple[Fact, ...] = ()
+    ready: bool = False
+    """The pod's ``Ready`` condition is True: it passes its readiness probe (a Service's
+    endpoint)."""
 
     @property
     def problem(self) -> str:
@@ -236,4 +239,8 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
         phase=str((obj.get("status") or {}).get("phase") or ""),
         started_at=started,
         facts=tuple(facts),
+        ready=any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (obj.get("status") or {}).get("conditions") or []
+        ),
     )

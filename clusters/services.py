@@ -34,6 +34,7 @@ from clusters import volcano
 from clusters.incluster import InClusterError, in_cluster_read
 from clusters.kube import (
     FIELD_MANAGER,
+    RBAC_INGRESSES,
     RBAC_JOBS,
     RBAC_PODGROUPS,
     RBAC_QUEUES,
@@ -42,7 +43,14 @@ from clusters.kube import (
     KubeError,
 )
 from clusters.kubeconfig import ClusterCredentials, KubeconfigError, parse_kubeconfig
-from clusters.models import AuthMethod, Cluster, ClusterState, SharingMode, VolcanoJobRecord
+from clusters.models import (
+    AuthMethod,
+    Cluster,
+    ClusterState,
+    ServingExposure,
+    SharingMode,
+    VolcanoJobRecord,
+)
 from clusters.ratelimit import SharedRateLimiter
 from clusters.secrets import (
     CredentialsUnreadable,
@@ -200,12 +208,19 @@ _CLUSTER_OPTIONS = frozenset(
         "run_as_non_root",
         "mount_service_account_token",
         "sharing_mode",
+        "serving_exposure",
+        "ingress_host_pattern",
+        "ingress_class_name",
     }
 )
 
 
 def _is_dns_label(value: str) -> bool:
     return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    return len(value) <= 253 and all(_is_dns_label(part) for part in value.split("."))
 
 
 RESERVED_CLUSTER_NAMES = frozenset({"register", "job-logs"})
@@ -243,6 +258,25 @@ def cluster_settings_check(*, name: str | None = None, **options: Any) -> None:
         raise ApplicationError(
             "Unknown GPU sharing mode.",
             fields={"sharing_mode": [", ".join(SharingMode.values)]},
+        )
+    if options.get("serving_exposure") not in (None, *ServingExposure.values):
+        raise ApplicationError(
+            "Unknown serving exposure.",
+            fields={"serving_exposure": [", ".join(ServingExposure.values)]},
+        )
+    if options.get("ingress_host_pattern"):
+        try:
+            volcano.ingress_host_pattern_check(options["ingress_host_pattern"])
+        except volcano.ManifestError as exc:
+            raise ApplicationError(
+                "The ingress host pattern is refused.",
+                fields={"ingress_host_pattern": [str(exc).partition(": ")[2]]},
+            ) from None
+    ingress_class = options.get("ingress_class_name")
+    if ingress_class and not _is_dns_subdomain(ingress_class):
+        raise ApplicationError(
+            "The IngressClass name must be a DNS-1123 subdomain.",
+            fields={"ingress_class_name": ["Lower-case letters, digits, '-' and '.'."]},
         )
     if options.get("state") not in (None, *ClusterState.values):
         raise ApplicationError(
@@ -600,6 +634,10 @@ _NEEDED = (
     Need("Volcano Queues", RBAC_QUEUES, "list", "queue sync", False),
     Need("Volcano Queues", RBAC_QUEUES, "create", "creating a team's queue", False),
     Need("Volcano Queues", RBAC_QUEUES, "patch", "keeping team queues (server-side apply)", False),
+    Need("Services", "services", "create", "an inference job's endpoint", True),
+    Need("Services", "services", "delete", "ending an inference job's endpoint", True),
+    Need("Ingresses", RBAC_INGRESSES, "create", "an inference job's Ingress", True),
+    Need("Ingresses", RBAC_INGRESSES, "delete", "ending an inference job's Ingress", True),
     Need("nodes", "nodes", "get", "the GPU inventory", False),
     Need("nodes", "nodes", "watch", "the GPU inventory", False),
 )

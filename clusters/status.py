@@ -57,6 +57,7 @@ from clusters.services import (
     ClusterUnavailable,
     cluster_client,
 )
+from clusters.serving import endpoint_ready_apply
 from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import TERMINAL_STATES, Job, JobState
 
@@ -119,6 +120,8 @@ def pods_apply(*, job: Job, pods: Iterable[PodView], plans: bool = True) -> int:
                 written += 1
             if pod.replica is not None:
                 entry = {"pod": pod.name, "node": pod.node, "phase": pod.phase}
+                if job.serves:
+                    entry["ready"] = pod.ready
                 previous = pod_map.get(str(pod.replica)) or {}
                 entry["problem"] = pod.problem or previous.get("problem", "")
                 pod_map[str(pod.replica)] = entry
@@ -128,6 +131,8 @@ def pods_apply(*, job: Job, pods: Iterable[PodView], plans: bool = True) -> int:
             record.pods = pod_map
             record.seen_at = timezone.now()
             record.save(update_fields=["reported", "pods", "seen_at"])
+        if job.serves:
+            endpoint_ready_apply(job=job, pods=pod_map)
     return written
 
 

@@ -21,7 +21,17 @@ from celery import shared_task
 from django.core.cache import cache
 from django.utils import timezone
 
-from clusters import bindings, deadlines, dispatch, inventory, queues, reconcile, redrive, teardown
+from clusters import (
+    bindings,
+    deadlines,
+    dispatch,
+    inventory,
+    queues,
+    reconcile,
+    redrive,
+    serving,
+    teardown,
+)
 from clusters.models import Cluster, ClusterState
 from clusters.ratelimit import cluster_task_slot
 from portal.models import Job, JobState
@@ -183,6 +193,11 @@ def cluster_reconcile_and_enqueue(
     dispatch of each job presumed lost (one message each), the cancels and evictions whose
     message never arrived."""
     result = reconcile.cluster_reconcile(cluster=cluster, now=now)
+    if result.ok:
+        try:
+            serving.serving_reconcile(cluster=cluster)
+        except Exception:  # an endpoint is never worth the reconcile's other findings
+            log.warning("serving reconcile of %s failed", cluster.name, exc_info=True)
     for job_id in result.redispatched:
         dispatch_job_enqueue([job_id])
     for job_id in result.to_cancel:

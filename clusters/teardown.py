@@ -4,7 +4,8 @@
 Delete the Volcano Job with background propagation and move on once a read says it is gone;
 a job still being deleted (finalizers) is looked at again a little later, and the watcher's
 DELETED event or the reconcile finish the job if this task does not. The pods' last log lines
-are kept first (``clusters.kept_logs``).
+are kept first (``clusters.kept_logs``); an inference job's Service and Ingress are deleted
+after its Volcano Job (``clusters.serving``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from clusters.services import (
     cluster_client,
     cluster_job_namespace,
 )
+from clusters.serving import serving_withdraw
 from portal.jobs.state import (
     cancelling_end,
     preempting_end,
@@ -76,14 +78,32 @@ def _remove(job: Job, *, attempt: int) -> Outcome | None:
             message="still being deleted",
             retry_in=min(backoff_seconds(attempt), TERMINATING_POLL_SECONDS),
         )
+    # The Service (and Ingress) go too: the owner reference would take them with the Volcano
+    # Job on a real cluster, but a delete of our own does not depend on a garbage collector,
+    # and a requeued job's next dispatch must not find the last run's endpoint.
+    if job.serves:
+        problem = serving_withdraw(job=job, client=client)
+        if problem:
+            return Outcome(done=False, message=problem, retry_in=backoff_seconds(attempt))
     VolcanoJobRecord.objects.filter(job_id=job.pk).update(deleted_at=timezone.now())
     return None
+
+
+def _late_withdraw(job: Job | None) -> None:
+    """The watch saw the Volcano Job go and ended the job before this task ran: its endpoint
+    is still this task's to delete (best effort; the cluster reconcile is the backstop)."""
+    if job is not None and job.serves and job.endpoint_url and job.state not in _STOPPING:
+        serving_withdraw(job=job)
+
+
+_STOPPING = frozenset({JobState.CANCELLING, JobState.PREEMPTING})
 
 
 def job_cancel_on_cluster(*, job_id: int, attempt: int = 1) -> Outcome:
     """Delete a CANCELLING job's Volcano Job, then mark it CANCELLED."""
     job = job_for_task(job_id)
     if job is None or job.state != JobState.CANCELLING:
+        _late_withdraw(job)
         return Outcome(done=True, message="not cancelling")
     pending = _remove(job, attempt=attempt)
     if pending is not None:
@@ -110,6 +130,7 @@ def job_evict(*, job_id: int, attempt: int = 1) -> Outcome:
     """Delete a PREEMPTING job's Volcano Job, then requeue it (reason Preempted)."""
     job = job_for_task(job_id)
     if job is None or job.state != JobState.PREEMPTING:
+        _late_withdraw(job)
         return Outcome(done=True, message="not preempting")
     pending = _remove(job, attempt=attempt)
     if pending is not None:

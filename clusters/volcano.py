@@ -74,6 +74,14 @@ Networking
     only from the job's own pods. Training keeps that policy. Inference passes
     ``--disable-network-policy``, since a server the policy isolates cannot serve anyone.
 
+Serving
+    An inference container with a port declares it (named ``http``) and gets a readiness probe
+    on it: an HTTP GET of the job's readiness path, or a TCP connect without one. Its Service is
+    ``<job>-serve`` (:func:`build_serving_service`; the ``svc`` plugin's headless Service owns
+    the job's own name), selecting the job's pods by Volcano's ``volcano.sh/job-name`` and the
+    portal's job label, and on an ingress cluster an Ingress on the host the admin's pattern
+    gives (:func:`build_serving_ingress`). Both carry an owner reference to the Volcano Job.
+
 Queues
     One cluster-scoped ``scheduling.volcano.sh/v1beta1`` Queue per team and cluster
     (:func:`build_volcano_queue`). A queue's state is not a spec field: it lives in
@@ -98,6 +106,9 @@ __all__ = [
     "COMMAND_API_VERSION",
     "COMMAND_KIND",
     "CONTAINER_NAME",
+    "EXPOSURES",
+    "EXPOSURE_CLUSTERIP",
+    "EXPOSURE_INGRESS",
     "JOB_API_VERSION",
     "JOB_KIND",
     "LABEL_GPU_MODEL",
@@ -125,19 +136,27 @@ __all__ = [
     "ManifestError",
     "QueueAction",
     "SecretKeyRef",
+    "ServingSpec",
     "Toleration",
     "VolcanoJobSpec",
     "build_queue_command",
+    "build_serving_ingress",
+    "build_serving_service",
     "build_volcano_job",
     "build_volcano_queue",
     "cpu_quantity",
+    "ingress_host",
+    "ingress_host_pattern_check",
     "job_selector",
     "label_value",
     "managed_selector",
     "memory_quantity",
     "pod_name",
+    "readiness_path_check",
     "replica_of_pod",
     "replica_pod_name",
+    "serving_service_name",
+    "serving_url",
     "team_namespace_name",
     "volcano_job_name",
     "volcano_queue_name",
@@ -183,6 +202,8 @@ JOB_NAME_PREFIX: Final = "gp-"
 PYTORCH_PORT: Final = 23456
 INFERENCE_PORT_NAME: Final = "http"
 SHM_VOLUME: Final = "dshm"
+READINESS_PERIOD_SECONDS: Final = 5
+MAX_READINESS_PATH: Final = 1024
 
 # A sanity bound, far below what pod names allow (see ``volcano_job_name``).
 MAX_REPLICAS: Final = 4096
@@ -246,6 +267,23 @@ def _is_qualified_key(value: str, *, require_prefix: bool = False) -> bool:
     if slash and not _is_dns_subdomain(prefix):
         return False
     return len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
+_READINESS_PATH = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*")
+
+
+def readiness_path_check(path: str) -> str:
+    """``path`` if it can be an HTTP readiness probe's path: absolute, printable ASCII without
+    spaces or fragments, at most 1024 characters; else :class:`ManifestError` naming the field.
+    Shared by the portal's job validation, so a bad path is a 400 and never a refused pod."""
+    if not isinstance(path, str) or len(path) > MAX_READINESS_PATH:
+        raise _fail("readiness_path", f"must be at most {MAX_READINESS_PATH} characters")
+    if _READINESS_PATH.fullmatch(path) is None:
+        raise _fail(
+            "readiness_path",
+            f"must be an absolute URL path such as /health (no spaces or #), got {path!r}",
+        )
+    return path
 
 
 def _short_hash(value: str, length: int = 8) -> str:
@@ -539,6 +577,9 @@ class VolcanoJobSpec:
     max_runtime_seconds: int
     port: int | None = None
     """Container port of an inference server (or a training job's side port)."""
+    readiness_path: str | None = None
+    """An inference server's readiness probe: ``GET`` this path on ``port`` (``None``: a TCP
+    probe, ready once the port accepts connections). Ignored without a port."""
     scheduler_name: str = "volcano"
     submission_uid: str
     """Unique per dispatch attempt lineage; a 409 with another value is a conflict."""
@@ -641,6 +682,8 @@ def _validate(spec: VolcanoJobSpec) -> None:
         )
     if spec.port is not None and not 1 <= spec.port <= 65535:
         raise _fail("port", f"must be between 1 and 65535, got {spec.port}")
+    if spec.readiness_path is not None:
+        readiness_path_check(spec.readiness_path)
     if not spec.scheduler_name or len(spec.scheduler_name) > 63:
         raise _fail("scheduler_name", "must be 1 to 63 characters")
     if not spec.submission_uid or len(spec.submission_uid) > 253:
@@ -866,10 +909,31 @@ def _container(spec: VolcanoJobSpec) -> dict[str, Any]:
         container["ports"] = [
             {"name": INFERENCE_PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}
         ]
+        if spec.kind == "inference":
+            container["readinessProbe"] = _readiness_probe(spec)
     if spec.shm_mib:
         # A mount point in the container, not a temporary file on this machine.
         container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]  # noqa: S108
     return container
+
+
+def _readiness_probe(spec: VolcanoJobSpec) -> dict[str, Any]:
+    """Ready once the server answers on its named port: an HTTP GET of ``readiness_path`` (any
+    2xx/3xx) or, without a path, a TCP connect. No ``initialDelaySeconds``: a model that loads
+    for minutes is simply not ready yet, and the kubelet keeps probing every few seconds;
+    readiness failures never restart the container (that is a liveness probe's job)."""
+    action: dict[str, Any]
+    if spec.readiness_path:
+        action = {"httpGet": {"path": spec.readiness_path, "port": INFERENCE_PORT_NAME}}
+    else:
+        action = {"tcpSocket": {"port": INFERENCE_PORT_NAME}}
+    return {
+        **action,
+        "periodSeconds": READINESS_PERIOD_SECONDS,
+        "timeoutSeconds": 2,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
 
 
 def _env(spec: VolcanoJobSpec) -> list[dict[str, Any]]:
@@ -979,3 +1043,186 @@ def build_queue_command(
             "uid": queue_uid,
         },
     }
+
+
+# --- Serving: the Service (and Ingress) in front of an inference job ---------------------------
+
+SERVICE_API_VERSION: Final = "v1"
+INGRESS_API_VERSION: Final = "networking.k8s.io/v1"
+SERVING_SUFFIX: Final = "-serve"
+EXPOSURE_CLUSTERIP: Final = "clusterip"
+EXPOSURE_INGRESS: Final = "ingress"
+EXPOSURES: Final[frozenset[str]] = frozenset({EXPOSURE_CLUSTERIP, EXPOSURE_INGRESS})
+HOST_JOB: Final = "{job}"
+HOST_TEAM: Final = "{team}"
+_HOST_PLACEHOLDER = re.compile(r"\{[^}]*\}")
+
+
+def serving_service_name(job_id: str) -> str:
+    """The Service (and Ingress) of an inference job: the Volcano Job's name + ``-serve``.
+
+    Not the Volcano Job's own name: the ``svc`` plugin already owns a headless Service by that
+    name (pod DNS). 41 characters, a DNS-1035 label as a Service name must be."""
+    return volcano_job_name(job_id) + SERVING_SUFFIX
+
+
+def ingress_host_pattern_check(pattern: str) -> str:
+    """``pattern`` if it can make an Ingress host for every job: it names ``{job}`` (one host
+    per job, so two jobs never share a route), uses no placeholder but ``{job}`` and
+    ``{team}``, and is a DNS-1123 subdomain once they are filled in. Else ManifestError."""
+    if HOST_JOB not in pattern:
+        raise _fail("ingress_host_pattern", "must contain {job}, so each job gets its own host")
+    unknown = set(_HOST_PLACEHOLDER.findall(pattern)) - {HOST_JOB, HOST_TEAM}
+    if unknown:
+        raise _fail(
+            "ingress_host_pattern",
+            f"knows only {{job}} and {{team}}, not {', '.join(sorted(unknown))}",
+        )
+    sample = pattern.replace(HOST_JOB, "gp-" + "0" * 32).replace(HOST_TEAM, "gp-" + "t" * 20)
+    if not _is_dns_subdomain(sample) or any(len(p) > 63 for p in sample.split(".")):
+        raise _fail(
+            "ingress_host_pattern",
+            f"must give a lower-case DNS name such as {{job}}.serve.example.org, got {pattern!r}",
+        )
+    return pattern
+
+
+def ingress_host(pattern: str, job_id: str, team_slug: str) -> str:
+    """The host an inference job is reached at on an ingress cluster: the admin's pattern with
+    ``{job}`` the Volcano Job's name and ``{team}`` the team as a DNS label."""
+    ingress_host_pattern_check(pattern)
+    team = _dns_name("", team_slug, 63) if team_slug else "team"
+    return pattern.replace(HOST_JOB, volcano_job_name(job_id)).replace(HOST_TEAM, team)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingSpec:
+    """What the Service and Ingress of one inference job need.
+
+    ``owner_uid`` is the Volcano Job's UID (from its create): with it both objects carry an
+    owner reference, so the cluster's garbage collector removes them with the job even when
+    the portal's own delete never arrives. ``host`` is set on an ingress cluster only.
+    """
+
+    job_id: str
+    team_slug: str
+    namespace: str
+    port: int
+    owner_uid: str | None = None
+    host: str | None = None
+    ingress_class_name: str | None = None
+
+    def __post_init__(self) -> None:
+        volcano_job_name(self.job_id)
+        if not _is_dns_label(self.namespace):
+            raise _fail("namespace", f"must be a DNS-1123 label, got {self.namespace!r}")
+        if isinstance(self.port, bool) or not 1 <= self.port <= 65535:
+            raise _fail("port", f"must be between 1 and 65535, got {self.port}")
+        if self.host is not None and not _is_dns_subdomain(self.host):
+            raise _fail("host", f"must be a DNS-1123 subdomain, got {self.host!r}")
+        if self.ingress_class_name is not None and not _is_dns_subdomain(self.ingress_class_name):
+            raise _fail(
+                "ingress_class_name", f"must be a DNS-1123 subdomain: {self.ingress_class_name!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return serving_service_name(self.job_id)
+
+
+def _serving_metadata(spec: ServingSpec) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": {
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_TEAM: label_value(spec.team_slug),
+            LABEL_JOB_ID: str(_job_uuid(spec.job_id)),
+            LABEL_KIND: "inference",
+        },
+    }
+    if spec.owner_uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": JOB_API_VERSION,
+                "kind": JOB_KIND,
+                "name": volcano_job_name(spec.job_id),
+                "uid": spec.owner_uid,
+                # Not the controller: Volcano's svc plugin controls its own headless Service.
+                "controller": False,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    return metadata
+
+
+def build_serving_service(spec: ServingSpec) -> dict[str, Any]:
+    """A ClusterIP Service on the job's port, selecting its server pods.
+
+    The selector pairs Volcano's pod label (``volcano.sh/job-name``) with the portal's job
+    label: either alone would do on a healthy cluster, both together can never pick a pod of
+    another job. Only Ready pods become endpoints, which is what the readiness probe is for.
+    """
+    return {
+        "apiVersion": SERVICE_API_VERSION,
+        "kind": "Service",
+        "metadata": _serving_metadata(spec),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                VOLCANO_LABEL_JOB_NAME: volcano_job_name(spec.job_id),
+                LABEL_JOB_ID: str(_job_uuid(spec.job_id)),
+            },
+            "ports": [
+                {
+                    "name": INFERENCE_PORT_NAME,
+                    "port": spec.port,
+                    "targetPort": INFERENCE_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def build_serving_ingress(spec: ServingSpec) -> dict[str, Any]:
+    """A ``networking.k8s.io/v1`` Ingress routing the job's host to its Service, every path."""
+    if spec.host is None:
+        raise _fail("host", "an Ingress needs the job's host")
+    ingress_spec: dict[str, Any] = {
+        "rules": [
+            {
+                "host": spec.host,
+                "http": {
+                    "paths": [
+                        {
+                            "path": "/",
+                            "pathType": "Prefix",
+                            "backend": {
+                                "service": {
+                                    "name": spec.name,
+                                    "port": {"name": INFERENCE_PORT_NAME},
+                                }
+                            },
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    if spec.ingress_class_name:
+        ingress_spec["ingressClassName"] = spec.ingress_class_name
+    return {
+        "apiVersion": INGRESS_API_VERSION,
+        "kind": "Ingress",
+        "metadata": _serving_metadata(spec),
+        "spec": ingress_spec,
+    }
+
+
+def serving_url(spec: ServingSpec) -> str:
+    """Where a user calls the server: ``https://<host>`` through the Ingress (the cluster's
+    ingress controller terminates TLS), else the Service's in-cluster DNS name and port."""
+    if spec.host is not None:
+        return f"https://{spec.host}"
+    return f"http://{spec.name}.{spec.namespace}.svc.cluster.local:{spec.port}"

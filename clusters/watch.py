@@ -276,7 +276,8 @@ class ResourceWatcher:
         if event.type == "DELETED":
             self._pods_seen.pop(pod.uid, None)
             return
-        signature = (pod.node, frozenset(f.key for f in pod.facts))
+        # Readiness counts: it is what an inference job's endpoint waits for.
+        signature = (pod.node, frozenset(f.key for f in pod.facts), pod.ready)
         if self._pods_seen.get(pod.uid) == signature:
             return
         job = self._job(cluster, pod.job_uuid)

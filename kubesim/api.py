@@ -62,7 +62,15 @@ from kubesim.selectors import (
 )
 from kubesim.sim import Simulation
 from kubesim.store import Entry, ResourceType, Watcher, WatchEvent
-from kubesim.validation import metadata_causes, secret_admitted, secret_causes
+from kubesim.validation import (
+    ingress_causes,
+    metadata_causes,
+    secret_admitted,
+    secret_causes,
+    service_admitted,
+    service_causes,
+    service_name_causes,
+)
 
 log = logging.getLogger("kubesim")
 
@@ -1028,6 +1036,19 @@ class Api:
             if causes:
                 raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
             return secret_admitted(obj)
+        if rt is self.types.services:
+            self._validate(rt, obj)
+            causes = service_name_causes(obj["metadata"]) + service_causes(obj)
+            if causes:
+                raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
+            return service_admitted(obj, self.sim.next_cluster_ip())
+        if rt is self.types.ingresses:
+            self._validate(rt, obj)
+            causes = ingress_causes(obj)
+            if causes:
+                raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
+            obj["status"] = {"loadBalancer": {}}
+            return obj
         raise method_not_allowed()
 
     # ==================================================================================

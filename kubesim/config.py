@@ -67,6 +67,7 @@ class SimSettings:
     """Timings and limits of the simulation, in simulated seconds unless noted."""
 
     pod_startup_seconds: float = 2.0
+    readiness_seconds: float = 1.0  # a readiness probe first passes this long after start
     default_duration_seconds: float | None = 300.0
     pod_termination_seconds: float = 2.0
     config_retry_seconds: float = 10.0  # the kubelet retries a CreateContainerConfigError
@@ -163,6 +164,7 @@ _POOL_KEYS = {
 }
 _SIM_KEYS = {
     "podStartupSeconds": "pod_startup_seconds",
+    "readinessSeconds": "readiness_seconds",
     "defaultDurationSeconds": "default_duration_seconds",
     "podTerminationSeconds": "pod_termination_seconds",
     "configRetrySeconds": "config_retry_seconds",

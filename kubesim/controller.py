@@ -548,6 +548,13 @@ class JobController:
                     self.delete_pod(pod, by_controller=True)
             else:
                 pod.job = None  # orphaned
+        # The garbage collector's part for the rest of what the job owns (an inference job's
+        # Service and Ingress): gone with it unless they name another owner too.
+        for rt in (self.types.services, self.types.ingresses):
+            for owned in self.store.select(rt, job.key[0]):
+                owners = owned["metadata"].get("ownerReferences") or []
+                if owners and all(o.get("uid") == job.uid for o in owners):
+                    self.store.delete(rt, job.key[0], owned["metadata"]["name"])
         self._drop_gang(job)
         self.dirty_jobs.pop(job.key, None)
 

@@ -5,6 +5,9 @@ A bound pod sits in ContainerCreating for ``podStartupSeconds``, then runs for i
 exits with 0 or the configured failure. ``restartPolicy`` decides whether the container is
 restarted in place (CrashLoopBackOff) or the pod ends Succeeded/Failed. A pod with
 ``activeDeadlineSeconds`` is failed (reason ``DeadlineExceeded``) that long after its startTime.
+A container with a ``readinessProbe`` starts unready (``Ready=False``, ``ContainersNotReady``)
+and becomes Ready ``readinessSeconds`` after its probe's ``initialDelaySeconds``; without one,
+a running pod is Ready at once.
 A container whose env names a Secret (or a key of one) that does not exist waits in
 ``CreateContainerConfigError`` until it does. Deletion is graceful: Terminating for
 ``podTerminationSeconds``, then gone.
@@ -38,6 +41,19 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 _INT = re.compile(r"-?[0-9]{1,9}")  # ASCII digits: isdigit() also takes "¹"
+_READY_TYPES = frozenset({"Ready", "ContainersReady"})
+
+
+def _readiness_delay(containers: list[dict[str, Any]], base: float) -> float | None:
+    """How long after start a pod's readiness probes first pass (``readinessSeconds`` after the
+    longest ``initialDelaySeconds``), or None when no container has a readiness probe (the
+    pod is Ready as soon as it runs, as a real kubelet makes it)."""
+    delays = [
+        float((c.get("readinessProbe") or {}).get("initialDelaySeconds") or 0)
+        for c in containers
+        if c.get("readinessProbe")
+    ]
+    return max(delays) + base if delays else None
 
 
 class Kubelet:
@@ -226,6 +242,7 @@ class Kubelet:
             pod_ip = obj["status"]["podIP"]
         stamp = rfc3339(now)
         old_statuses = {c["name"]: c for c in obj["status"].get("containerStatuses") or []}
+        probed = _readiness_delay(containers, self.settings.readiness_seconds)
         status = {
             **obj["status"],
             "phase": "Running",
@@ -233,6 +250,16 @@ class Kubelet:
             "podIPs": [{"ip": pod_ip}],
             "conditions": [
                 {"type": t, "status": "True", "lastTransitionTime": stamp, "lastProbeTime": None}
+                if probed is None or t not in _READY_TYPES
+                else {
+                    "type": t,
+                    "status": "False",
+                    "reason": "ContainersNotReady",
+                    "message": "containers with unready status: "
+                    f"[{' '.join(c['name'] for c in containers if c.get('readinessProbe'))}]",
+                    "lastTransitionTime": stamp,
+                    "lastProbeTime": None,
+                }
                 for t in (
                     "PodReadyToStartContainers",
                     "Initialized",
@@ -252,11 +279,46 @@ class Kubelet:
                 for c in containers
             ],
         }
+        if probed is not None:
+            for cs, c in zip(status["containerStatuses"], containers, strict=True):
+                cs["ready"] = not c.get("readinessProbe")
         self._replace_pod(obj, status=status)
         run_for = self._run_time(obj, pod)
         pod.gen += 1
         if run_for is not None:
             self.after(run_for, self._finish_container, pod, pod.gen)
+        if probed is not None:
+            self.after(probed, self._readiness_passed, pod, pod.gen)
+        if pod.job is not None:
+            self.dirty_jobs[pod.job.key] = None
+
+    def _readiness_passed(self, pod: PodRuntime, gen: int) -> None:
+        """The readiness probes succeed: the pod and its containers become Ready (and, in a
+        real cluster, the pod an endpoint of every Service selecting it)."""
+        if pod.gen != gen or pod.deleting or pod.state != "running":
+            return
+        obj = self.store.get(self.types.pods, *pod.key)
+        if obj is None or obj["status"].get("phase") != "Running":
+            return
+        stamp = rfc3339(self.now())
+        conditions = [
+            {
+                "type": c["type"],
+                "status": "True",
+                "lastTransitionTime": stamp,
+                "lastProbeTime": None,
+            }
+            if c["type"] in _READY_TYPES
+            else c
+            for c in obj["status"].get("conditions") or []
+        ]
+        statuses = [
+            {**cs, "ready": True} if (cs.get("state") or {}).get("running") else cs
+            for cs in obj["status"].get("containerStatuses") or []
+        ]
+        self._replace_pod(
+            obj, status={**obj["status"], "conditions": conditions, "containerStatuses": statuses}
+        )
         if pod.job is not None:
             self.dirty_jobs[pod.job.key] = None
 

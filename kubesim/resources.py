@@ -1,5 +1,5 @@
-"""The resource types kubesim serves: core v1 (nodes, namespaces, pods, events, secrets), the
-three Volcano CRDs and Volcano Commands.
+"""The resource types kubesim serves: core v1 (nodes, namespaces, pods, events, secrets,
+services), ``networking.k8s.io/v1`` Ingresses, the three Volcano CRDs and Volcano Commands.
 
 Each :class:`~kubesim.store.ResourceType` lists its verbs (anything else is 405), its
 subresources and the fields a ``fieldSelector`` may use, exactly as discovery advertises them.
@@ -141,6 +141,30 @@ class Types:
             (),
             _fields("type"),
         )
+        self.services = ResourceType(
+            "",
+            "v1",
+            "services",
+            "service",
+            "Service",
+            True,
+            READ | {"create", "delete"},
+            ("svc",),
+            ("status",),
+            _fields("spec.clusterIP", "spec.type"),
+        )
+        self.ingresses = ResourceType(
+            "networking.k8s.io",
+            "v1",
+            "ingresses",
+            "ingress",
+            "Ingress",
+            True,
+            READ | {"create", "delete", "deletecollection"},
+            ("ing",),
+            ("status",),
+            _fields(),
+        )
         self.jobs = self._crd(crds["jobs"], READ | WRITE)
         self.queues = self._crd(crds["queues"], READ | WRITE)
         self.podgroups = self._crd(crds["podgroups"], READ)
@@ -151,6 +175,8 @@ class Types:
             self.pods,
             self.events,
             self.secrets,
+            self.services,
+            self.ingresses,
             self.jobs,
             self.queues,
             self.podgroups,

@@ -92,6 +92,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         self._event_order: list[tuple[str, str, str]] = []
         self._event_head = 0
         self._ip = itertools.count(2)
+        self._cluster_ip = itertools.count(10)
         self.wake = threading.Event()
         self._stop = threading.Event()
         self._paused = threading.Event()
@@ -464,6 +465,11 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
     # ==================================================================================
     # public operations (called by the API layer or the Python API)
     # ==================================================================================
+    def next_cluster_ip(self) -> str:
+        """A Service's virtual IP from the default service CIDR (10.96.0.0/12)."""
+        n = next(self._cluster_ip)
+        return f"10.96.{(n // 250) % 250}.{n % 250 + 1}"
+
     def pod(self, namespace: str, name: str) -> PodRuntime | None:
         """The runtime record of a pod."""
         return self.pods.get((namespace, name))

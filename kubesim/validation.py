@@ -165,3 +165,207 @@ def secret_admitted(obj: dict[str, Any]) -> dict[str, Any]:
     obj["data"] = data
     obj.setdefault("type", "Opaque")
     return obj
+
+
+# --- Services and Ingresses (pkg/apis/core/validation, pkg/apis/networking/validation) --------
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+$")
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+PATH_TYPES = ("Exact", "Prefix", "ImplementationSpecific")
+DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
+    "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+
+
+def _required(field: str) -> dict[str, str]:
+    return {"reason": "FieldValueRequired", "field": field, "message": f"{field}: Required value"}
+
+
+def _unsupported(field: str, value: Any, allowed: tuple[str, ...]) -> dict[str, str]:
+    quoted = ", ".join(f'"{a}"' for a in allowed)
+    return {
+        "reason": "FieldValueNotSupported",
+        "field": field,
+        "message": f'{field}: Unsupported value: "{value}": supported values: {quoted}',
+    }
+
+
+def _port_number_causes(field: str, value: Any) -> list[dict]:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        return [_invalid(field, str(value), "must be between 1 and 65535, inclusive")]
+    return []
+
+
+def _port_name_causes(field: str, value: str) -> list[dict]:
+    """IANA_SVC_NAME: at most 15 characters, lower-case alphanumerics and '-', one letter."""
+    if (
+        len(value) > 15
+        or not _IANA_SVC_NAME.match(value)
+        or value.startswith("-")
+        or value.endswith("-")
+        or "--" in value
+        or not re.search("[a-z]", value)
+    ):
+        return [_invalid(field, value, "must be a valid port name (IANA_SVC_NAME)")]
+    return []
+
+
+def _int_or_name_causes(field: str, value: Any) -> list[dict]:
+    if isinstance(value, str):
+        return _port_name_causes(field, value)
+    return _port_number_causes(field, value)
+
+
+def service_name_causes(meta: dict[str, Any]) -> list[dict]:
+    """A Service's name is a DNS-1035 label (it becomes a DNS name and env variable prefix)."""
+    name = meta.get("name")
+    if isinstance(name, str) and name and (len(name) > 63 or not _DNS1035.match(name)):
+        return [_invalid("metadata.name", name, DNS1035_MSG)]
+    return []
+
+
+def service_causes(obj: dict[str, Any]) -> list[dict]:
+    """A Service's spec: type, ports (required unless ExternalName), selector labels."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [_required("spec")]
+    causes: list[dict] = []
+    kind = spec.get("type", "ClusterIP")
+    if kind not in SERVICE_TYPES:
+        causes.append(_unsupported("spec.type", kind, SERVICE_TYPES))
+    ports = spec.get("ports") or []
+    if not isinstance(ports, list):
+        return [*causes, _invalid("spec.ports", str(ports), "must be a list")]
+    if not ports and kind != "ExternalName":
+        causes.append(_required("spec.ports"))
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        where = f"spec.ports[{i}]"
+        if not isinstance(port, dict):
+            causes.append(_invalid(where, str(port), "must be an object"))
+            continue
+        name = port.get("name")
+        if len(ports) > 1 and not name:
+            causes.append(_required(f"{where}.name"))
+        if name:
+            if not is_dns_label(str(name)):
+                causes.append(_invalid(f"{where}.name", str(name), LABEL_MSG))
+            if name in names:
+                causes.append(
+                    {
+                        "reason": "FieldValueDuplicate",
+                        "field": f"{where}.name",
+                        "message": f'{where}.name: Duplicate value: "{name}"',
+                    }
+                )
+            names.add(str(name))
+        if "port" not in port:
+            causes.append(_required(f"{where}.port"))
+        else:
+            causes.extend(_port_number_causes(f"{where}.port", port["port"]))
+        protocol = port.get("protocol", "TCP")
+        if protocol not in PROTOCOLS:
+            causes.append(_unsupported(f"{where}.protocol", protocol, PROTOCOLS))
+        if "targetPort" in port:
+            causes.extend(_int_or_name_causes(f"{where}.targetPort", port["targetPort"]))
+    selector = spec.get("selector") or {}
+    if not isinstance(selector, dict):
+        causes.append(_invalid("spec.selector", str(selector), "must be a map of strings"))
+        selector = {}
+    for key, value in selector.items():
+        causes.extend(label_key_causes(key, "spec.selector"))
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            causes.append(_invalid("spec.selector", str(value), LABEL_VALUE_MSG))
+    return causes
+
+
+def service_admitted(obj: dict[str, Any], cluster_ip: str) -> dict[str, Any]:
+    """The Service as stored: the defaults the API server fills in and a ClusterIP."""
+    spec = obj["spec"]
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    spec.setdefault("ipFamilies", ["IPv4"])
+    spec.setdefault("ipFamilyPolicy", "SingleStack")
+    if spec["type"] != "ExternalName" and spec.get("clusterIP") != "None":
+        spec["clusterIP"] = cluster_ip
+        spec["clusterIPs"] = [cluster_ip]
+    for port in spec.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+        port.setdefault("targetPort", port.get("port"))
+    obj["status"] = {"loadBalancer": {}}
+    return obj
+
+
+def _backend_causes(field: str, backend: Any) -> list[dict]:
+    if not isinstance(backend, dict):
+        return [_required(field)]
+    service = backend.get("service")
+    if not isinstance(service, dict):
+        if backend.get("resource"):
+            return []
+        return [_required(f"{field}.service")]
+    causes: list[dict] = []
+    name = service.get("name")
+    if not name:
+        causes.append(_required(f"{field}.service.name"))
+    elif not _DNS1035.match(str(name)) or len(str(name)) > 63:
+        causes.append(_invalid(f"{field}.service.name", str(name), DNS1035_MSG))
+    port = service.get("port")
+    if not isinstance(port, dict) or ("name" in port) == ("number" in port):
+        causes.append(
+            _invalid(f"{field}.service.port", str(port), "cannot set both port name & port number")
+            if isinstance(port, dict) and "name" in port
+            else _required(f"{field}.service.port")
+        )
+    elif "name" in port:
+        causes.extend(_port_name_causes(f"{field}.service.port.name", str(port["name"])))
+    else:
+        causes.extend(_port_number_causes(f"{field}.service.port.number", port["number"]))
+    return causes
+
+
+def ingress_causes(obj: dict[str, Any]) -> list[dict]:
+    """An Ingress's spec: rules or a default backend, hosts, paths, path types, backends."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [_required("spec")]
+    causes: list[dict] = []
+    rules = spec.get("rules") or []
+    if not rules and not spec.get("defaultBackend"):
+        causes.append(
+            _invalid("spec.rules", "[]", "either `defaultBackend` or `rules` must be specified")
+        )
+    if spec.get("defaultBackend"):
+        causes.extend(_backend_causes("spec.defaultBackend", spec["defaultBackend"]))
+    class_name = spec.get("ingressClassName")
+    if class_name is not None and not is_dns_subdomain(str(class_name)):
+        causes.append(_invalid("spec.ingressClassName", str(class_name), SUBDOMAIN_MSG))
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        where = f"spec.rules[{i}]"
+        host = (rule or {}).get("host")
+        if host:
+            plain = host[2:] if host.startswith("*.") else host
+            if not is_dns_subdomain(plain):
+                causes.append(_invalid(f"{where}.host", host, SUBDOMAIN_MSG))
+        http = (rule or {}).get("http")
+        if http is None:
+            continue
+        paths = http.get("paths") or []
+        if not paths:
+            causes.append(_required(f"{where}.http.paths"))
+        for j, path in enumerate(paths):
+            at = f"{where}.http.paths[{j}]"
+            if "pathType" not in path:
+                causes.append(_required(f"{at}.pathType"))
+            elif path["pathType"] not in PATH_TYPES:
+                causes.append(_unsupported(f"{at}.pathType", path["pathType"], PATH_TYPES))
+            value = path.get("path", "")
+            if path.get("pathType") in ("Exact", "Prefix") and not str(value).startswith("/"):
+                causes.append(_invalid(f"{at}.path", str(value), "must be an absolute path"))
+            causes.extend(_backend_causes(f"{at}.backend", path.get("backend")))
+    return causes

@@ -156,6 +156,20 @@ class Job(models.Model):
         "GPUPOOL_MAX_RETRY",
     )
     port = models.PositiveIntegerField(null=True, blank=True, help_text="Inference only")
+    readiness_path = models.CharField(
+        max_length=1024,
+        blank=True,
+        default="",
+        help_text="Inference only: HTTP path of the readiness probe on the port (empty: TCP)",
+    )
+    # An inference job's endpoint, written by the clusters room: the URL once its Service (and
+    # Ingress) exist on the cluster, "" before and after; ready while every replica's pod
+    # reports Ready. The portal shows "serving" only while the job is also RUNNING.
+    endpoint_url = models.CharField(max_length=512, blank=True, default="")
+    endpoint_kind = models.CharField(
+        max_length=16, blank=True, default="", help_text="clusterip or ingress"
+    )
+    endpoint_ready = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     state_changed_at = models.DateTimeField()
@@ -309,6 +323,28 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def serves(self) -> bool:
+        """An inference job with a port: it gets a Service, a readiness probe, an endpoint."""
+        return self.kind == JobKind.INFERENCE and self.port is not None
+
+    @property
+    def serving(self) -> bool:
+        """Callable now: RUNNING, its Service made and every replica's pod Ready."""
+        return (
+            self.serves
+            and self.state == JobState.RUNNING
+            and bool(self.endpoint_url)
+            and self.endpoint_ready
+        )
+
+    @property
+    def curl_line(self) -> str:
+        """A request a user can paste to try the endpoint (the readiness path, else ``/``)."""
+        if not self.endpoint_url or self.is_terminal:
+            return ""
+        return f"curl -sS {self.endpoint_url}{self.readiness_path or '/'}"
 
     @property
     def shown_state(self) -> str:

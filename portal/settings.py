@@ -649,6 +649,9 @@ MIDDLEWARE.insert(0, "portal.proxies.TrustedProxyMiddleware")
 
 # A team policy's max_priority names priorities as a submit does: one enum in the schema.
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["PriorityEnum"] = ["low", "normal", "high"]
+# Two "kind" choice sets: a job's (training, inference) and its endpoint's.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["EndpointKindEnum"] = ["clusterip", "ingress"]
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["JobKindEnum"] = "portal.models.JobKind"
 
 # Login brute force (django-axes): failures counted per account and per client address, on
 # /login/ and /admin/login/ alike; past the limit both are locked for the cool-off time,

@@ -167,6 +167,14 @@ class JobInputSerializer(serializers.Serializer):
     port = serializers.IntegerField(
         min_value=1024, max_value=65535, required=False, allow_null=True, help_text="Inference only"
     )
+    readiness_path = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        max_length=1024,
+        help_text="Inference only, with a port: the HTTP path the readiness probe GETs, e.g. "
+        "/health (empty: a TCP probe on the port)",
+    )
 
 
 class BatchInputSerializer(serializers.Serializer):
@@ -238,6 +246,44 @@ class StartEstimateSerializer(serializers.Serializer):
     )
 
 
+class EndpointSerializer(serializers.Serializer):
+    """Where an inference job is called, and whether it answers yet."""
+
+    url = serializers.CharField(
+        allow_null=True,
+        help_text="http://<service>.<namespace>.svc.cluster.local:<port> on a ClusterIP cluster, "
+        "https://<host> on an ingress cluster; null until the job's Service exists on its "
+        "cluster (and again once the job has ended)",
+    )
+    kind = serializers.ChoiceField(
+        choices=["clusterip", "ingress"], allow_null=True, help_text="How the URL is reached"
+    )
+    port = serializers.IntegerField(help_text="The port the server listens on")
+    ready = serializers.BooleanField(
+        help_text="True while the job is RUNNING and every replica passes its readiness probe"
+    )
+    readiness_path = serializers.CharField(
+        help_text="The readiness probe's HTTP path ('' for a TCP probe)"
+    )
+    curl = serializers.CharField(help_text="A request to try it with ('' without a URL)")
+
+
+def endpoint_of(job: Job) -> dict[str, Any] | None:
+    """The ``endpoint`` object of the REST job view; None for jobs that serve nothing."""
+    if not job.serves:
+        return None
+    return {
+        # Cleared by the clusters room once the Service is deleted; not shown after the end
+        # meanwhile, since nothing answers there any more.
+        "url": (job.endpoint_url or None) if not job.is_terminal else None,
+        "kind": (job.endpoint_kind or None) if not job.is_terminal else None,
+        "port": job.port,
+        "ready": job.serving,
+        "readiness_path": job.readiness_path,
+        "curl": job.curl_line,
+    }
+
+
 class JobSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -255,6 +301,7 @@ class JobSerializer(serializers.ModelSerializer):
     max_runtime_minutes = serializers.SerializerMethodField()
     position = serializers.IntegerField(source="queue_position", read_only=True, allow_null=True)
     blocker = serializers.SerializerMethodField()
+    endpoint = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -287,6 +334,8 @@ class JobSerializer(serializers.ModelSerializer):
             "max_runtime_minutes",
             "max_retry",
             "port",
+            "readiness_path",
+            "endpoint",
             "state",
             "submitted_at",
             "admitted_at",
@@ -322,6 +371,10 @@ class JobSerializer(serializers.ModelSerializer):
     def get_blocker(self, job: Job) -> dict[str, Any] | None:
         blocker = blocker_of(job)
         return blocker.as_dict() if blocker else None
+
+    @extend_schema_field(EndpointSerializer(allow_null=True))
+    def get_endpoint(self, job: Job) -> dict[str, Any] | None:
+        return endpoint_of(job)
 
 
 class JobDetailSerializer(JobSerializer):

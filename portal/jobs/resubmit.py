@@ -79,6 +79,8 @@ def job_request_data(job: Job, *, with_team: bool = True) -> dict[str, Any]:
             data["min_fp16_tflops"] = _number(job.min_fp16_tflops)
     if job.port is not None:
         data["port"] = job.port
+    if job.readiness_path:
+        data["readiness_path"] = job.readiness_path
     return data
 
 

@@ -106,6 +106,7 @@ FIELDS = frozenset(
         "max_runtime_minutes",
         "max_retry",
         "port",
+        "readiness_path",
     }
 )
 CONSTRAINT_FIELDS = ("min_gpu_memory_gib", "requires_bf16", "requires_fp8", "min_fp16_tflops")
@@ -160,6 +161,9 @@ class JobSpec:
     max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_MINUTES * 60
     max_retry: int = DEFAULT_MAX_RETRY
     port: int | None = None
+    readiness_path: str = ""
+    """An inference server's readiness probe: ``GET`` this path on ``port``; empty for a TCP
+    probe (ready once the port accepts connections)."""
     gpu_memory_gib: int | None = None
     """A shared GPU: GiB of one device's memory per replica (``gpus_per_replica`` then holds
     the same number, as the pool counts GiB); None for whole GPUs or MIG slices."""
@@ -191,6 +195,7 @@ class JobSpec:
             "max_runtime_seconds": self.max_runtime_seconds,
             "max_retry": self.max_retry,
             "port": self.port,
+            "readiness_path": self.readiness_path,
             "gpu_memory_gib": self.gpu_memory_gib,
             "gpu_cores_percent": self.gpu_cores_percent,
         }
@@ -306,6 +311,36 @@ def _string_list(data: Mapping[str, Any], name: str, errors: _Errors) -> tuple[s
     if any("\x00" in v for v in value):
         errors.add(name, "Must not contain NUL characters.")
     return tuple(value)
+
+
+# An absolute URL path, printable ASCII without spaces or a fragment: what a kubelet's HTTP
+# probe can send. clusters.volcano holds the same rule for the manifest (it may not import
+# the portal); tests/clusters/test_serving_manifest.py keeps the two in step.
+_READINESS_PATH = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*")
+MAX_READINESS_PATH = 1024
+
+
+def _parse_readiness_path(
+    data: Mapping[str, Any], errors: _Errors, *, kind: str, port: int | None
+) -> str:
+    """The readiness probe's HTTP path, or "" for a TCP probe on the port."""
+    value = data.get("readiness_path")
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        errors.add("readiness_path", "Must be a string.")
+        return ""
+    if kind != JobKind.INFERENCE:
+        errors.add("readiness_path", "Only inference jobs have a readiness probe.")
+    elif port is None:
+        errors.add("readiness_path", "Needs the port the server listens on.")
+    if len(value) > MAX_READINESS_PATH:
+        errors.add("readiness_path", f"Must be at most {MAX_READINESS_PATH} characters.")
+    elif _READINESS_PATH.fullmatch(value) is None:
+        errors.add(
+            "readiness_path", "Must be an absolute path such as /health, without spaces or #."
+        )
+    return value
 
 
 def _parse_name(data: Mapping[str, Any], errors: _Errors) -> str:
@@ -570,6 +605,7 @@ def parse_job_spec(
     port = _int(data, "port", errors, default=None, minimum=1024, maximum=65535)
     if port is not None and kind != JobKind.INFERENCE:
         errors.add("port", "Only inference jobs serve a port.")
+    readiness_path = _parse_readiness_path(data, errors, kind=kind, port=port)
 
     if errors:
         raise SpecError(errors.fields)
@@ -596,5 +632,6 @@ def parse_job_spec(
         max_runtime_seconds=(runtime or DEFAULT_MAX_RUNTIME_MINUTES) * 60,
         max_retry=DEFAULT_MAX_RETRY if max_retry is None else max_retry,
         port=port,
+        readiness_path=readiness_path,
         **requirement,
     )

@@ -167,6 +167,13 @@ class JobSubmitForm(forms.Form):
     port = _number(
         "Port (inference only)", required=False, min_value=1024, max_value=65535, initial=None
     )
+    readiness_path = forms.CharField(
+        label="Readiness path (inference only)",
+        required=False,
+        max_length=1024,
+        help_text="HTTP path that answers 200 once the server is ready, e.g. /health; "
+        "empty: ready once the port accepts connections",
+    )
 
     def __init__(
         self,
@@ -301,6 +308,7 @@ class JobSubmitForm(forms.Form):
             "max_runtime_minutes": d.get("max_runtime_minutes"),
             "max_retry": d.get("max_retry"),
             "port": d.get("port"),
+            "readiness_path": d.get("readiness_path") or None,
         }
         if self.by_models:
             data["gpu_models"] = self._models_in_order()
@@ -360,6 +368,7 @@ def initial_from_request(data: Mapping[str, Any]) -> dict[str, Any]:
         "max_runtime_minutes",
         "max_retry",
         "port",
+        "readiness_path",
         *CONSTRAINT_FIELDS,
     )
     for name in simple:

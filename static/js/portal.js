@@ -137,17 +137,41 @@
     if (field && field.closest && field.closest("[data-staged-grid]")) markStaged(field);
   });
 
+  // <button data-copy="ID" hidden> copies the text of element ID (a curl line) to the
+  // clipboard and says so in its own label for a moment; hidden until this script runs, and
+  // where the page is not a secure context (no Clipboard API), so it never does nothing.
+  function showCopyButtons(root) {
+    if (!navigator.clipboard) return;
+    Array.prototype.forEach.call(root.querySelectorAll("button[data-copy]"), function (b) {
+      b.hidden = false;
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest && event.target.closest("button[data-copy]");
+    if (!button || !navigator.clipboard) return;
+    var source = document.getElementById(button.getAttribute("data-copy"));
+    if (!source) return;
+    var label = button.getAttribute("data-label-copied") || "Copied";
+    navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+      var was = button.textContent;
+      button.textContent = label;
+      window.setTimeout(function () { button.textContent = was; }, 2000);
+    });
+  });
+
   function ready() {
     Array.prototype.forEach.call(document.querySelectorAll("[data-staged-grid] input"), markStaged);
     setUpMenu();
     labelCells(document);
     focusableScrollers();
+    showCopyButtons(document);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
   else ready();
   document.addEventListener("htmx:afterSwap", function () {
     labelCells(document);  // an outerHTML swap's event names the element it replaced
     focusableScrollers();
+    showCopyButtons(document);
   });
   window.addEventListener("resize", focusableScrollers);
 })();

@@ -190,3 +190,56 @@ def test_an_unsafe_prometheus_url_is_a_field_error_on_change(sim, register, admi
     assert "169.254.169.254 is a cloud metadata address" in errors["prometheus_url"][0]
     cluster.refresh_from_db()
     assert cluster.prometheus_url == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving: how inference jobs are reached
+# ---------------------------------------------------------------------------------------------
+def test_an_admin_exposes_inference_jobs_through_an_ingress(sim, register, admin_client):
+    cluster = register(sim, name="adm")
+    assert cluster.serving_exposure == "clusterip"
+    form = _form(
+        serving_exposure="ingress",
+        ingress_host_pattern="{job}.{team}.serve.example.org",
+        ingress_class_name="nginx",
+    )
+    assert admin_client.post(_change(cluster), form).status_code == 302
+    cluster.refresh_from_db()
+    assert (cluster.serving_exposure, cluster.ingress_host_pattern, cluster.ingress_class_name) == (
+        "ingress",
+        "{job}.{team}.serve.example.org",
+        "nginx",
+    )
+    # Left out of a later post, the exposure is kept.
+    assert admin_client.post(_change(cluster), _form(ingress_host_pattern=form[
+        "ingress_host_pattern"])).status_code == 302  # fmt: skip
+    cluster.refresh_from_db()
+    assert cluster.serving_exposure == "ingress"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"serving_exposure": "ingress"}, "ingress_host_pattern", "needs a host pattern"),
+        ({"ingress_host_pattern": "serve.example.org"}, "ingress_host_pattern", "{job}"),
+        ({"ingress_host_pattern": "{job}.{cluster}.org"}, "ingress_host_pattern", "{cluster}"),
+        ({"ingress_class_name": "Not_A_Class"}, "ingress_class_name", "Lower-case letters"),
+        ({"serving_exposure": "nodeport"}, "serving_exposure", "nodeport"),
+    ],
+    ids=[
+        "ingress without a pattern",
+        "pattern without {job}",
+        "unknown placeholder",
+        "bad class name",
+        "unknown exposure",
+    ],
+)
+def test_a_serving_setting_that_cannot_work_is_a_field_error(
+    sim, register, admin_client, changes, field, words
+):
+    cluster = register(sim, name="adm")
+    errors = _errors(admin_client.post(_change(cluster), _form(**changes)))
+    assert field in errors, errors
+    assert words in " ".join(errors[field]) or field == "serving_exposure"
+    cluster.refresh_from_db()
+    assert (cluster.serving_exposure, cluster.ingress_host_pattern) == ("clusterip", "")

@@ -407,6 +407,7 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
         memory_mib=memory_mib,
         max_runtime_seconds=draw(st.integers(1, 30 * 24 * 3600)),
         port=draw(st.none() | st.integers(1, 65535)),
+        readiness_path=draw(st.none() | st.sampled_from(["/", "/health", "/v1/models?ready=1"])),
         scheduler_name=draw(st.sampled_from(["volcano", "volcano-gpu"])),
         submission_uid=str(draw(st.uuids())),
         portal_url=f"https://gpupool.example.org/jobs/{draw(st.uuids())}/",

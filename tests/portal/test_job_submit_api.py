@@ -57,6 +57,27 @@ def test_an_inference_job_with_a_port_and_explicit_models(api_as, bob, vision, c
     assert response.status_code == 201, response.json()
     job = Job.objects.get(public_id=response.json()["id"])
     assert (job.port, job.gpu_models, job.priority) == (8080, ["l4", "t4"], Priority.HIGH)
+    # Not running yet: an endpoint with no URL, not ready; a TCP probe without a path.
+    assert response.json()["endpoint"] == {
+        "url": None,
+        "kind": None,
+        "port": 8080,
+        "ready": False,
+        "readiness_path": "",
+        "curl": "",
+    }
+
+
+def test_an_inference_job_keeps_its_readiness_path_and_training_has_no_endpoint(
+    api_as, bob, catalog
+):
+    body = job_body(kind="inference", port=8000, readiness_path="/v1/models")
+    served = api_as(bob).post(URL, body, format="json")
+    assert served.status_code == 201, served.json()
+    assert served.json()["readiness_path"] == "/v1/models"
+    assert Job.objects.get(public_id=served.json()["id"]).readiness_path == "/v1/models"
+    trained = api_as(bob).post(URL, job_body(), format="json").json()
+    assert trained["endpoint"] is None
 
 
 INVALID = [
@@ -106,6 +127,27 @@ INVALID = [
     ("constraints nothing meets", {"min_gpu_memory_gib": 4000}, "min_gpu_memory_gib"),
     ("port on a training job", {"port": 8080}, "port"),
     ("privileged port", {"kind": "inference", "port": 80}, "port"),
+    ("readiness path on a training job", {"readiness_path": "/health"}, "readiness_path"),
+    (
+        "readiness path without a port",
+        {"kind": "inference", "readiness_path": "/health"},
+        "readiness_path",
+    ),
+    (
+        "relative readiness path",
+        {"kind": "inference", "port": 8000, "readiness_path": "health"},
+        "readiness_path",
+    ),
+    (
+        "readiness path with a space",
+        {"kind": "inference", "port": 8000, "readiness_path": "/he alth"},
+        "readiness_path",
+    ),
+    (
+        "readiness path not a string",
+        {"kind": "inference", "port": 8000, "readiness_path": 5},
+        "readiness_path",
+    ),
     ("unknown kind", {"kind": "batch"}, "kind"),
     ("unknown priority", {"priority": "urgent"}, "priority"),
     ("runtime beyond the limit", {"max_runtime_minutes": 10**6}, "max_runtime_minutes"),
