@@ -6,7 +6,7 @@ Nodes are bucketed by their free GPU count so that a gang's fit is a walk over a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from scheduling.engine.snapshot import ClusterState, Node
 
@@ -59,11 +59,14 @@ class Pool:
         self.held = [0] * len(ordered)
         self.max_total = max(self.total, default=0)
         self.total_gpus = sum(self.total)
-        self.free_total = sum(self.free)
         self.out_of_service = sum(max(0, n.out_of_service_gpus) for n in ordered)
+        self._bucket()
+
+    def _bucket(self) -> None:
+        self.free_total = sum(self.free)
         self.buckets: list[dict[int, None]] = [{} for _ in range(self.max_total + 1)]
         # Reversed so that "take the last one" yields the lowest node name first.
-        for i in reversed(range(len(ordered))):
+        for i in reversed(range(len(self.free))):
             self.buckets[self.free[i]][i] = None
 
     # -- reading -----------------------------------------------------------------------------
@@ -127,15 +130,46 @@ class Pool:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _set_free(self, i: int, value: int) -> None:
-        del self.buckets[self.free[i]][i]
-        self.free_total += value - self.free[i]
-        self.free[i] = value
-        self.buckets[value][i] = None
+    def _set_free(self, node: int, value: int) -> None:
+        free = self.free
+        del self.buckets[free[node]][node]
+        self.free_total += value - free[node]
+        free[node] = value
+        self.buckets[value][node] = None
 
     def take(self, node: int, gpus: int) -> None:
         """Charge ``gpus`` on node index ``node`` (an admission or a reservation)."""
         self._set_free(node, self.free[node] - gpus)
+
+    def reset_free(self, free: Mapping[int, int]) -> None:
+        """Set the free GPUs of the nodes at these indexes (clamped to 0..total), ordering
+        the buckets as a new pool would: which node a placement takes first depends on that
+        order, and a forecast's carried pools must place as a pool made from the nodes."""
+        for i, value in free.items():
+            self.free[i] = max(0, min(value, self.total[i]))
+        self._bucket()
+
+    def copy(self) -> Pool:
+        """The same nodes and free GPUs, nothing held, to mutate apart: what a forecast step
+        starts from, for far less than indexing the nodes again. The node names, index and
+        totals never change, so the copy shares them."""
+        new = Pool.__new__(Pool)
+        new.cluster = self.cluster
+        new.state = self.state
+        new.model = self.model
+        new.group = self.group
+        new.key = self.key
+        new.names = self.names
+        new.index = self.index
+        new.total = self.total
+        new.max_total = self.max_total
+        new.total_gpus = self.total_gpus
+        new.out_of_service = self.out_of_service
+        new.free = self.free.copy()
+        new.free_total = self.free_total
+        new.held = [0] * len(self.free)
+        new.buckets = [b.copy() for b in self.buckets]
+        return new
 
     def hold(self, node: int, gpus: int) -> None:
         """Withdraw ``gpus`` free GPUs of a node for a starving job (the starvation guard)."""

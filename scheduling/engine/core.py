@@ -210,24 +210,7 @@ class Placement:
     def _index(self) -> None:
         snap = self.snap
         self.teams: dict[str, Team] = {t.id: t for t in snap.teams}
-        self.pools: dict[tuple[str, str, str], Pool] = {}
-        """By ``Pool.key``: (cluster, model, node group)."""
-        self._pool_of_node: dict[tuple[str, str, str], Pool] = {}
-        self.enabled: dict[str, list[Pool]] = {}
-        self.unavailable: dict[str, list[Pool]] = {}
-        capacity: dict[str, int] = {}
-        for cluster in sorted(snap.clusters, key=lambda c: c.id):
-            by_model: dict[tuple[str, str], list[Node]] = {}
-            for node in cluster.nodes:
-                by_model.setdefault((node.model, node.group), []).append(node)
-            for model, group in sorted(by_model):
-                pool = Pool(cluster.id, cluster.state, model, by_model[(model, group)], group)
-                self.pools[pool.key] = pool
-                for name in pool.names:
-                    self._pool_of_node[(cluster.id, model, name)] = pool
-                capacity[model] = capacity.get(model, 0) + pool.total_gpus
-                target = self.enabled if cluster.state is ClusterState.ENABLED else self.unavailable
-                target.setdefault(model, []).append(pool)
+        capacity = self._index_pools()
         self.initial_counts = {
             key: [len(b) for b in pool.buckets] for key, pool in self.pools.items()
         }
@@ -244,34 +227,75 @@ class Placement:
             self.config.usage_half_life,
             self.config.usage_weight,
         )
-        # Charged once per (team, model), not per job: both books only add up, and a cycle
-        # sees thousands of running jobs for a few hundred pairs.
-        by_team_model: dict[tuple[str, str], list[RunningAllocation]] = {}
-        charged: dict[tuple[str, str], int] = {}
-        for a in snap.running:
-            key = (a.team, a.model)
-            charged[key] = charged.get(key, 0) + a.replicas * a.gpus_per_replica
-            allocs = by_team_model.get(key)
-            if allocs is None:
-                by_team_model[key] = [a]
-            else:
-                allocs.append(a)
+        charged, self.preempted_gpus = self._running_gpus()
         for (team, model), gpus in charged.items():
             self.quota.add(team, model, gpus)
             self.shares.add(team, model, gpus)
         self.quota.start()
-        # Which running jobs are on borrowed quota: count each team's jobs on a model in start
-        # order; a job any of whose GPUs lies above nominal is borrowed (the newest are).
+        self._running_on: dict[str, list[tuple[str, list[RunningAllocation]]]] | None = None
         self.victims: dict[tuple[str, str, str], list[Victim]] = {}
         self.inflight: dict[tuple[str, str, str], list[Victim]] = {}
         self.protected: dict[tuple[str, str, str], list[Victim]] = {}
-        # GPUs of preemptions under way count against this cycle's preemption budget.
-        self.preempted_gpus = sum(
-            a.replicas * a.gpus_per_replica for a in snap.running if a.preempting
-        )
-        for (team, model), allocs in by_team_model.items():
+        self._reclaim_ready: set[str] = set()
+        self.share_before = {t: self.shares.share(t) for t in self.teams}
+
+    def _running_gpus(self) -> tuple[dict[tuple[str, str], int], int]:
+        """The GPUs running jobs hold per (team, model), and those of preemptions under way
+        (they count against this cycle's preemption budget). Summed per pair, not charged
+        per job: both books only add up, and a cycle sees thousands of running jobs for a
+        few hundred pairs."""
+        charged: dict[tuple[str, str], int] = {}
+        preempting = 0
+        for a in self.snap.running:
+            key = (a.team, a.model)
+            gpus = a.replicas * a.gpus_per_replica
+            charged[key] = charged.get(key, 0) + gpus
+            if a.preempting:
+                preempting += gpus
+        return charged, preempting
+
+    def _index_pools(self) -> dict[str, int]:
+        """Fill ``pools``, ``enabled``, ``unavailable`` and the node -> pool map from the
+        snapshot's nodes; returns each model's GPUs in the pool (the share book's capacity)."""
+        self.pools: dict[tuple[str, str, str], Pool] = {}
+        """By ``Pool.key``: (cluster, model, node group)."""
+        self._pool_of_node: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        """(cluster, model, node name) -> ``Pool.key``."""
+        self.enabled: dict[str, list[Pool]] = {}
+        self.unavailable: dict[str, list[Pool]] = {}
+        capacity: dict[str, int] = {}
+        for cluster in sorted(self.snap.clusters, key=lambda c: c.id):
+            by_model: dict[tuple[str, str], list[Node]] = {}
+            for node in cluster.nodes:
+                by_model.setdefault((node.model, node.group), []).append(node)
+            for model, group in sorted(by_model):
+                pool = Pool(cluster.id, cluster.state, model, by_model[(model, group)], group)
+                self.pools[pool.key] = pool
+                for name in pool.names:
+                    self._pool_of_node[(cluster.id, model, name)] = pool.key
+                capacity[model] = capacity.get(model, 0) + pool.total_gpus
+                target = self.enabled if cluster.state is ClusterState.ENABLED else self.unavailable
+                target.setdefault(model, []).append(pool)
+        return capacity
+
+    def reclaimable(self, model: str) -> None:
+        """Sort the running jobs on ``model`` into ``victims`` (on borrowed quota),
+        ``inflight`` (being preempted) and ``protected`` (borrowed, within their minimum
+        runtime), per pool; once per model and cycle, when a reclaim first looks at it.
+
+        Borrowed: count each team's jobs on the model in start order; a job any of whose
+        GPUs lies above nominal is borrowed (the newest are). Only the cycle's start counts
+        (nominal quotas and the snapshot's jobs), so computing it late changes nothing; most
+        cycles reclaim on few models or none, and this walks every running job of one.
+        """
+        if model in self._reclaim_ready:
+            return
+        self._reclaim_ready.add(model)
+        now = self.snap.now
+        touched: set[tuple[str, str, str]] = set()
+        for team, allocs in self._running_of(model):
             nominal = self.quota.row(team, model).nominal
-            allocs.sort(key=lambda a: (a.started_at, a.job_id))
+            allocs.sort(key=_by_start)
             cumulative = 0
             for a in allocs:
                 cumulative += a.replicas * a.gpus_per_replica
@@ -281,25 +305,40 @@ class Placement:
                 if a.preempting:
                     nodes = [home.index[n] for n in a.nodes if n in home.index]
                     self.inflight.setdefault(home.key, []).append(Victim(a, nodes))
+                    touched.add(home.key)
                 elif cumulative > nominal:
                     nodes = [home.index[n] for n in a.nodes if n in home.index]
-                    if a.protected_until is not None and a.protected_until > snap.now:
+                    if a.protected_until is not None and a.protected_until > now:
                         # Within its team's minimum runtime: not a victim yet, but a claimer
                         # it would make room for is told until when.
                         self.protected.setdefault(home.key, []).append(Victim(a, nodes))
                         continue
                     self.victims.setdefault(home.key, []).append(Victim(a, nodes))
-        for lst in (*self.victims.values(), *self.inflight.values()):
-            lst.sort(key=lambda v: v.sort_key)
-        self.share_before = {t: self.shares.share(t) for t in self.teams}
+                    touched.add(home.key)
+        for key in touched:
+            for lists in (self.victims, self.inflight):
+                if key in lists:
+                    lists[key].sort(key=_by_victim_order)
+
+    def _running_of(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
+        """Each team's running allocations on ``model`` (grouped for every model at once,
+        when a reclaim first needs one)."""
+        if self._running_on is None:
+            by_team_model: dict[tuple[str, str], list[RunningAllocation]] = {}
+            for a in self.snap.running:
+                by_team_model.setdefault((a.team, a.model), []).append(a)
+            self._running_on = {}
+            for (team, on), allocs in by_team_model.items():
+                self._running_on.setdefault(on, []).append((team, allocs))
+        return self._running_on.get(model, [])
 
     def _home_pool(self, a: RunningAllocation, model: str) -> Pool | None:
         """The pool a running allocation's nodes are in (by its first planned node; every
         replica of a job is in one pool), else the cluster's only pool of the model."""
         for name in a.nodes:
-            pool = self._pool_of_node.get((a.cluster, model, name))
-            if pool is not None:
-                return pool
+            key = self._pool_of_node.get((a.cluster, model, name))
+            if key is not None:
+                return self.pools[key]
         return self.pools.get((a.cluster, model, ""))
 
     # -- step 2 -------------------------------------------------------------------------------
@@ -360,6 +399,26 @@ class Placement:
             self._fill(deferred, nominal_only=False)
         return self._assemble()
 
+    worded = True
+    """``decide`` words every decision: each admission's explanation and each pending job's
+    reason, so it visits every job. An unworded subclass (the forecast's steps, which need
+    only what starts and what is preempted) leaves the words out and has :meth:`_fill` ask
+    :meth:`_next_in_line` which job of a line to visit next, skipping those that can admit,
+    reclaim and hold nothing in this cycle."""
+
+    def _next_in_line(
+        self,
+        team: str,
+        line: list[PendingJob],
+        i: int,
+        nominal_only: bool,
+        deferred: dict[str, list[PendingJob]],
+    ) -> int:
+        """The index of the next job of ``line`` (from ``i``) worth visiting, ``len(line)``
+        when none is; a job passed over that would only be deferred is added to
+        ``deferred[team]`` (only when ``nominal_only``). See ``worded``."""
+        return i
+
     def _fill(
         self, lines: dict[str, list[PendingJob]], *, nominal_only: bool
     ) -> dict[str, list[PendingJob]]:
@@ -388,6 +447,7 @@ class Placement:
         candidates = self._candidates
         wait = self.waiting.append
         admissions = self.admissions
+        skip = None if self.worded or dups else self._next_in_line
         for team, line in lines.items():
             i = 0
             while i < len(line) and line[i].id in decided:
@@ -444,6 +504,10 @@ class Placement:
                         i += 1
                 if i == n:
                     break
+                if skip is not None:
+                    i = skip(team, line, i, nominal_only, deferred)
+                    if i == n:
+                        break
                 if heap:
                     # Push the team back and take the smallest; when it is still this team (its
                     # share did not move, as when nothing fits), the heap is not even touched.
@@ -653,30 +717,41 @@ class Placement:
     ) -> None:
         g = job.gpus_per_replica
         (leftover, _, _), pool, plan = fitting[0]
-        cluster_notes = self._cluster_notes(model, fitting)
+        # Computed before charging; an unworded step needs no explanation at all.
+        cluster_notes = self._cluster_notes(model, fitting) if self.worded else None
         for i in plan:
             pool.take(i, g)
         row = self.quota.row(job.team, model.key)
         self._charge(job.team, model.key, job.gpus)
-        skipped = list(cands.rejected)
-        skipped.extend(candidate_note(self, f, job) for f in failures)
-        chosen_at = cands.matched.index(model)
-        for later in cands.matched[chosen_at + 1 :]:
-            skipped.append(
-                not_tried_note(self, later) if job.fallback else fallback_note(self, later)
+        if cluster_notes is None:
+            explanation = Explanation(model=model.key, cluster=pool.cluster, message="")
+        else:
+            skipped = list(cands.rejected)
+            skipped.extend(candidate_note(self, f, job) for f in failures)
+            chosen_at = cands.matched.index(model)
+            for later in cands.matched[chosen_at + 1 :]:
+                skipped.append(
+                    not_tried_note(self, later) if job.fallback else fallback_note(self, later)
+                )
+            message = reasons.msg_admitted(
+                job.replicas,
+                g,
+                model.label,
+                pool.cluster,
+                chosen_at == 0,
+                job.policy.value,
+                leftover,
+                borrowed,
+                row.used,
+                row.nominal,
             )
-        message = reasons.msg_admitted(
-            job.replicas,
-            g,
-            model.label,
-            pool.cluster,
-            chosen_at == 0,
-            job.policy.value,
-            leftover,
-            borrowed,
-            row.used,
-            row.nominal,
-        )
+            explanation = Explanation(
+                model=model.key,
+                cluster=pool.cluster,
+                message=message,
+                skipped=tuple(skipped),
+                clusters=tuple(cluster_notes),
+            )
         self.admissions.append(
             Admission(
                 job_id=job.id,
@@ -686,13 +761,7 @@ class Placement:
                 gpus_per_replica=g,
                 node_plan=tuple(pool.names[i] for i in plan),
                 borrowed_gpus=borrowed,
-                explanation=Explanation(
-                    model=model.key,
-                    cluster=pool.cluster,
-                    message=message,
-                    skipped=tuple(skipped),
-                    clusters=tuple(cluster_notes),
-                ),
+                explanation=explanation,
                 starvation_guard=starving,
             )
         )
@@ -808,6 +877,8 @@ class Placement:
 
 
 _by_submit = attrgetter("submitted_at", "id")
+_by_start = attrgetter("started_at", "job_id")
+_by_victim_order = attrgetter("sort_key")
 _by_priority = attrgetter("priority")
 _job_id = attrgetter("id")
 _team = attrgetter("team")

@@ -22,11 +22,12 @@ from __future__ import annotations
 import heapq
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from scheduling.engine.candidates import resolve_candidates
+from scheduling.engine.candidates import Candidates, resolve_candidates
+from scheduling.engine.capacity import Pool
 from scheduling.engine.core import DEFAULT_CONFIG, Placement, decide
 from scheduling.engine.decision import Decision, PendingReason
 from scheduling.engine.reasons import count, fmt_wait
@@ -144,6 +145,10 @@ class DurationModel:
 # -- the simulation ---------------------------------------------------------------------------
 
 
+_ANY = 1 << 62
+"""More GPUs than any job asks."""
+
+
 class _Step(Placement):
     """One simulated step: ``decide()`` over the jobs that could do anything in it, less the
     wording of every pending job's reason.
@@ -166,76 +171,172 @@ class _Step(Placement):
         self,
         snapshot: Snapshot,
         config: EngineConfig,
-        groups: Mapping[str, int],
-        group_keys: Sequence[tuple[str, tuple[str, ...], int]],
+        asks: Mapping[str, tuple[int, int]],
+        wants: Sequence[tuple[str, tuple[str, ...]]],
+        sim: _Sim,
     ) -> None:
+        self.sim = sim
+        """The simulation the step decides in: its pools and running GPUs are read from
+        there rather than indexed again from the snapshot."""
         super().__init__(snapshot, config)
-        self.groups = groups
-        """Job id -> its quota group (index into ``group_keys``, from :func:`_quota_groups`):
-        jobs of one team asking as many GPUs of the same models are dropped or kept together."""
-        self.group_keys = group_keys
+        self._resolved = sim.resolved  # the models never change: resolve once per forecast
+        self.asks = asks
+        """Job id -> (what it wants: an index into ``wants``, the GPUs it asks), from
+        :func:`_quota_asks`."""
+        self.wants = wants
+        """(team, the models its jobs may try), for the quota check of many jobs at once."""
+
+    def _index_pools(self) -> dict[str, int]:
+        return self.sim.free.step_pools(self)
+
+    def _running_gpus(self) -> tuple[dict[tuple[str, str], int], int]:
+        return self.sim.charged, self.sim.preempting
+
+    def _running_of(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
+        return [(team, list(jobs.values())) for team, jobs in self.sim.on.get(model, {}).items()]
+
+    worded = False
 
     def _lines(self) -> None:
         super()._lines()
+        self._version = 0
+        self._per_model: dict[tuple[str, str], tuple[int, int, int]] = {}
+        self._bounds: dict[int, tuple[int, int, int]] = {}
         self._drop_quota_bound()
 
     def _drop_quota_bound(self) -> None:
-        """Leave out of every line the jobs whose quota fails on every model they may try."""
-        groups = self.groups
-        keys = self.group_keys
+        """Leave out of every line the jobs whose quota fails on every model they may try
+        (what :meth:`_next_in_line` would pass over, in one tighter loop: most jobs of a deep
+        queue are such)."""
         starving = self.starving
-        enabled = self.enabled
-        fits = self.quota.fits
-        alive: dict[int, bool] = {}
+        bounds = self._bounds
+        bounds_of = self._bounds_of
+        asks = self.asks
         for band in self.bands.values():
             for team, line in band.items():
                 kept = []
                 for job in line:
-                    gid = groups.get(job.id, -1)
-                    ok = alive.get(gid)
-                    if ok is None:
-                        if gid < 0:
-                            ok = True  # unknown to the grouping: the engine decides it
-                        else:
-                            owner, models, need = keys[gid]
-                            ok = not models or any(
-                                enabled.get(m) and fits(owner, m, need) >= 0 for m in models
-                            )
-                        alive[gid] = ok
-                    if ok or job.id in starving:
+                    ask = asks.get(job.id)
+                    if ask is None:
+                        kept.append(job)  # unknown to the grouping: the engine decides it
+                        continue
+                    want, need = ask
+                    b = bounds.get(want)
+                    if b is None:
+                        b = bounds[want] = bounds_of(want, False)
+                    if need <= b[1] or job.id in starving:
                         kept.append(job)
                 if len(kept) != len(line):
                     band[team] = kept
+
+    def _bounds_of(self, want: int, fresh: bool) -> tuple[int, int, int]:
+        """The most GPUs a job of ``wants[want]`` can ask and fit its quota on one of the
+        models it may try, within nominal and borrowing too, and the cycle's version they were
+        read at (``QuotaBook.most`` is exact for any size). Quota use only grows within a
+        cycle, so numbers read earlier are upper bounds: a job above them fails now too, and
+        they are read again (``fresh``) only before a job is let through."""
+        team, models = self.wants[want]
+        version = self._version
+        per_model = self._per_model
+        quota = self.quota
+        room = reach = -_ANY  # no enabled cluster has any of the models: nothing fits
+        oldest = version
+        for m in models:
+            key = (team, m)
+            e = per_model.get(key)
+            if e is None or (fresh and e[2] != version):
+                row = quota.row(team, m)
+                e = per_model[key] = (row.nominal - row.used, quota.most(team, m), version)
+            if e[0] > room:
+                room = e[0]
+            if e[1] > reach:
+                reach = e[1]
+            if e[2] < oldest:
+                oldest = e[2]
+        return room, reach, oldest
+
+    def _next_in_line(
+        self,
+        team: str,
+        line: list[PendingJob],
+        i: int,
+        nominal_only: bool,
+        deferred: dict[str, list[PendingJob]],
+    ) -> int:
+        """Pass over the jobs that cannot act in this cycle: those whose quota now fails on
+        every model they may try (no admission, no reclaim, and no hold: starving jobs are
+        never passed over), and, in the nominal pass, those that would have to borrow (each
+        would be deferred to the borrowing pass or fail there alike, as reclaiming needs
+        nominal room), which go to ``deferred`` in line order. Quota use only grows within a
+        cycle, so a job passed over would have failed or been deferred the same way when its
+        turn came, and its turn changes nothing else: the fill order is by share."""
+        self._version = version = len(self.admissions) + len(self.preemptions) + len(self.holds)
+        bounds = self._bounds
+        bounds_of = self._bounds_of
+        asks = self.asks
+        starving = self.starving
+        cap_failed = self._cap_failed
+        n = len(line)
+        later: list[PendingJob] | None = None
+        while i < n:
+            job = line[i]
+            ask = asks.get(job.id)
+            if ask is None or job.id in starving:
+                break
+            want, need = ask
+            b = bounds.get(want)
+            if b is None:
+                b = bounds[want] = bounds_of(want, False)
+            if need <= b[1] and (need <= b[0] or not nominal_only) and b[2] != version:
+                b = bounds[want] = bounds_of(want, True)  # about to be let through: read again
+            if need <= b[1]:
+                if need <= b[0]:
+                    break
+                if not nominal_only:
+                    # It has to borrow, so it can act only by being admitted (a reclaim needs
+                    # nominal room): pass it over when no model it may try has room for its
+                    # gang any more (capacity only shrinks within a cycle).
+                    g, r = job.gpus_per_replica, job.replicas
+                    for m in self.wants[want][1]:
+                        if (m, g, r) not in cap_failed:
+                            return i
+                    i += 1
+                    continue
+                if later is None:
+                    later = deferred.setdefault(team, [])
+                later.append(job)
+            i += 1
+        return i
 
     def _assemble(self) -> Decision:
         return Decision(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions))
 
 
-def _quota_groups(
-    snapshot: Snapshot, jobs: Sequence[PendingJob]
-) -> tuple[dict[str, int], list[tuple[str, tuple[str, ...], int]]]:
-    """Each job's quota group for :class:`_Step`: (team, models it may try, GPUs). Invalid
-    jobs (no GPUs, unknown or held team) are left ungrouped: the engine words them itself."""
+def _quota_asks(
+    snapshot: Snapshot, jobs: Sequence[PendingJob], enabled: Container[str]
+) -> tuple[dict[str, tuple[int, int]], list[tuple[str, tuple[str, ...]]]]:
+    """Each job's quota ask for :class:`_Step`: (index of its team and the models it may try
+    in enabled clusters in the list returned, GPUs). Invalid jobs (no GPUs, unknown or held
+    team, no model matches) are left out: the engine words them itself."""
     teams = {t.id: t for t in snapshot.teams}
-    resolved: dict[tuple[object, ...], tuple[str, ...]] = {}
-    index: dict[tuple[str, tuple[str, ...], int], int] = {}
-    groups: dict[str, int] = {}
+    resolved: dict[tuple[object, ...], tuple[str, ...] | None] = {}
+    index: dict[tuple[str, tuple[str, ...]], int] = {}
+    asks: dict[str, tuple[int, int]] = {}
     for job in jobs:
         team = teams.get(job.team)
         if team is None or team.held or job.gpus_per_replica < 1 or job.replicas < 1:
             continue
         rkey = (job.requirement, job.policy, job.fallback)
-        models = resolved.get(rkey)
-        if models is None:
+        if rkey not in resolved:
             matched = resolve_candidates(job.requirement, job.policy, snapshot.models).matched
             tried = matched if job.fallback else matched[:1]
-            models = resolved[rkey] = tuple(m.key for m in tried)
-        key = (job.team, models, job.gpus_per_replica * job.replicas)
-        gid = index.get(key)
-        if gid is None:
-            gid = index[key] = len(index)
-        groups[job.id] = gid
-    return groups, list(index)
+            resolved[rkey] = tuple(m.key for m in tried if m.key in enabled) if tried else None
+        models = resolved[rkey]
+        if models is None:
+            continue
+        want = index.setdefault((job.team, models), len(index))
+        asks[job.id] = (want, job.gpus_per_replica * job.replicas)
+    return asks, list(index)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,21 +374,71 @@ class Forecast:
 class _Sim:
     """The mutable state of one simulation (kept apart from the frozen inputs)."""
 
-    free: dict[tuple[str, str, str], int]
-    nodes: _Nodes
+    free: _Free
     running: dict[str, tuple[RunningAllocation, datetime, str]]
     ends: list[tuple[datetime, str]]
     pending: dict[str, PendingJob]
     done: dict[str, JobForecast] = field(default_factory=dict)
     reasons: dict[str, PendingReason] = field(default_factory=dict)
+    charged: dict[tuple[str, str], int] = field(default_factory=dict)
+    """What ``running`` holds per (team, model): ``Placement._running_gpus`` of a step, kept
+    as jobs start and stop instead of summed again over every running job."""
+    preempting: int = 0
+    """GPUs of running jobs that are being preempted."""
+    resolved: dict[tuple[object, ...], Candidates] = field(default_factory=dict)
+    """``Placement._resolved`` shared by every step."""
+    on: dict[str, dict[str, dict[str, RunningAllocation]]] = field(default_factory=dict)
+    """Model -> team -> job id -> its running allocation on the model: what a step's reclaim
+    reads (``Placement._running_of``)."""
+
+    def run(self, alloc: RunningAllocation, end: datetime, basis: str) -> None:
+        """``alloc`` runs until ``end`` (its GPUs are already off the nodes' free count)."""
+        self.running[alloc.job_id] = (alloc, end, basis)
+        self._tally(alloc, 1)
+
+    def stop(self, job_id: str) -> tuple[RunningAllocation, datetime, str] | None:
+        """End a running job: its GPUs go back to its nodes."""
+        held = self.running.pop(job_id, None)
+        if held is not None:
+            alloc = held[0]
+            self._tally(alloc, -1)
+            for node in alloc.nodes:
+                self.free.add((alloc.cluster, node, alloc.model), alloc.gpus_per_replica)
+        return held
+
+    def _tally(self, alloc: RunningAllocation, sign: int) -> None:
+        gpus = sign * alloc.replicas * alloc.gpus_per_replica
+        key = (alloc.team, alloc.model)
+        left = self.charged.get(key, 0) + gpus
+        if left:
+            self.charged[key] = left
+        else:  # as a sum over the running jobs would have it: no pair without a job
+            del self.charged[key]
+        if alloc.preempting:
+            self.preempting += gpus
+        jobs = self.on.setdefault(alloc.model, {}).setdefault(alloc.team, {})
+        if sign > 0:
+            jobs[alloc.job_id] = alloc
+        else:
+            del jobs[alloc.job_id]
+            if not jobs:
+                del self.on[alloc.model][alloc.team]
 
 
-class _Nodes:
-    """The snapshot's clusters with each node's free GPUs as the simulation has them, kept
-    from step to step: only the nodes whose free GPUs moved since the last step are made
-    again (a step ends or starts a few jobs; the pool has thousands of nodes)."""
+class _Free:
+    """Every node's free GPUs as the simulation has them, kept from step to step in the two
+    forms a decision reads, each brought up to date only where GPUs moved since it was last
+    read (a step starts and ends a few jobs; the pool has thousands of nodes):
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    - the engine's pools, which an unworded step copies instead of indexing the nodes again
+      (a copy shares the node names, index and totals; only the free counts are new);
+    - the snapshot's clusters with replaced nodes, for a worded ``decide``.
+    """
+
+    def __init__(self, snapshot: Snapshot, config: EngineConfig) -> None:
+        self.free = {
+            (c.id, n.name, n.model): n.free_gpus for c in snapshot.clusters for n in c.nodes
+        }
         self.snapshot = snapshot
         self.clusters = snapshot.clusters
         self.nodes = [list(c.nodes) for c in snapshot.clusters]
@@ -295,35 +446,60 @@ class _Nodes:
         for ci, c in enumerate(snapshot.clusters):
             for ni, n in enumerate(c.nodes):
                 self.at.setdefault((c.id, n.name, n.model), []).append((ci, ni))
-        self.moved: set[tuple[str, str, str]] = set()
+        self.moved_nodes: set[tuple[str, str, str]] = set()
+        index = Placement(snapshot, config)
+        self.capacity = index._index_pools()
+        self.pools = index.pools
+        self.pool_of_node = index._pool_of_node
+        self.enabled = {m: [p.key for p in ps] for m, ps in index.enabled.items()}
+        self.unavailable = {m: [p.key for p in ps] for m, ps in index.unavailable.items()}
+        self.slots: dict[tuple[str, str, str], list[tuple[Pool, int]]] = {}
+        for pool in self.pools.values():
+            for i, name in enumerate(pool.names):
+                self.slots.setdefault((pool.cluster, name, pool.model), []).append((pool, i))
+        self.moved_slots: set[tuple[str, str, str]] = set()
 
-    def now(self, free: Mapping[tuple[str, str, str], int]) -> tuple[Cluster, ...]:
-        """The clusters with ``free`` on every node that moved."""
+    def add(self, key: tuple[str, str, str], gpus: int) -> None:
+        """``gpus`` more free on node ``key`` (cluster, node, model); fewer when negative."""
+        if key in self.free:
+            self.free[key] += gpus
+            self.moved_nodes.add(key)
+            self.moved_slots.add(key)
+
+    def step_pools(self, pl: Placement) -> dict[str, int]:
+        """Give ``pl`` copies of the pools as they are now (``Placement._index_pools``)."""
+        moved: dict[tuple[str, str, str], dict[int, int]] = {}
+        for key in self.moved_slots:
+            f = self.free[key]
+            for pool, i in self.slots.get(key, ()):
+                moved.setdefault(pool.key, {})[i] = f
+        self.moved_slots.clear()
+        for key, free in moved.items():
+            self.pools[key].reset_free(free)
+        pl.pools = {key: pool.copy() for key, pool in self.pools.items()}
+        pl._pool_of_node = self.pool_of_node
+        pl.enabled = {m: [pl.pools[k] for k in keys] for m, keys in self.enabled.items()}
+        pl.unavailable = {m: [pl.pools[k] for k in keys] for m, keys in self.unavailable.items()}
+        return self.capacity
+
+    def now(self) -> tuple[Cluster, ...]:
+        """The clusters with every node's free GPUs as they are now."""
         changed: set[int] = set()
-        for key in self.moved:
-            f = free[key]
+        for key in self.moved_nodes:
+            f = self.free[key]
             for ci, ni in self.at[key]:
                 original = self.snapshot.clusters[ci].nodes[ni]
                 self.nodes[ci][ni] = (
                     original if f == original.free_gpus else replace(original, free_gpus=f)
                 )
                 changed.add(ci)
-        self.moved.clear()
+        self.moved_nodes.clear()
         if changed:
             self.clusters = tuple(
                 replace(c, nodes=tuple(self.nodes[ci])) if ci in changed else c
                 for ci, c in enumerate(self.clusters)
             )
         return self.clusters
-
-
-def _release(sim: _Sim, alloc: RunningAllocation) -> None:
-    """Give a job's GPUs back to the nodes it holds (those the snapshot knows)."""
-    for node in alloc.nodes:
-        key = (alloc.cluster, node, alloc.model)
-        if key in sim.free:
-            sim.free[key] += alloc.gpus_per_replica
-            sim.nodes.moved.add(key)
 
 
 def _started(
@@ -353,12 +529,9 @@ def _started(
             False,
         )
         for node in adm.node_plan:
-            key = (adm.cluster, node, adm.model)
-            if key in sim.free:
-                sim.free[key] -= adm.gpus_per_replica
-                sim.nodes.moved.add(key)
+            sim.free.add((adm.cluster, node, adm.model), -adm.gpus_per_replica)
         end = now + duration.expected
-        sim.running[job.id] = (alloc, end, duration.basis)
+        sim.run(alloc, end, duration.basis)
         heapq.heappush(sim.ends, (end, job.id))
         sim.done[job.id] = JobForecast(
             job_id=job.id, start=now, model=adm.model, cluster=adm.cluster, why=opened_by
@@ -368,10 +541,8 @@ def _started(
 def _preempted(sim: _Sim, decision: Decision, requeue: Mapping[str, PendingJob]) -> bool:
     """Stop the engine's victims; a victim that was queued at the start goes back in line."""
     for p in decision.preemptions:
-        held = sim.running.pop(p.job_id, None)
-        if held is None:
+        if sim.stop(p.job_id) is None:
             continue
-        _release(sim, held[0])
         again = requeue.get(p.job_id)
         if again is not None:
             sim.pending[p.job_id] = again
@@ -445,8 +616,7 @@ def forecast(
     """
     now = snapshot.now
     sim = _Sim(
-        free={(c.id, n.name, n.model): n.free_gpus for c in snapshot.clusters for n in c.nodes},
-        nodes=_Nodes(snapshot),
+        free=_Free(snapshot, config),
         running={},
         ends=[],
         pending={j.id: j for j in snapshot.pending},
@@ -459,11 +629,11 @@ def forecast(
             end, basis = max(exp.end, now), exp.basis
         else:
             end, basis = max(a.started_at + default.expected, now), default.basis
-        sim.running[a.job_id] = (a, end, basis)
+        sim.run(a, end, basis)
         sim.ends.append((end, a.job_id))
     heapq.heapify(sim.ends)
     requeue = dict(sim.pending)
-    groups = _quota_groups(snapshot, snapshot.pending)
+    asks = _quota_asks(snapshot, snapshot.pending, sim.free.enabled)
     t = now
     steps = 0
     stopped = "done"
@@ -472,8 +642,11 @@ def forecast(
         if first is not None and steps == 0:
             decision = first
         else:
-            state = _state(snapshot, sim, t)
-            decision = decide(state, config) if worded else _Step(state, config, *groups).run()
+            if worded:
+                decision = decide(_state(snapshot, sim, t), config)
+            else:
+                state = _state(snapshot, sim, t, whole=False)
+                decision = _Step(state, config, *asks, sim).run()
         steps += 1
         _started(sim, decision, t, durations, default, opened)
         sim.reasons.update((r.job_id, r) for r in decision.pending)
@@ -510,12 +683,16 @@ def forecast(
     return Forecast(jobs=jobs, steps=steps, simulated_until=t)
 
 
-def _state(snapshot: Snapshot, sim: _Sim, t: datetime) -> Snapshot:
-    """The snapshot as the simulation has the pool at ``t``."""
+def _state(snapshot: Snapshot, sim: _Sim, t: datetime, *, whole: bool = True) -> Snapshot:
+    """The snapshot as the simulation has the pool at ``t``. Not ``whole``: the clusters
+    and running jobs are left as the first snapshot has them, for a :class:`_Step`, which
+    reads both from ``sim`` instead."""
+    if not whole:
+        return replace(snapshot, now=t, pending=tuple(sim.pending.values()))
     return replace(
         snapshot,
         now=t,
-        clusters=sim.nodes.now(sim.free),
+        clusters=sim.free.now(),
         running=tuple(a for a, _, _ in sim.running.values()),
         pending=tuple(sim.pending.values()),
     )
@@ -536,8 +713,7 @@ def _advance(sim: _Sim, quantum: timedelta) -> list[tuple[str, datetime, str]]:
         elif end > limit:
             break
         heapq.heappop(sim.ends)
-        del sim.running[job_id]
-        _release(sim, held[0])
+        sim.stop(job_id)
         freed.append((job_id, end, held[2]))
     return freed
 

@@ -48,6 +48,7 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
     memo_key = (model.key, g, r)
     if memo_key in pl._preempt_failed:
         return False
+    pl.reclaimable(model.key)
     # Rank across clusters: fewest victims, lowest sum of their priorities, least leftover
     # on the nodes used, cluster id. The placement (for the leftover) is worked out only
     # for the clusters tied on the first two.

@@ -153,6 +153,25 @@ class QuotaBook:
             return COHORT_SHORT
         return need if need < borrowed_after else borrowed_after
 
+    def most(self, team: str, model: str) -> int:
+        """The most GPUs of ``model`` that :meth:`fits` takes for the team now (0 or less when
+        none): ``fits(team, model, n) >= 0`` exactly when ``n <= most(team, model)``, as fits
+        only gets harder with ``n``. One number per (team, model) answers any size, where a
+        caller would otherwise ask ``fits`` once per size."""
+        r = self._rows.get((team, model))
+        if r is None:
+            r = self.row(team, model)
+        room = r.nominal - r.used
+        s = self._sums.get((r.cohort, model))
+        if s is None:
+            return room
+        borrowed_now = r.used - r.nominal if r.used > r.nominal else 0
+        lend = s.own + s.lendable - r.lendable() - s.borrowed - s.held
+        reach = room + borrowed_now + lend
+        if r.borrowing_limit is not None and room + r.borrowing_limit < reach:
+            reach = room + r.borrowing_limit
+        return reach if reach > room else room
+
     def add(self, team: str, model: str, gpus: int) -> None:
         """Charge ``gpus`` (negative to release) to the team's row and the cohort sums."""
         r = self.row(team, model)

@@ -7,8 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduling.engine import CohortQuota, Quota, decide, quota_reach
+from scheduling.engine.quota import QuotaBook
 from tests.scheduling.engine.builders import a_cluster, a_job, a_snapshot, admitted
 
 A100 = "a100-80gb"
@@ -104,3 +107,47 @@ def test_the_engine_admits_exactly_the_reach(case: Case) -> None:
             snap = snap.with_pending(a_job("j", team=team, gpus=max(1, gpus)).on_models(A100))
             got = "j" in admitted(decide(snap.build()))
             assert got is (fits and gpus >= 1), (team, gpus)
+
+
+_rows = st.lists(
+    st.tuples(
+        st.sampled_from("abc"),
+        st.integers(0, 12),
+        st.one_of(st.none(), st.integers(0, 8)),
+        st.one_of(st.none(), st.integers(0, 8)),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=_rows,
+    cohort_own=st.integers(0, 6),
+    use=st.lists(st.tuples(st.sampled_from("abc"), st.integers(-4, 16)), max_size=5),
+    held=st.integers(0, 4),
+)
+def test_the_most_a_team_fits_is_the_largest_size_fits_takes(
+    rows: list[tuple[str, int, int | None, int | None]],
+    cohort_own: int,
+    use: list[tuple[str, int]],
+    held: int,
+) -> None:
+    """``QuotaBook.most`` (what the forecast's steps read once per team and model) answers
+    every size as ``fits`` does, whatever the quotas, use, lending and holds."""
+    book = QuotaBook(
+        {"a": "c", "b": "c", "c": "other"},
+        tuple(
+            Quota(team=t, model=A100, nominal=n, borrowing_limit=b, lending_limit=lend)
+            for t, n, b, lend in rows
+        ),
+        (CohortQuota(cohort="c", model=A100, nominal=cohort_own),),
+    )
+    for team, gpus in use:
+        book.add(team, A100, gpus)
+    if held:
+        book.hold("a", A100, held)
+    for team in "abcd":
+        most = book.most(team, A100)
+        for n in range(1, 40):
+            assert (book.fits(team, A100, n) >= 0) is (n <= most), (team, n, most)
