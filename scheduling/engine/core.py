@@ -214,24 +214,7 @@ class Placement:
         self.initial_counts = {
             key: [len(b) for b in pool.buckets] for key, pool in self.pools.items()
         }
-        team_cohort = {t.id: t.cohort for t in snap.teams}
-        self.quota = QuotaBook(team_cohort, snap.quotas, snap.cohort_quotas)
-        usage: dict[str, float] = {}
-        for u in snap.usage:
-            usage[u.team] = usage.get(u.team, 0.0) + max(0.0, u.weighted_gpu_hours)
-        self.shares = ShareBook(
-            capacity,
-            {m.key: m.cost_factor for m in snap.models},
-            {t.id: t.weight for t in snap.teams},
-            usage,
-            self.config.usage_half_life,
-            self.config.usage_weight,
-        )
-        charged, self.preempted_gpus = self._running_gpus()
-        for (team, model), gpus in charged.items():
-            self.quota.add(team, model, gpus)
-            self.shares.add(team, model, gpus)
-        self.quota.start()
+        self.quota, self.shares, self.preempted_gpus = self._books(capacity)
         self._running_on: dict[str, list[tuple[str, list[RunningAllocation]]]] | None = None
         self.victims: dict[tuple[str, str, str], list[Victim]] = {}
         self.inflight: dict[tuple[str, str, str], list[Victim]] = {}
@@ -239,20 +222,37 @@ class Placement:
         self._reclaim_ready: set[str] = set()
         self.share_before = {t: self.shares.share(t) for t in self.teams}
 
-    def _running_gpus(self) -> tuple[dict[tuple[str, str], int], int]:
-        """The GPUs running jobs hold per (team, model), and those of preemptions under way
-        (they count against this cycle's preemption budget). Summed per pair, not charged
-        per job: both books only add up, and a cycle sees thousands of running jobs for a
-        few hundred pairs."""
+    def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
+        """The quota and share books with the running jobs charged, and the GPUs of
+        preemptions under way (they count against this cycle's preemption budget).
+
+        Charged once per (team, model), not per job: both books only add up, and a cycle
+        sees thousands of running jobs for a few hundred pairs."""
+        snap = self.snap
+        quota = QuotaBook({t.id: t.cohort for t in snap.teams}, snap.quotas, snap.cohort_quotas)
+        usage: dict[str, float] = {}
+        for u in snap.usage:
+            usage[u.team] = usage.get(u.team, 0.0) + max(0.0, u.weighted_gpu_hours)
+        shares = ShareBook(
+            capacity,
+            {m.key: m.cost_factor for m in snap.models},
+            {t.id: t.weight for t in snap.teams},
+            usage,
+            self.config.usage_half_life,
+            self.config.usage_weight,
+        )
         charged: dict[tuple[str, str], int] = {}
         preempting = 0
-        for a in self.snap.running:
+        for a in snap.running:
             key = (a.team, a.model)
             gpus = a.replicas * a.gpus_per_replica
             charged[key] = charged.get(key, 0) + gpus
             if a.preempting:
                 preempting += gpus
-        return charged, preempting
+        for (team, model), gpus in charged.items():
+            quota.add(team, model, gpus)
+            shares.add(team, model, gpus)
+        return quota, shares, preempting
 
     def _index_pools(self) -> dict[str, int]:
         """Fill ``pools``, ``enabled``, ``unavailable`` and the node -> pool map from the

@@ -30,6 +30,8 @@ from scheduling.engine.candidates import Candidates, resolve_candidates
 from scheduling.engine.capacity import Pool
 from scheduling.engine.core import DEFAULT_CONFIG, Placement, decide
 from scheduling.engine.decision import Decision, PendingReason
+from scheduling.engine.fairshare import ShareBook
+from scheduling.engine.quota import QuotaBook
 from scheduling.engine.reasons import count, fmt_wait
 from scheduling.engine.snapshot import (
     Cluster,
@@ -176,8 +178,10 @@ class _Step(Placement):
         sim: _Sim,
     ) -> None:
         self.sim = sim
-        """The simulation the step decides in: its pools and running GPUs are read from
-        there rather than indexed again from the snapshot."""
+        """The simulation the step decides in: its pools and books are read from there
+        rather than made again from the snapshot."""
+        self._charged: list[tuple[str, str, int]] = []
+        """What this step charged on the simulation's books (for :meth:`give_back`)."""
         super().__init__(snapshot, config)
         self._resolved = sim.resolved  # the models never change: resolve once per forecast
         self.asks = asks
@@ -189,8 +193,23 @@ class _Step(Placement):
     def _index_pools(self) -> dict[str, int]:
         return self.sim.free.step_pools(self)
 
-    def _running_gpus(self) -> tuple[dict[tuple[str, str], int], int]:
-        return self.sim.charged, self.sim.preempting
+    def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
+        return self.sim.quota, self.sim.shares, self.sim.preempting
+
+    def _charge(self, team: str, model: str, need: int) -> None:
+        self._charged.append((team, model, need))
+        super()._charge(team, model, need)
+
+    def give_back(self) -> None:
+        """Take back from the simulation's books what this step charged and held on them:
+        the next step starts from the running jobs alone, as a cycle does."""
+        quota, shares = self.quota, self.shares
+        for team, model, gpus in self._charged:
+            quota.add(team, model, -gpus)
+            shares.add(team, model, -gpus)
+        for hold in self.holds:
+            if hold.cohort_gpus:
+                quota.hold(hold.team, hold.model, -hold.cohort_gpus)
 
     def _running_of(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
         return [(team, list(jobs.values())) for team, jobs in self.sim.on.get(model, {}).items()]
@@ -378,13 +397,15 @@ class _Sim:
     running: dict[str, tuple[RunningAllocation, datetime, str]]
     ends: list[tuple[datetime, str]]
     pending: dict[str, PendingJob]
-    done: dict[str, JobForecast] = field(default_factory=dict)
-    reasons: dict[str, PendingReason] = field(default_factory=dict)
-    charged: dict[tuple[str, str], int] = field(default_factory=dict)
-    """What ``running`` holds per (team, model): ``Placement._running_gpus`` of a step, kept
-    as jobs start and stop instead of summed again over every running job."""
+    quota: QuotaBook
+    shares: ShareBook
+    """The books as the next step starts from them (``Placement._books``), charged as jobs
+    start and stop instead of summed again over every running job. A step charges them
+    further as it decides and gives that back when it is done (:meth:`_Step.give_back`)."""
     preempting: int = 0
     """GPUs of running jobs that are being preempted."""
+    done: dict[str, JobForecast] = field(default_factory=dict)
+    reasons: dict[str, PendingReason] = field(default_factory=dict)
     resolved: dict[tuple[object, ...], Candidates] = field(default_factory=dict)
     """``Placement._resolved`` shared by every step."""
     on: dict[str, dict[str, dict[str, RunningAllocation]]] = field(default_factory=dict)
@@ -408,12 +429,8 @@ class _Sim:
 
     def _tally(self, alloc: RunningAllocation, sign: int) -> None:
         gpus = sign * alloc.replicas * alloc.gpus_per_replica
-        key = (alloc.team, alloc.model)
-        left = self.charged.get(key, 0) + gpus
-        if left:
-            self.charged[key] = left
-        else:  # as a sum over the running jobs would have it: no pair without a job
-            del self.charged[key]
+        self.quota.add(alloc.team, alloc.model, gpus)
+        self.shares.add(alloc.team, alloc.model, gpus)
         if alloc.preempting:
             self.preempting += gpus
         jobs = self.on.setdefault(alloc.model, {}).setdefault(alloc.team, {})
@@ -615,11 +632,16 @@ def forecast(
     ``horizon`` or after ``max_steps`` decisions; jobs left say which.
     """
     now = snapshot.now
+    free = _Free(snapshot, config)
+    # Books with no job running yet: each running job is charged as the simulation starts it.
+    quota, shares, _ = Placement(replace(snapshot, running=()), config)._books(free.capacity)
     sim = _Sim(
-        free=_Free(snapshot, config),
+        free=free,
         running={},
         ends=[],
         pending={j.id: j for j in snapshot.pending},
+        quota=quota,
+        shares=shares,
     )
     for a in snapshot.running:
         exp = ends.get(a.job_id)
@@ -646,7 +668,9 @@ def forecast(
                 decision = decide(_state(snapshot, sim, t), config)
             else:
                 state = _state(snapshot, sim, t, whole=False)
-                decision = _Step(state, config, *asks, sim).run()
+                step = _Step(state, config, *asks, sim)
+                decision = step.run()
+                step.give_back()
         steps += 1
         _started(sim, decision, t, durations, default, opened)
         sim.reasons.update((r.job_id, r) for r in decision.pending)

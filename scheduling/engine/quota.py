@@ -27,7 +27,7 @@ COHORT_SHORT = -2
 class QuotaRow:
     """One (team, model) quota line and its in-cycle use."""
 
-    __slots__ = ("borrowing_limit", "cohort", "lending_limit", "nominal", "used", "used_at_start")
+    __slots__ = ("borrowing_limit", "cohort", "lending_limit", "nominal", "used")
 
     def __init__(
         self, cohort: str, nominal: int, borrowing_limit: int | None, lending_limit: int | None
@@ -37,7 +37,6 @@ class QuotaRow:
         self.borrowing_limit = None if borrowing_limit is None else max(0, borrowing_limit)
         self.lending_limit = None if lending_limit is None else max(0, lending_limit)
         self.used = 0
-        self.used_at_start = 0
 
     def lendable(self) -> int:
         idle = self.nominal - self.used
@@ -181,11 +180,6 @@ class QuotaBook:
         r.used += gpus
         s.lendable += r.lendable()
         s.borrowed += r.borrowed()
-
-    def start(self) -> None:
-        """Record the use at the start of the cycle (after running allocations are charged)."""
-        for r in self._rows.values():
-            r.used_at_start = r.used
 
 
 def quota_reach(
