@@ -362,7 +362,7 @@ class Placement:
         considered = 0
         ids: set[str] = set()
         for team in sorted(grouped):
-            jobs = _line_order(grouped[team])
+            jobs = self._team_line(grouped[team])
             if len(jobs) > lookback:
                 self.beyond[team] = tuple(j.id for j in jobs[lookback:])
                 del jobs[lookback:]
@@ -385,6 +385,10 @@ class Placement:
         # was already decided need skipping (a set lookup per job, so only then).
         self.duplicates = considered != len(ids)
         self.decided: set[str] = set()
+
+    def _team_line(self, jobs: list[PendingJob]) -> list[PendingJob]:
+        """A team's pending jobs in line order (see :func:`_line_order`)."""
+        return _line_order(jobs)
 
     # -- step 3 -------------------------------------------------------------------------------
 

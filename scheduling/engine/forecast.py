@@ -22,13 +22,13 @@ from __future__ import annotations
 import heapq
 import re
 import statistics
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from scheduling.engine.candidates import Candidates, resolve_candidates
 from scheduling.engine.capacity import Pool
-from scheduling.engine.core import DEFAULT_CONFIG, Placement, decide
+from scheduling.engine.core import DEFAULT_CONFIG, Placement, _line_order, decide
 from scheduling.engine.decision import Decision, PendingReason
 from scheduling.engine.fairshare import ShareBook
 from scheduling.engine.quota import QuotaBook
@@ -192,6 +192,9 @@ class _Step(Placement):
 
     def _index_pools(self) -> dict[str, int]:
         return self.sim.free.step_pools(self)
+
+    def _team_line(self, jobs: list[PendingJob]) -> list[PendingJob]:
+        return jobs  # the simulation keeps its pending jobs in line order (_in_lines)
 
     def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
         return self.sim.quota, self.sim.shares, self.sim.preempting
@@ -557,6 +560,7 @@ def _started(
 
 def _preempted(sim: _Sim, decision: Decision, requeue: Mapping[str, PendingJob]) -> bool:
     """Stop the engine's victims; a victim that was queued at the start goes back in line."""
+    back = False
     for p in decision.preemptions:
         if sim.stop(p.job_id) is None:
             continue
@@ -564,7 +568,19 @@ def _preempted(sim: _Sim, decision: Decision, requeue: Mapping[str, PendingJob])
         if again is not None:
             sim.pending[p.job_id] = again
             sim.done.pop(p.job_id, None)
+            back = True
+    if back:
+        sim.pending = _in_lines(sim.pending.values())
     return bool(decision.preemptions)
+
+
+def _in_lines(jobs: Iterable[PendingJob]) -> dict[str, PendingJob]:
+    """Pending jobs by id, team by team and each team's in line order, as a step reads them
+    (``_Step._team_line``): a step then need not check the order of every line again."""
+    by_team: dict[str, list[PendingJob]] = {}
+    for job in jobs:
+        by_team.setdefault(job.team, []).append(job)
+    return {job.id: job for line in by_team.values() for job in _line_order(line)}
 
 
 def _opened_by(
@@ -639,7 +655,7 @@ def forecast(
         free=free,
         running={},
         ends=[],
-        pending={j.id: j for j in snapshot.pending},
+        pending=_in_lines(snapshot.pending),
         quota=quota,
         shares=shares,
     )
