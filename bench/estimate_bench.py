@@ -468,7 +468,7 @@ def main() -> int:
     hours = args.hours or (6 if args.quick else 24)
     queued = args.queued or (1000 if args.quick else 10_000)
     accuracy(args.seed, hours)
-    cost(queued, repeat=1)
+    cost(queued, repeat=3)
     return 0
 
 
