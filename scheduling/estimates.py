@@ -37,6 +37,7 @@ from scheduling.engine.forecast import (
 )
 from scheduling.engine.reasons import fmt_wait
 from scheduling.models import GpuModel
+from scheduling.preemption_rules import forecast_rules
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,11 @@ def inputs_for(snapshot: engine.Snapshot) -> Inputs:
 
 
 def _limits() -> dict[str, Any]:
+    """The simulation's bounds, and the preemption rules it applies to what it starts."""
     return {
         "horizon": dt.timedelta(hours=settings.GPUPOOL_ESTIMATE_HORIZON_HOURS),
         "max_steps": settings.GPUPOOL_ESTIMATE_MAX_STEPS,
+        "rules": forecast_rules(),
     }
 
 

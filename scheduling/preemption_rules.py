@@ -3,7 +3,8 @@ against the pool's defaults, and the snapshot step that gives young jobs their p
 
 The engine only sees ``RunningAllocation.protected_until`` and
 ``EngineConfig.preemption_budget_gpus``; this module turns team policies and settings into
-them, for the cycle and for the what-if preview alike, so both decide with the same rules.
+them, for the cycle and for the what-if preview alike, so both decide with the same rules,
+and into the ``PreemptionRules`` the start estimates simulate with.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.conf import settings
 
 from portal.models import PREEMPTIBLE_STATES, Job, Team
 from scheduling import engine
+from scheduling.engine.forecast import PreemptionRules
 from scheduling.models import TeamPolicy
 
 
@@ -40,6 +42,24 @@ def termination_grace_seconds(team: Team) -> int:
     except TeamPolicy.DoesNotExist:
         value = None
     return int(settings.GPUPOOL_TERMINATION_GRACE_SECONDS if value is None else value)
+
+
+def forecast_rules() -> PreemptionRules:
+    """The rules as the start estimates' simulation applies them to the jobs it starts and
+    preempts: each team's minimum runtime and grace period, by team slug."""
+    default, own = min_runtimes()
+    grace = {
+        slug: dt.timedelta(seconds=seconds)
+        for slug, seconds in TeamPolicy.objects.filter(
+            termination_grace_seconds__isnull=False
+        ).values_list("team__slug", "termination_grace_seconds")
+    }
+    return PreemptionRules(
+        min_runtime=default,
+        team_min_runtime=own,
+        grace=dt.timedelta(seconds=settings.GPUPOOL_TERMINATION_GRACE_SECONDS),
+        team_grace=grace,
+    )
 
 
 def protect_young(snapshot: engine.Snapshot) -> engine.Snapshot:

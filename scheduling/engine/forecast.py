@@ -49,6 +49,8 @@ MIN_RUNS = 3
 PREEMPTING_END = timedelta(minutes=1)
 """A job already being preempted gives its GPUs back about this soon (its grace period)."""
 
+PREEMPTED = "the grace period of a job preempted to reclaim its GPUs"
+
 MAY_MOVE = (
     "an estimate, not a promise: sooner if jobs ahead end early or are cancelled, later if "
     "they run longer, a team within its nominal quota reclaims GPUs, or higher-priority work "
@@ -194,7 +196,9 @@ class _Step(Placement):
         return self.sim.free.step_pools(self)
 
     def _team_line(self, jobs: list[PendingJob]) -> list[PendingJob]:
-        return jobs  # the simulation keeps its pending jobs in line order (_in_lines)
+        # The simulation keeps its pending jobs in line order (_in_lines) but for the jobs
+        # that come back after a preemption.
+        return _line_order(jobs) if jobs[0].team in self.sim.requeued_teams else jobs
 
     def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
         return self.sim.quota, self.sim.shares, self.sim.preempting
@@ -370,6 +374,32 @@ class Expected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PreemptionRules:
+    """The pool's preemption rules as the simulation applies them to the jobs it starts and
+    preempts (``scheduling.preemption_rules`` reads them from the settings and team
+    policies): a job started is protected for its team's minimum runtime, and a job
+    preempted keeps its GPUs through its team's grace period, then goes back in line."""
+
+    min_runtime: timedelta = timedelta(0)
+    """For teams not in ``team_min_runtime``."""
+    team_min_runtime: Mapping[str, timedelta] = field(default_factory=dict)
+    grace: timedelta = PREEMPTING_END
+    """For teams not in ``team_grace``."""
+    team_grace: Mapping[str, timedelta] = field(default_factory=dict)
+
+    def protected_until(self, team: str, started: datetime) -> datetime | None:
+        runtime = self.team_min_runtime.get(team, self.min_runtime)
+        return started + runtime if runtime > timedelta(0) else None
+
+    def release_after(self, team: str) -> timedelta:
+        return max(timedelta(0), self.team_grace.get(team, self.grace))
+
+
+NO_RULES = PreemptionRules()
+"""No minimum runtime, and GPUs back a minute after a preemption."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobForecast:
     """One queued job's estimate: ``start`` is None when none can be made (``why`` says why)."""
 
@@ -405,6 +435,16 @@ class _Sim:
     """The books as the next step starts from them (``Placement._books``), charged as jobs
     start and stop instead of summed again over every running job. A step charges them
     further as it decides and gives that back when it is done (:meth:`_Step.give_back`)."""
+    requeue: Mapping[str, PendingJob] = field(default_factory=dict)
+    """The jobs queued at the start: one the simulation starts and then preempts goes back
+    in line, with its submit time, once its grace period is over."""
+    wakes: list[datetime] = field(default_factory=list)
+    """A heap of the instants when a borrowed job's minimum runtime ends: it may be reclaimed
+    then, though nothing ends."""
+    returning: set[str] = field(default_factory=set)
+    """Those of them being preempted."""
+    requeued_teams: set[str] = field(default_factory=set)
+    """Teams with a job back in line: only their lines in ``pending`` may be out of order."""
     preempting: int = 0
     """GPUs of running jobs that are being preempted."""
     done: dict[str, JobForecast] = field(default_factory=dict)
@@ -421,14 +461,34 @@ class _Sim:
         self._tally(alloc, 1)
 
     def stop(self, job_id: str) -> tuple[RunningAllocation, datetime, str] | None:
-        """End a running job: its GPUs go back to its nodes."""
+        """End a running job: its GPUs go back to its nodes; a job preempted that was queued
+        at the start goes back in line."""
         held = self.running.pop(job_id, None)
         if held is not None:
             alloc = held[0]
             self._tally(alloc, -1)
             for node in alloc.nodes:
                 self.free.add((alloc.cluster, node, alloc.model), alloc.gpus_per_replica)
+            if job_id in self.returning:
+                self.returning.discard(job_id)
+                self.pending[job_id] = self.requeue[job_id]  # out of its line's order
+                self.requeued_teams.add(alloc.team)
         return held
+
+    def preempt(self, job_id: str, end: datetime) -> bool:
+        """Mark a running job as being preempted: it keeps its GPUs until ``end`` (its grace
+        period), when :meth:`stop` ends it. False when it is not running or already going."""
+        held = self.running.get(job_id)
+        if held is None or held[0].preempting:
+            return False
+        alloc = held[0]
+        self._tally(alloc, -1)
+        self.run(replace(alloc, preempting=True), end, PREEMPTED)
+        heapq.heappush(self.ends, (end, job_id))
+        if job_id in self.requeue:  # its start was no start: it is estimated again
+            self.returning.add(job_id)
+            self.done.pop(job_id, None)
+        return True
 
     def _tally(self, alloc: RunningAllocation, sign: int) -> None:
         gpus = sign * alloc.replicas * alloc.gpus_per_replica
@@ -529,8 +589,10 @@ def _started(
     durations: Mapping[str, Duration],
     default: Duration,
     opened_by: str,
+    rules: PreemptionRules,
 ) -> None:
-    """Start what the engine admitted at ``now``: charge its nodes, schedule its end."""
+    """Start what the engine admitted at ``now``: charge its nodes, schedule its end, protect
+    it for its team's minimum runtime."""
     for adm in decision.admissions:
         job = sim.pending.pop(adm.job_id, None)
         if job is None:
@@ -547,31 +609,18 @@ def _started(
             now,
             adm.node_plan,
             False,
+            rules.protected_until(job.team, now),
         )
         for node in adm.node_plan:
             sim.free.add((adm.cluster, node, adm.model), -adm.gpus_per_replica)
         end = now + duration.expected
+        if alloc.protected_until is not None and adm.borrowed_gpus and alloc.protected_until < end:
+            heapq.heappush(sim.wakes, alloc.protected_until)
         sim.run(alloc, end, duration.basis)
         heapq.heappush(sim.ends, (end, job.id))
         sim.done[job.id] = JobForecast(
             job_id=job.id, start=now, model=adm.model, cluster=adm.cluster, why=opened_by
         )
-
-
-def _preempted(sim: _Sim, decision: Decision, requeue: Mapping[str, PendingJob]) -> bool:
-    """Stop the engine's victims; a victim that was queued at the start goes back in line."""
-    back = False
-    for p in decision.preemptions:
-        if sim.stop(p.job_id) is None:
-            continue
-        again = requeue.get(p.job_id)
-        if again is not None:
-            sim.pending[p.job_id] = again
-            sim.done.pop(p.job_id, None)
-            back = True
-    if back:
-        sim.pending = _in_lines(sim.pending.values())
-    return bool(decision.preemptions)
 
 
 def _in_lines(jobs: Iterable[PendingJob]) -> dict[str, PendingJob]:
@@ -635,6 +684,7 @@ def forecast(
     first: Decision | None = None,
     until: str | None = None,
     worded: bool = False,
+    rules: PreemptionRules = NO_RULES,
 ) -> Forecast:
     """Estimate when each job of ``snapshot.pending`` starts, by replaying the engine.
 
@@ -644,6 +694,9 @@ def forecast(
     far, are one step (an estimate is no finer than that).
     ``first``: the decision already made on ``snapshot`` (the cycle's), reused for step one.
     ``until``: stop as soon as this job starts (what :func:`alternatives` needs).
+    ``rules``: the minimum runtime of the jobs it starts and the grace period of those it
+    preempts (a job queued now that it starts and then preempts is estimated at its start
+    after it is back in line).
     Stops when every job started, when nothing runs and nothing more can start, past
     ``horizon`` or after ``max_steps`` decisions; jobs left say which.
     """
@@ -662,58 +715,62 @@ def forecast(
     for a in snapshot.running:
         exp = ends.get(a.job_id)
         if a.preempting:
-            end, basis = now + PREEMPTING_END, "grace period (it is being preempted)"
+            end, basis = now + rules.release_after(a.team), "grace period (it is being preempted)"
         elif exp is not None:
             end, basis = max(exp.end, now), exp.basis
         else:
             end, basis = max(a.started_at + default.expected, now), default.basis
         sim.run(a, end, basis)
         sim.ends.append((end, a.job_id))
+        if a.protected_until is not None and now < a.protected_until < end:
+            sim.wakes.append(a.protected_until)
     heapq.heapify(sim.ends)
-    requeue = dict(sim.pending)
+    heapq.heapify(sim.wakes)
+    sim.requeue = dict(sim.pending)
     asks = _quota_asks(snapshot, snapshot.pending, sim.free.enabled)
     t = now
     steps = 0
     stopped = "done"
     opened = _opened_by(now, now, (), 0)
-    while sim.pending:
-        if first is not None and steps == 0:
-            decision = first
-        else:
-            if worded:
+    while sim.pending or sim.returning:
+        if sim.pending:  # else only preempted jobs are left, to come back in line
+            if first is not None and steps == 0:
+                decision = first
+            elif worded:
                 decision = decide(_state(snapshot, sim, t), config)
             else:
                 state = _state(snapshot, sim, t, whole=False)
                 step = _Step(state, config, *asks, sim)
                 decision = step.run()
                 step.give_back()
-        steps += 1
-        _started(sim, decision, t, durations, default, opened)
-        sim.reasons.update((r.job_id, r) for r in decision.pending)
-        if until is not None and until in sim.done:
-            break
-        preempted = _preempted(sim, decision, requeue)
-        if not sim.pending:
-            break
-        if steps >= max_steps:
-            # Checked before re-deciding after a preemption too: a victim that is queued may
-            # be admitted again at once on borrowed quota and reclaimed again, for ever.
-            stopped = "budget"
-            break
-        if preempted:
-            opened = f"after the engine reclaims GPUs for it by preemption ({MAY_MOVE})"
-            continue  # the reclaimer takes the freed GPUs at the same instant
+            steps += 1
+            _started(sim, decision, t, durations, default, opened, rules)
+            sim.reasons.update((r.job_id, r) for r in decision.pending)
+            if until is not None and until in sim.done:
+                break
+            for p in decision.preemptions:
+                sim.preempt(p.job_id, t + rules.release_after(p.team))
+            if not sim.pending and not sim.returning:
+                break
+            if steps >= max_steps:
+                stopped = "budget"
+                break
         # Ends within one quantum are one step; far ahead, a step spans ``resolution`` of the
         # distance from now (an estimate 10 h out is no finer than 30 min anyway).
-        freed = _advance(sim, max(quantum, (t - now) * resolution))
-        if not freed:
+        freed, at = _advance(sim, max(quantum, (t - now) * resolution))
+        if at is None:
             stopped = "stuck"
             break
-        t = max(t, freed[-1][1])
+        t = max(t, at)
         if t - now > horizon:
             stopped = "horizon"
             break
-        opened = _opened_by(now, t, freed, len(freed) - 1)
+        opened = (
+            _opened_by(now, t, freed, len(freed) - 1)
+            if freed
+            else f"at {t:%Y-%m-%d %H:%M} UTC, once a borrowed job's minimum runtime is over "
+            f"and its GPUs may be reclaimed ({MAY_MOVE})"
+        )
     jobs = dict(sim.done)
     if sim.pending and not worded:  # why the jobs left wait: one worded decision
         last = decide(_state(snapshot, sim, t), config)
@@ -738,24 +795,44 @@ def _state(snapshot: Snapshot, sim: _Sim, t: datetime, *, whole: bool = True) ->
     )
 
 
-def _advance(sim: _Sim, quantum: timedelta) -> list[tuple[str, datetime, str]]:
-    """End every running job due within ``quantum`` of the next expected end."""
-    freed: list[tuple[str, datetime, str]] = []
-    limit: datetime | None = None
-    while sim.ends:
-        end, job_id = sim.ends[0]
+def _advance(
+    sim: _Sim, quantum: timedelta
+) -> tuple[list[tuple[str, datetime, str]], datetime | None]:
+    """End every running job due within ``quantum`` of the next expected end; returns those
+    ended and the instant of the next step (None when nothing is left to happen). A job's
+    protection ending before that is a step of its own, with nothing ended: it may be
+    reclaimed then."""
+    ends = sim.ends
+    while ends:
+        end, job_id = ends[0]
         held = sim.running.get(job_id)
-        if held is None or held[1] != end:  # preempted meanwhile: a stale entry
-            heapq.heappop(sim.ends)
-            continue
-        if limit is None:
-            limit = end + quantum
-        elif end > limit:
+        if held is not None and held[1] == end:
             break
-        heapq.heappop(sim.ends)
+        heapq.heappop(ends)  # stopped or preempted meanwhile: a stale entry
+    wakes = sim.wakes
+    if wakes and (not ends or wakes[0] < ends[0][0]):
+        wake = heapq.heappop(wakes)
+        while wakes and wakes[0] <= wake + quantum:
+            heapq.heappop(wakes)
+        return [], wake
+    freed: list[tuple[str, datetime, str]] = []
+    if not ends:
+        return freed, None
+    limit = ends[0][0] + quantum
+    while ends:
+        end, job_id = ends[0]
+        held = sim.running.get(job_id)
+        if held is None or held[1] != end:
+            heapq.heappop(ends)
+            continue
+        if end > limit:
+            break
+        heapq.heappop(ends)
         sim.stop(job_id)
         freed.append((job_id, end, held[2]))
-    return freed
+    while wakes and wakes[0] <= freed[-1][1]:
+        heapq.heappop(wakes)  # that step sees the protection over too
+    return freed, freed[-1][1]
 
 
 # -- alternatives -----------------------------------------------------------------------------
@@ -784,6 +861,7 @@ def alternatives(
     horizon: timedelta = timedelta(days=7),
     quantum: timedelta = timedelta(minutes=1),
     max_steps: int = 400,
+    rules: PreemptionRules = NO_RULES,
 ) -> list[Alternative]:
     """The estimate for ``job`` (queued or not yet submitted) on each candidate model its
     requirement allows, and with half and a quarter of its replicas (a gang of fewer pods
@@ -815,6 +893,7 @@ def alternatives(
             quantum=quantum,
             max_steps=max_steps,
             until=job.id,
+            rules=rules,
         )
         out.append(
             Alternative(

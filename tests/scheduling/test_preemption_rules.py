@@ -147,3 +147,20 @@ def test_team_policies_take_the_preemption_rules_over_the_api(api_as, root, visi
     )
     assert bad.status_code == 400 and "min_runtime_minutes" in bad.json()["extra"]["fields"]
     assert TeamPolicy.objects.get(team=vision).min_runtime_minutes == 30
+
+
+def test_a_claimers_estimate_waits_out_the_victims_minimum_runtime_and_grace_period(
+    api_as, alice, language, borrowed, settings
+):
+    settings.GPUPOOL_TERMINATION_GRACE_SECONDS = 120
+    (victim,) = borrowed()  # started 5 minutes ago, expected to run an hour (no history)
+    TeamPolicy.objects.create(team=language, min_runtime_minutes=30)
+    claimer = submit(alice, name="claimer")
+    assert run_cycle().preempted == []
+    got = api_as(alice).get(f"/api/v1/jobs/{claimer.public_id}/estimate/").json()
+    start = dt.datetime.fromisoformat(got["estimate"]["start_at"])
+    victim.refresh_from_db()
+    # Reclaimed once its 30 minutes are over, then its pods get their 2 minutes.
+    expected = victim.started_at + dt.timedelta(minutes=32)
+    assert abs(start - expected) < dt.timedelta(minutes=1), (start, expected)
+    assert "preempted to reclaim its GPUs" in got["estimate"]["why"]
