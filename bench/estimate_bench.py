@@ -4,8 +4,9 @@
 
 Accuracy: a synthetic but realistic trace (bursty arrivals, a team mix with deep and shallow
 queues, recurring job types whose runtimes scatter around a mean, some jobs ending early, max
-runtimes set generously as people do, borrowing and reclaim by preemption) is replayed
-through the real engine, a cycle at every arrival and every end. At each job's submit three
+runtimes set generously as people do, borrowing and reclaim by preemption under a 10-minute
+minimum runtime and a 2-minute grace period) is replayed through the real engine, a cycle at
+every arrival and every end. At each job's submit three
 estimates of its start are taken from the state of that moment:
 
 - **forecast**: the forward simulation, running jobs ending at the runtime learned from the
@@ -66,6 +67,7 @@ from scheduling.engine.forecast import (  # noqa: E402
     DurationModel,
     Expected,
     Finished,
+    PreemptionRules,
     forecast,
 )
 
@@ -83,6 +85,8 @@ CLUSTERS = ("east", "west")
 TEAMS = 6
 KIND = "training"
 TICK = timedelta(minutes=5)  # beat's cycle while anything waits (the starvation guard's clock)
+RULES = PreemptionRules(min_runtime=timedelta(minutes=10), grace=timedelta(minutes=2))
+"""The pool's preemption rules: the world keeps them, and every estimate simulates them."""
 
 
 @dataclass
@@ -199,6 +203,8 @@ class Held:
     alloc: RunningAllocation
     actual_end: datetime
     trace: TraceJob
+    preempted: bool = False
+    """Being preempted: it ends at the end of its grace period and goes back in line."""
 
 
 class World:
@@ -246,6 +252,9 @@ class World:
                 continue
             del self.running[job_id]
             self._give_back(held.alloc)
+            if held.preempted:
+                self.pending[job_id] = held.trace  # requeued, same submit time
+                continue
             self.finished.append(
                 Finished(
                     team=held.trace.kind.team,
@@ -258,16 +267,23 @@ class World:
     def cycle(self, now: datetime) -> None:
         d = decide(self.snapshot(now), self.config)
         for p in d.preemptions:
-            held = self.running.pop(p.job_id, None)
-            if held is not None:
-                self._give_back(held.alloc)
-                self.pending[p.job_id] = held.trace  # requeued, same submit time
+            held = self.running.get(p.job_id)
+            if held is not None and not held.preempted:
+                # SIGTERM: it keeps its GPUs through its grace period, then is requeued
+                # (unless it ends of itself first).
+                held.alloc = replace(held.alloc, preempting=True)
+                gone = now + RULES.release_after(p.team)
+                if gone < held.actual_end:
+                    held.preempted = True
+                    held.actual_end = gone
+                    heapq.heappush(self.ends, (gone, p.job_id))
                 self.preemptions += 1
         for a in d.admissions:
             tj = self.pending.pop(a.job_id)
             alloc = running_allocation(
                 a.job_id, tj.job.team, a.cluster, a.model, len(a.node_plan),
                 a.gpus_per_replica, 0, now, a.node_plan, False,
+                RULES.protected_until(tj.job.team, now),
             )  # fmt: skip
             for node in a.node_plan:
                 self.free[(a.cluster, node, a.model)] -= a.gpus_per_replica
@@ -313,7 +329,7 @@ def estimates_at_submit(
         )
         slurm_durations[job_id] = Duration(expected=jt.max_runtime, basis="")
     default = Duration(expected=timedelta(hours=1), basis="")
-    common = {"until": tj.job.id, "default": default, "max_steps": 400}
+    common = {"until": tj.job.id, "default": default, "max_steps": 400, "rules": RULES}
     ours = forecast(snap, world.config, ends=ends, durations=durations, **common)
     slurm = forecast(snap, world.config, ends=slurm_ends, durations=slurm_durations, **common)
     first = resolve_first(tj)

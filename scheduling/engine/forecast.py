@@ -442,7 +442,7 @@ class _Sim:
     """A heap of the instants when a borrowed job's minimum runtime ends: it may be reclaimed
     then, though nothing ends."""
     returning: set[str] = field(default_factory=set)
-    """Those of them being preempted."""
+    """Those of them being preempted: back in line when their grace period is over."""
     requeued_teams: set[str] = field(default_factory=set)
     """Teams with a job back in line: only their lines in ``pending`` may be out of order."""
     preempting: int = 0
@@ -485,9 +485,8 @@ class _Sim:
         self._tally(alloc, -1)
         self.run(replace(alloc, preempting=True), end, PREEMPTED)
         heapq.heappush(self.ends, (end, job_id))
-        if job_id in self.requeue:  # its start was no start: it is estimated again
+        if job_id in self.requeue:
             self.returning.add(job_id)
-            self.done.pop(job_id, None)
         return True
 
     def _tally(self, alloc: RunningAllocation, sign: int) -> None:
@@ -618,8 +617,13 @@ def _started(
             heapq.heappush(sim.wakes, alloc.protected_until)
         sim.run(alloc, end, duration.basis)
         heapq.heappush(sim.ends, (end, job.id))
-        sim.done[job.id] = JobForecast(
-            job_id=job.id, start=now, model=adm.model, cluster=adm.cluster, why=opened_by
+        # A job back in line after a preemption keeps the estimate of its first start: that is
+        # when it leaves the queue, which is what the estimate tells.
+        sim.done.setdefault(
+            job.id,
+            JobForecast(
+                job_id=job.id, start=now, model=adm.model, cluster=adm.cluster, why=opened_by
+            ),
         )
 
 
@@ -695,8 +699,8 @@ def forecast(
     ``first``: the decision already made on ``snapshot`` (the cycle's), reused for step one.
     ``until``: stop as soon as this job starts (what :func:`alternatives` needs).
     ``rules``: the minimum runtime of the jobs it starts and the grace period of those it
-    preempts (a job queued now that it starts and then preempts is estimated at its start
-    after it is back in line).
+    preempts (a job queued now that it starts and then preempts keeps the estimate of its
+    first start, and goes back in line for the jobs behind it).
     Stops when every job started, when nothing runs and nothing more can start, past
     ``horizon`` or after ``max_steps`` decisions; jobs left say which.
     """
@@ -732,29 +736,28 @@ def forecast(
     steps = 0
     stopped = "done"
     opened = _opened_by(now, now, (), 0)
-    while sim.pending or sim.returning:
-        if sim.pending:  # else only preempted jobs are left, to come back in line
-            if first is not None and steps == 0:
-                decision = first
-            elif worded:
-                decision = decide(_state(snapshot, sim, t), config)
-            else:
-                state = _state(snapshot, sim, t, whole=False)
-                step = _Step(state, config, *asks, sim)
-                decision = step.run()
-                step.give_back()
-            steps += 1
-            _started(sim, decision, t, durations, default, opened, rules)
-            sim.reasons.update((r.job_id, r) for r in decision.pending)
-            if until is not None and until in sim.done:
-                break
-            for p in decision.preemptions:
-                sim.preempt(p.job_id, t + rules.release_after(p.team))
-            if not sim.pending and not sim.returning:
-                break
-            if steps >= max_steps:
-                stopped = "budget"
-                break
+    while sim.pending:
+        if first is not None and steps == 0:
+            decision = first
+        elif worded:
+            decision = decide(_state(snapshot, sim, t), config)
+        else:
+            state = _state(snapshot, sim, t, whole=False)
+            step = _Step(state, config, *asks, sim)
+            decision = step.run()
+            step.give_back()
+        steps += 1
+        _started(sim, decision, t, durations, default, opened, rules)
+        sim.reasons.update((r.job_id, r) for r in decision.pending)
+        if until is not None and until in sim.done:
+            break
+        for p in decision.preemptions:
+            sim.preempt(p.job_id, t + rules.release_after(p.team))
+        if not sim.pending:
+            break
+        if steps >= max_steps:
+            stopped = "budget"
+            break
         # Ends within one quantum are one step; far ahead, a step spans ``resolution`` of the
         # distance from now (an estimate 10 h out is no finer than 30 min anyway).
         freed, at = _advance(sim, max(quantum, (t - now) * resolution))
