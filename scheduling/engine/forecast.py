@@ -328,6 +328,11 @@ class _Step(Placement):
                             return i
                     i += 1
                     continue
+                if self._held_by:
+                    # With room held for a starving job, how the engine words a capacity
+                    # failure (held for it, or no room) depends on when it is first asked,
+                    # and only "no room" lets a later job reclaim: ask as decide() does.
+                    break
                 if later is None:
                     later = deferred.setdefault(team, [])
                 later.append(job)
@@ -475,19 +480,22 @@ class _Sim:
                 self.requeued_teams.add(alloc.team)
         return held
 
-    def preempt(self, job_id: str, end: datetime) -> bool:
-        """Mark a running job as being preempted: it keeps its GPUs until ``end`` (its grace
-        period), when :meth:`stop` ends it. False when it is not running or already going."""
+    def preempt(self, job_id: str, gone: datetime) -> None:
+        """Mark a running job as being preempted: it keeps its GPUs until ``gone`` (the end of
+        its grace period), or until it was to end anyway if that is sooner; one queued at the
+        start and cut short goes back in line when :meth:`stop` ends it."""
         held = self.running.get(job_id)
         if held is None or held[0].preempting:
-            return False
-        alloc = held[0]
+            return
+        alloc, natural, basis = held
         self._tally(alloc, -1)
-        self.run(replace(alloc, preempting=True), end, PREEMPTED)
-        heapq.heappush(self.ends, (end, job_id))
-        if job_id in self.requeue:
-            self.returning.add(job_id)
-        return True
+        if gone < natural:
+            self.run(replace(alloc, preempting=True), gone, PREEMPTED)
+            heapq.heappush(self.ends, (gone, job_id))
+            if job_id in self.requeue:
+                self.returning.add(job_id)
+        else:
+            self.run(replace(alloc, preempting=True), natural, basis)
 
     def _tally(self, alloc: RunningAllocation, sign: int) -> None:
         gpus = sign * alloc.replicas * alloc.gpus_per_replica
@@ -779,7 +787,8 @@ def forecast(
         last = decide(_state(snapshot, sim, t), config)
         sim.reasons.update((r.job_id, r) for r in last.pending)
     for job in sim.pending.values():
-        jobs[job.id] = _unstarted(job, sim, stopped, now, t)
+        if job.id not in jobs:  # one back in line after a preemption keeps its first start
+            jobs[job.id] = _unstarted(job, sim, stopped, now, t)
     return Forecast(jobs=jobs, steps=steps, simulated_until=t)
 
 
@@ -801,10 +810,10 @@ def _state(snapshot: Snapshot, sim: _Sim, t: datetime, *, whole: bool = True) ->
 def _advance(
     sim: _Sim, quantum: timedelta
 ) -> tuple[list[tuple[str, datetime, str]], datetime | None]:
-    """End every running job due within ``quantum`` of the next expected end; returns those
-    ended and the instant of the next step (None when nothing is left to happen). A job's
-    protection ending before that is a step of its own, with nothing ended: it may be
-    reclaimed then."""
+    """End every running job due within ``quantum`` of the next event; returns those ended and
+    the instant of the next step (None when nothing is left to happen). An event is an
+    expected end or the end of a borrowed job's protection (it may be reclaimed then, though
+    nothing ends); the step is at the last event it takes in, so that all of them are true."""
     ends = sim.ends
     while ends:
         end, job_id = ends[0]
@@ -813,15 +822,14 @@ def _advance(
             break
         heapq.heappop(ends)  # stopped or preempted meanwhile: a stale entry
     wakes = sim.wakes
-    if wakes and (not ends or wakes[0] < ends[0][0]):
-        wake = heapq.heappop(wakes)
-        while wakes and wakes[0] <= wake + quantum:
-            heapq.heappop(wakes)
-        return [], wake
+    if not ends and not wakes:
+        return [], None
+    first = min(ends[0][0] if ends else wakes[0], wakes[0] if wakes else ends[0][0])
+    limit = first + quantum
+    at = first
+    while wakes and wakes[0] <= limit:
+        at = max(at, heapq.heappop(wakes))
     freed: list[tuple[str, datetime, str]] = []
-    if not ends:
-        return freed, None
-    limit = ends[0][0] + quantum
     while ends:
         end, job_id = ends[0]
         held = sim.running.get(job_id)
@@ -833,9 +841,8 @@ def _advance(
         heapq.heappop(ends)
         sim.stop(job_id)
         freed.append((job_id, end, held[2]))
-    while wakes and wakes[0] <= freed[-1][1]:
-        heapq.heappop(wakes)  # that step sees the protection over too
-    return freed, freed[-1][1]
+        at = max(at, end)
+    return freed, at
 
 
 # -- alternatives -----------------------------------------------------------------------------
