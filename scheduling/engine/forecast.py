@@ -228,6 +228,11 @@ class _Step(Placement):
         self._version = 0
         self._per_model: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._bounds: dict[int, tuple[int, int, int]] = {}
+        self._held_asked: dict[tuple[int, int, int], int] = {}
+        """(want, g, r) -> the version jobs of that shape were last found safe to defer at
+        while room is held (see :meth:`_next_in_line`)."""
+        self._fit_seen: dict[tuple[str, int, int], int] = {}
+        """(model, g, r) -> the version a gang of that shape last fitted at, -1 once not."""
         self._drop_quota_bound()
 
     def _drop_quota_bound(self) -> None:
@@ -281,6 +286,31 @@ class _Step(Placement):
                 oldest = e[2]
         return room, reach, oldest
 
+    def _first_asked(self, shape: tuple[int, int, int]) -> bool:
+        """Whether a job of ``shape`` (want, g, r) would be the first whose capacity failure
+        the engine words on a model where room is held; else jobs of that shape may be
+        deferred unasked until the cycle next charges or holds something."""
+        want, g, r = shape
+        held, cap_failed = self._held_models, self._cap_failed
+        for m in self.wants[want][1]:
+            if m in held and (m, g, r) not in cap_failed and not self._fits(m, g, r):
+                return True
+        self._held_asked[shape] = self._version
+        return False
+
+    def _fits(self, model: str, g: int, r: int) -> bool:
+        """Whether the gang fits now on a pool of ``model`` (as ``_evaluate`` asks it). Free
+        GPUs only shrink within a cycle: "no" holds for the rest of it, "yes" until the
+        cycle next takes something."""
+        key = (model, g, r)
+        seen = self._fit_seen.get(key)
+        if seen is not None and (seen < 0 or seen == self._version):
+            return seen >= 0
+        need = g * r
+        ok = any(p.free_total >= need and p.fits(g, r) for p in self.enabled.get(model, ()))
+        self._fit_seen[key] = self._version if ok else -1
+        return ok
+
     def _next_in_line(
         self,
         team: str,
@@ -296,12 +326,12 @@ class _Step(Placement):
         nominal room), which go to ``deferred`` in line order. Quota use only grows within a
         cycle, so a job passed over would have failed or been deferred the same way when its
         turn came, and its turn changes nothing else: the fill order is by share."""
-        self._version = version = len(self.admissions) + len(self.preemptions) + len(self.holds)
+        # Every admission and reclaim is charged, every hold held: what moves quota or room.
+        self._version = version = len(self._charged) + len(self.holds)
         bounds = self._bounds
-        bounds_of = self._bounds_of
         asks = self.asks
         starving = self.starving
-        cap_failed = self._cap_failed
+        held = self._held_models
         n = len(line)
         later: list[PendingJob] | None = None
         while i < n:
@@ -312,9 +342,11 @@ class _Step(Placement):
             want, need = ask
             b = bounds.get(want)
             if b is None:
-                b = bounds[want] = bounds_of(want, False)
+                b = bounds[want] = self._bounds_of(want, False)
             if need <= b[1] and (need <= b[0] or not nominal_only) and b[2] != version:
-                b = bounds[want] = bounds_of(want, True)  # about to be let through: read again
+                b = bounds[want] = self._bounds_of(
+                    want, True
+                )  # about to be let through: read again
             if need <= b[1]:
                 if need <= b[0]:
                     break
@@ -323,16 +355,20 @@ class _Step(Placement):
                     # nominal room): pass it over when no model it may try has room for its
                     # gang any more (capacity only shrinks within a cycle).
                     g, r = job.gpus_per_replica, job.replicas
+                    cap_failed = self._cap_failed
                     for m in self.wants[want][1]:
                         if (m, g, r) not in cap_failed:
                             return i
                     i += 1
                     continue
-                if self._held_by:
-                    # With room held for a starving job, how the engine words a capacity
-                    # failure (held for it, or no room) depends on when it is first asked,
-                    # and only "no room" lets a later job reclaim: ask as decide() does.
-                    break
+                if held:
+                    # With room held for a starving job, the engine words a capacity failure
+                    # on that model "held for it" or "no room" by when it is first asked, and
+                    # keeps the first answer for the gang's shape; only "no room" lets a
+                    # later job reclaim. Where this job would be the first asked, ask it.
+                    shape = (want, job.gpus_per_replica, job.replicas)
+                    if self._held_asked.get(shape) != version and self._first_asked(shape):
+                        return i
                 if later is None:
                     later = deferred.setdefault(team, [])
                 later.append(job)
