@@ -110,10 +110,10 @@ def test_a_gang_waits_until_enough_whole_nodes_free_not_just_enough_gpus() -> No
     assert f.start == NOW + timedelta(minutes=90)
 
 
-def test_a_team_within_nominal_reclaims_from_a_borrower_at_once() -> None:
-    # bob borrows alice's idle quota; alice's job reclaims it now (preemption), not when
-    # bob's job would have ended.
-    snap = (
+def _one_borrower() -> Snapshot:
+    # One 8-GPU node: bob (no quota of his own) runs b1 on alice's idle quota; alice's a1
+    # needs the node and is within her nominal.
+    return (
         a_snapshot()
         .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
         .with_quota("alice", "a100-80gb", 8)
@@ -122,6 +122,12 @@ def test_a_team_within_nominal_reclaims_from_a_borrower_at_once() -> None:
         .with_pending(a_job("a1", team="alice", gpus=8))
         .build()
     )
+
+
+def test_a_team_within_nominal_reclaims_from_a_borrower_at_once() -> None:
+    # bob borrows alice's idle quota; alice's job reclaims it now (preemption), not when
+    # bob's job would have ended.
+    snap = _one_borrower()
     f = forecast(snap, ends=ends_in(b1=300), durations={}, default=HOUR).jobs["a1"]
     # The victim keeps its GPUs through its grace period (a minute unless the rules say).
     assert f.start == NOW + timedelta(minutes=1)
@@ -446,15 +452,7 @@ def test_protections_ending_within_a_step_are_all_over_at_that_step() -> None:
 
 
 def test_a_victim_due_to_end_within_its_grace_period_ends_when_due() -> None:
-    snap = (
-        a_snapshot()
-        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
-        .with_quota("alice", "a100-80gb", 8)
-        .with_quota("bob", "a100-80gb", 0)
-        .with_running(runs("b1", "bob", 0))
-        .with_pending(a_job("a1", team="alice", gpus=8))
-        .build()
-    )
+    snap = _one_borrower()
     rules = PreemptionRules(grace=timedelta(minutes=30))
     f = forecast(snap, ends=ends_in(b1=2), durations={}, default=HOUR, rules=rules).jobs["a1"]
     assert f.start == NOW + timedelta(minutes=2)
