@@ -70,7 +70,7 @@ from portal.jobs.state import (
 )
 from portal.models import Job, JobEvent, JobState
 from portal.telemetry import observe_dispatch
-from portal.workers import worker_name
+from portal.workers import live_workers, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +351,38 @@ def _hold(job_ids: Iterable[int]) -> None:
     ).update(dispatch_next_at=F("dispatch_not_before"))
 
 
+def _claim_alone(job: Job) -> Outcome | None:
+    """Claim the job's next attempt unless another attempt holds it (None: claimed).
+
+    Duplicate hand-offs meet here: a re-drive, a wake when the cluster answers again, or
+    several deliveries held back by the same Retry-After that all come due at once. Only one
+    of them may send the create; the others end, leaving the job to the attempt in flight.
+    An attempt whose lease ran out, or whose worker stopped beating, holds nothing, so the
+    redelivery of a killed worker's message need not wait for the re-drive. The attempt
+    counter lives on the row, so it survives restarts and redeliveries.
+    """
+    now = timezone.now()
+    admitted = Job.objects.filter(pk=job.pk, state=JobState.ADMITTED)
+    free = Q(dispatch_owner="") | Q(dispatch_next_at__isnull=True) | Q(dispatch_next_at__lte=now)
+    claim = {"dispatch_attempts": F("dispatch_attempts") + 1, **attempt_claim()}
+    if admitted.filter(free).update(**claim):
+        return None
+    owner = admitted.values_list("dispatch_owner", flat=True).first()
+    if owner is None:
+        return Outcome(done=True, message="not admitted")
+    if owner not in live_workers(now=now) and admitted.filter(dispatch_owner=owner).update(**claim):
+        return None
+    return Outcome(done=True, message=f"an attempt by {owner or 'another worker'} is in flight")
+
+
+def _claims_release(job_ids: Iterable[int]) -> None:
+    """Give back this worker's claim on jobs it hands to the one-job path, which would
+    otherwise find them held by the attempt that just ended."""
+    Job.objects.filter(
+        pk__in=list(job_ids), state=JobState.ADMITTED, dispatch_owner=worker_name()
+    ).update(dispatch_owner="")
+
+
 def job_dispatch(*, job_id: int) -> Outcome:
     """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED."""
     job = job_for_task(job_id)
@@ -360,11 +392,9 @@ def job_dispatch(*, job_id: int) -> Outcome:
     if wait:
         _hold([job.pk])
         return Outcome(done=False, message="the cluster asked to wait (Retry-After)", retry_in=wait)
-    # The attempt counter lives on the row, so it survives worker restarts and redeliveries.
-    if not Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
-        dispatch_attempts=F("dispatch_attempts") + 1, **attempt_claim()
-    ):
-        return Outcome(done=True, message="not admitted")
+    claimed = _claim_alone(job)
+    if claimed is not None:
+        return claimed
     attempt = job.dispatch_attempts + 1
     if job.cluster is None or job.gpu_model is None:
         return _fail(job, "DispatchFailed", "The job was admitted without a cluster or GPU model.")
@@ -395,6 +425,7 @@ def job_dispatch(*, job_id: int) -> Outcome:
             return _retry(job, attempt, exc.message)
         if repairable(exc, namespace) and not _queue_repaired(job):
             _queue_repair(job, exc.message, namespace)
+            _claims_release([job.pk])
             return Outcome(done=False, message=exc.message, retry_in=1.0)
         return _fail(job, "SubmitRejected", f"The cluster refused the job: {exc.message}")
     return _submitted(job, namespace, created, uid, adopted=False)
@@ -695,4 +726,5 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
                 later[job.pk] = 0.0  # row locked by someone else: try again alone
             elif current not in CREATED_BY_A_WINNER:
                 _delete_quietly(job, namespace, obj["metadata"]["name"], obj["metadata"].get("uid"))
+    _claims_release(pk for pk in later if pk not in held)
     return BatchOutcome(later=later, woken=woken)

@@ -7,16 +7,19 @@ cycle's ``portal.hooks.admitted`` hook, and watches the job row and the simulate
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import time
 
 import pytest
+from django.utils import timezone
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from clusters import volcano
+from clusters.dispatch import job_dispatch
 from clusters.manifests import job_manifest, submission_uid
 from clusters.models import VolcanoJobRecord
-from portal.models import Job, JobEvent, JobState
+from portal.models import Job, JobEvent, JobState, WorkerBeat
 from tests.clusters.conftest import MAX_ATTEMPTS, SMALL, dispatch, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -270,6 +273,44 @@ def test_a_duplicated_message_creates_one_volcano_job(sim, cluster, admit):
     # one that met its 409 and won the compare-and-set first ("Adopted").
     moves = [e for e in _events(job) if e.to_state == JobState.SUBMITTED]
     assert [e.reason for e in moves] in (["Submitted"], ["Adopted"])
+
+
+def _held_by(job, owner, *, beating):
+    """The job as an attempt by ``owner`` leaves it mid-create: claimed, its lease running."""
+    if beating:
+        WorkerBeat.objects.update_or_create(name=owner, defaults={"seen_at": timezone.now()})
+    Job.objects.filter(pk=job.pk).update(
+        dispatch_owner=owner,
+        dispatch_attempts=1,
+        dispatch_next_at=timezone.now() + dt.timedelta(seconds=60),
+    )
+
+
+def test_a_hand_off_while_another_attempt_is_in_flight_sends_nothing(sim, cluster, admit):
+    job = admit(cluster)
+    _held_by(job, "other-host:1:abc", beating=True)
+    outcome = job_dispatch(job_id=job.pk)
+    assert outcome.done and "in flight" in outcome.message
+    assert sim.list("jobs", "gpupool") == []
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED and job.dispatch_attempts == 1
+
+
+def test_an_attempt_whose_worker_stopped_beating_is_taken_over(sim, cluster, admit):
+    job = admit(cluster)
+    _held_by(job, "gone-host:1:abc", beating=False)
+    assert job_dispatch(job_id=job.pk).message == "submitted"
+    job.refresh_from_db()
+    assert job.state == JobState.SUBMITTED and job.dispatch_attempts == 2
+    assert len(sim.list("jobs", "gpupool")) == 1
+
+
+def test_an_attempt_whose_lease_ran_out_is_taken_over(sim, cluster, admit):
+    job = admit(cluster)
+    _held_by(job, "slow-host:1:abc", beating=True)
+    Job.objects.filter(pk=job.pk).update(dispatch_next_at=timezone.now())
+    assert job_dispatch(job_id=job.pk).message == "submitted"
+    assert _events(job, "Submitted")
 
 
 def test_a_job_cancelled_while_its_create_is_in_flight_leaves_nothing_behind(
