@@ -631,7 +631,7 @@ def _started(
     now: datetime,
     durations: Mapping[str, Duration],
     default: Duration,
-    opened_by: str,
+    opened: _Opened,
     rules: PreemptionRules,
 ) -> None:
     """Start what the engine admitted at ``now``: charge its nodes, schedule its end, protect
@@ -666,7 +666,11 @@ def _started(
         sim.done.setdefault(
             job.id,
             JobForecast(
-                job_id=job.id, start=now, model=adm.model, cluster=adm.cluster, why=opened_by
+                job_id=job.id,
+                start=now,
+                model=adm.model,
+                cluster=adm.cluster,
+                why=opened.why(job.team),
             ),
         )
 
@@ -680,22 +684,43 @@ def _in_lines(jobs: Iterable[PendingJob]) -> dict[str, PendingJob]:
     return {job.id: job for line in by_team.values() for job in _line_order(line)}
 
 
-def _opened_by(
-    now: datetime, start: datetime, freed: Sequence[tuple[str, datetime, str]], extra: int
-) -> str:
-    """Why a job started at a later simulated instant: the running jobs whose expected end
-    gave their GPUs back then, with the basis of that expectation."""
-    if start == now:
-        return (
-            f"it would be admitted in the next cycle: the engine finds room for it now ({MAY_MOVE})"
-        )
-    job_id, end, basis = freed[0]
-    who = (
-        f"job {job_id[:8]} and {count(extra, 'other job')} end"
-        if extra
-        else f"job {job_id[:8]} ends"
-    )
-    return f"once {who}, expected by {end:%Y-%m-%d %H:%M} UTC ({basis}); {MAY_MOVE}"
+@dataclass(frozen=True)
+class _Freed:
+    """A running job the simulation ended at a step, whose GPUs may open the way."""
+
+    job_id: str
+    team: str
+    end: datetime
+    basis: str
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """Why the jobs a step starts start then: at once, or once the running jobs it ended
+    gave their GPUs back (or a borrowed job's protection ran out)."""
+
+    now: datetime
+    start: datetime
+    freed: tuple[_Freed, ...] = ()
+
+    def why(self, team: str) -> str:
+        """Worded for a job of ``team``: a running job of the same team is named, one of
+        another team only by its team (one team never sees another team's jobs)."""
+        if self.start == self.now:
+            return (
+                "it would be admitted in the next cycle: the engine finds room for it now "
+                f"({MAY_MOVE})"
+            )
+        if not self.freed:
+            return (
+                f"at {self.start:%Y-%m-%d %H:%M} UTC, once a borrowed job's minimum runtime is "
+                f"over and its GPUs may be reclaimed ({MAY_MOVE})"
+            )
+        first = next((f for f in self.freed if f.team == team), self.freed[0])
+        named = f"job {first.job_id[:8]}" if first.team == team else f"a job of team {first.team}"
+        extra = len(self.freed) - 1
+        who = f"{named} and {count(extra, 'other job')} end" if extra else f"{named} ends"
+        return f"once {who}, expected by {first.end:%Y-%m-%d %H:%M} UTC ({first.basis}); {MAY_MOVE}"
 
 
 def _unstarted(
@@ -779,7 +804,7 @@ def forecast(
     t = now
     steps = 0
     stopped = "done"
-    opened = _opened_by(now, now, (), 0)
+    opened = _Opened(now, now)
     while sim.pending:
         if first is not None and steps == 0:
             decision = first
@@ -812,12 +837,7 @@ def forecast(
         if t - now > horizon:
             stopped = "horizon"
             break
-        opened = (
-            _opened_by(now, t, freed, len(freed) - 1)
-            if freed
-            else f"at {t:%Y-%m-%d %H:%M} UTC, once a borrowed job's minimum runtime is over "
-            f"and its GPUs may be reclaimed ({MAY_MOVE})"
-        )
+        opened = _Opened(now, t, tuple(freed))
     jobs = dict(sim.done)
     if sim.pending and not worded:  # why the jobs left wait: one worded decision
         last = decide(_state(snapshot, sim, t), config)
@@ -843,9 +863,7 @@ def _state(snapshot: Snapshot, sim: _Sim, t: datetime, *, whole: bool = True) ->
     )
 
 
-def _advance(
-    sim: _Sim, quantum: timedelta
-) -> tuple[list[tuple[str, datetime, str]], datetime | None]:
+def _advance(sim: _Sim, quantum: timedelta) -> tuple[list[_Freed], datetime | None]:
     """End every running job due within ``quantum`` of the next event; returns those ended and
     the instant of the next step (None when nothing is left to happen). An event is an
     expected end or the end of a borrowed job's protection (it may be reclaimed then, though
@@ -865,7 +883,7 @@ def _advance(
     at = first
     while wakes and wakes[0] <= limit:
         at = max(at, heapq.heappop(wakes))
-    freed: list[tuple[str, datetime, str]] = []
+    freed: list[_Freed] = []
     while ends:
         end, job_id = ends[0]
         held = sim.running.get(job_id)
@@ -876,7 +894,7 @@ def _advance(
             break
         heapq.heappop(ends)
         sim.stop(job_id)
-        freed.append((job_id, end, held[2]))
+        freed.append(_Freed(job_id, held[0].team, end, held[2]))
         at = max(at, end)
     return freed, at
 

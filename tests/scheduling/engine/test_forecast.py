@@ -76,7 +76,25 @@ def test_a_job_starts_when_the_running_job_on_its_gpus_is_expected_to_end() -> N
     )
     f = forecast(snap, ends=ends_in(r1=40), durations={}, default=HOUR).jobs["j1"]
     assert f.start == NOW + timedelta(minutes=40)
-    assert "r1" in f.why and "r1's median" in f.why
+    assert "once job r1 ends" in f.why and "r1's median" in f.why
+
+
+def test_an_estimate_names_a_job_of_its_own_team_first_and_others_only_by_team() -> None:
+    # Two 8-GPU nodes freed in the same minute, first by bob's job b0, then by alice's z1:
+    # alice's 16-GPU gang waits for both; her estimate names her own job and counts bob's.
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 2))
+        .with_quota("alice", "a100-80gb", 16)
+        .with_quota("bob", "a100-80gb", 8)
+        .with_running(runs("b0", "bob", 0), runs("z1", "alice", 1))
+        .with_pending(a_job("j1", team="alice", gpus=8, replicas=2))
+        .build()
+    )
+    f = forecast(snap, ends=ends_in(b0=40, z1=40), durations={}, default=HOUR)
+    why = f.jobs["j1"].why
+    assert "once job z1 and 1 other job end" in why and "z1's median" in why
+    assert "b0" not in why
 
 
 def test_jobs_ahead_run_first_and_their_own_runtime_delays_the_next() -> None:
@@ -131,7 +149,9 @@ def test_a_team_within_nominal_reclaims_from_a_borrower_at_once() -> None:
     f = forecast(snap, ends=ends_in(b1=300), durations={}, default=HOUR).jobs["a1"]
     # The victim keeps its GPUs through its grace period (a minute unless the rules say).
     assert f.start == NOW + timedelta(minutes=1)
-    assert "once job b1 ends" in f.why and "preempted to reclaim its GPUs" in f.why
+    # b1 is bob's: alice's estimate names its team, never the job itself.
+    assert "once a job of team bob ends" in f.why and "preempted to reclaim its GPUs" in f.why
+    assert "b1" not in f.why
     slow = PreemptionRules(team_grace={"bob": timedelta(minutes=5)})
     f = forecast(snap, ends=ends_in(b1=300), durations={}, default=HOUR, rules=slow).jobs["a1"]
     assert f.start == NOW + timedelta(minutes=5)
@@ -170,7 +190,7 @@ def test_a_job_the_simulation_starts_is_protected_for_its_teams_minimum_runtime(
     kept = forecast(snap, ends=ends_in(r1=30), durations=long, default=HOUR, rules=rules).jobs
     # b1 started now is protected for an hour: alice waits for that, then its grace.
     assert kept["a2"].start == NOW + timedelta(minutes=61)
-    assert "once job b1 ends" in kept["a2"].why
+    assert "once a job of team bob ends" in kept["a2"].why
     assert kept["b1"].start == NOW
     others = PreemptionRules(team_min_runtime={"carol": timedelta(minutes=60)})
     same = forecast(snap, ends=ends_in(r1=30), durations=long, default=HOUR, rules=others).jobs
