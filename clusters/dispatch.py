@@ -18,6 +18,8 @@ Dispatch (``ADMITTED → SUBMITTED``)
     namespace is made again and the cluster's queues synced, then the create is tried again;
     if it is still refused, the job fails saying why. If the job left ADMITTED while the
     create was in flight (cancelled, preempted), the object just created is deleted again.
+    One attempt at a time: an attempt claims the job on its row (its worker and a lease), and
+    a duplicate hand-off that finds a live claim ends without sending anything.
 
 The manifest comes from ``clusters.manifests``, taking a job off its cluster (cancel,
 eviction) is ``clusters.teardown``.
