@@ -92,11 +92,20 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
         if f.code is SkipCode.QUOTA_FULL:  # the cohort's lending is held
             cohort = pl.quota.row(job.team, m).cohort
             holder = pl._quota_held_by.get((cohort, m), "")
-            return reasons.detail_held_for_other(holder, pl.quota.held(job.team, m))
+            return reasons.detail_held_for_other(
+                holder, _team_of_holder(pl, holder), job.team, pl.quota.held(job.team, m)
+            )
         held = sum(p.held_total() for p in pl.enabled[m])
-        return reasons.detail_held_for_other(f.holder, held)
+        return reasons.detail_held_for_other(
+            f.holder, _team_of_holder(pl, f.holder), job.team, held
+        )
     largest, where, free, out_of_service = model_free(pl, m)
     return reasons.detail_no_node_fits(r, g, largest, free, out_of_service, where)
+
+
+def _team_of_holder(pl: Placement, holder: str) -> str:
+    """The team of the job a hold is for (a cycle holds at most once per model)."""
+    return next((h.team for h in pl.holds if h.job_id == holder), "")
 
 
 def model_free(pl: Placement, model: str) -> tuple[int, str, int, int]:

@@ -201,6 +201,24 @@ CASES = [
         .build(),
         ReasonCode.CAPACITY_HELD,
         (
+            f"needs 4 {X} A100-80GB; the room is held for an older job of team bob (starvation "
+            f"guard, 6 GPUs held)"
+        ),
+        fast_guard(60),
+    ),
+    Case(
+        "capacity held for an older job of the same team",
+        a_snapshot()
+        .with_clusters(A100_8)
+        .with_cohort_quota("default", "a100-80gb", 16)
+        .with_running(busy(2))
+        .with_pending(
+            a_job("old", gpus=8).on_models("a100-80gb").submitted(300),
+            a_job("j", gpus=4).on_models("a100-80gb"),
+        )
+        .build(),
+        ReasonCode.CAPACITY_HELD,
+        (
             f"needs 4 {X} A100-80GB; the room is held for older job old (starvation guard, "
             f"6 GPUs held)"
         ),

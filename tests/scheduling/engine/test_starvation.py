@@ -86,6 +86,20 @@ def test_a_job_that_only_fits_in_held_room_says_so() -> None:
     decision = decide(snap, fast_guard(60))
     medium = reasons_by_job(decision)["medium"]
     assert medium.code is ReasonCode.CAPACITY_HELD
+    # large is alice's: bob's job names its team, never the job itself.
+    assert "held for an older job of team alice" in medium.message
+    assert "large" not in medium.message
+
+
+def test_a_job_held_back_for_its_own_teams_older_job_names_it() -> None:
+    snap = (
+        half_busy_pool()
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(90))
+        .with_pending(a_job("medium", team="alice", gpus=6).on_models("a100-80gb").submitted(1))
+        .build()
+    )
+    medium = reasons_by_job(decide(snap, fast_guard(60)))["medium"]
+    assert medium.code is ReasonCode.CAPACITY_HELD
     assert "held for older job large" in medium.message
 
 
