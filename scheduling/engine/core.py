@@ -364,7 +364,8 @@ class Placement:
         for team in sorted(grouped):
             jobs = self._team_line(grouped[team])
             if len(jobs) > lookback:
-                self.beyond[team] = tuple(j.id for j in jobs[lookback:])
+                if self.worded:  # only the words name the jobs not considered
+                    self.beyond[team] = tuple(map(_job_id, jobs[lookback:]))
                 del jobs[lookback:]
             n = len(jobs)
             considered += n
@@ -468,6 +469,23 @@ class Placement:
             i = cursor[team]
             n = len(line)
             while True:
+                if skip is not None:
+                    # A head found worth visiting when its team was last at the top may have
+                    # nothing left to do since (others took quota and room): look again, and
+                    # give the turn back if the head is now behind the heap's smallest.
+                    i = skip(team, line, i, nominal_only, deferred)
+                    if i == n:
+                        break
+                    if heap and heap[0][0] <= s:
+                        head = line[i]
+                        item = (s, head.submitted_at, head.id, team)
+                        if heap[0] < item:
+                            cursor[team] = i
+                            s, _, _, team = replace_top(heap, item)
+                            line = lines[team]
+                            i = cursor[team]
+                            n = len(line)
+                            continue
                 job = line[i]
                 req = job.requirement
                 policy = job.policy
@@ -509,9 +527,7 @@ class Placement:
                 if i == n:
                     break
                 if skip is not None:
-                    i = skip(team, line, i, nominal_only, deferred)
-                    if i == n:
-                        break
+                    continue  # passed over and turn given back at the top of the loop
                 if heap:
                     # Push the team back and take the smallest; when it is still this team (its
                     # share did not move, as when nothing fits), the heap is not even touched.

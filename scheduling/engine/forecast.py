@@ -352,12 +352,15 @@ class _Step(Placement):
                     break
                 if not nominal_only:
                     # It has to borrow, so it can act only by being admitted (a reclaim needs
-                    # nominal room): pass it over when no model it may try has room for its
-                    # gang any more (capacity only shrinks within a cycle).
+                    # nominal room): pass it over when every model it may try has no room for
+                    # its gang any more (capacity only shrinks within a cycle) or no quota for
+                    # it (``_bounds_of`` just read every model's bound afresh).
                     g, r = job.gpus_per_replica, job.replicas
                     cap_failed = self._cap_failed
-                    for m in self.wants[want][1]:
-                        if (m, g, r) not in cap_failed:
+                    per_model = self._per_model
+                    wteam, models = self.wants[want]
+                    for m in models:
+                        if (m, g, r) not in cap_failed and need <= per_model[(wteam, m)][1]:
                             return i
                     i += 1
                     continue
