@@ -292,9 +292,16 @@ class _Step(Placement):
         deferred unasked until the cycle next charges or holds something."""
         want, g, r = shape
         held, cap_failed = self._held_models, self._cap_failed
-        for m in self.wants[want][1]:
+        team, models = self.wants[want]
+        need = g * r
+        fresh = False
+        for m in models:
             if m in held and (m, g, r) not in cap_failed and not self._fits(m, g, r):
-                return True
+                if not fresh:
+                    self._bounds[want] = self._bounds_of(want, True)
+                    fresh = True
+                if need <= self._per_model[(team, m)][1]:
+                    return True
         self._held_asked[shape] = self._version
         return False
 
