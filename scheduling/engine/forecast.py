@@ -712,10 +712,17 @@ class _Opened:
     now: datetime
     start: datetime
     freed: tuple[_Freed, ...] = ()
+    _said: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def why(self, team: str) -> str:
         """Worded for a job of ``team``: a running job of the same team is named, one of
         another team only by its team (one team never sees another team's jobs)."""
+        said = self._said.get(team)
+        if said is None:
+            said = self._said[team] = self._words(team)
+        return said
+
+    def _words(self, team: str) -> str:
         if self.start == self.now:
             return (
                 "it would be admitted in the next cycle: the engine finds room for it now "
