@@ -629,6 +629,8 @@ class Placement:
             ckey = (key, g, r)
             cf = cap_failed.get(ckey)
             if cf is not None:
+                if cf.code is SkipCode.HELD_FOR_OTHER_JOB:
+                    cf = self._still_held(cf, g, r)
                 failures.append(cf)
                 continue
             if nominal_only and borrowed:
@@ -662,7 +664,9 @@ class Placement:
                 ):
                     return True
         known = tuple(failures)
-        if not starving:
+        if not starving and all(f.code is not SkipCode.HELD_FOR_OTHER_JOB for f in known):
+            # A failure held for another job may be no room for the next job of the same
+            # signature (see _still_held): only the others are known to fail the same way.
             self._failed_sig[signature] = known
         self.waiting.append((job, known, cands, n_tried, self.visited, len(self.admissions)))
         return True
@@ -720,6 +724,18 @@ class Placement:
                 _fits_counts(self.initial_counts[p.key], g, r) for p in pools
             )
         return _Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
+
+    def _still_held(self, failure: _Failure, g: int, r: int) -> _Failure:
+        """A "held for another job" failure as it stands now. Room only shrinks within a
+        cycle: once the gang would not fit even without the holds, what stops it is no room,
+        which a job within its nominal quota may reclaim. Read again where it is used, so
+        that how a failure is worded, and whether a later job reclaims, does not depend on
+        which job of that shape the cycle happened to ask first."""
+        now = self._capacity_failure(failure.model, g, r)
+        if now.code is failure.code:
+            return failure
+        self._cap_failed[(failure.model.key, g, r)] = now
+        return now
 
     def _charge(self, team: str, model: str, need: int) -> None:
         self.quota.add(team, model, need)

@@ -228,11 +228,6 @@ class _Step(Placement):
         self._version = 0
         self._per_model: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._bounds: dict[int, tuple[int, int, int]] = {}
-        self._held_asked: dict[tuple[int, int, int], int] = {}
-        """(want, g, r) -> the version jobs of that shape were last found safe to defer at
-        while room is held (see :meth:`_next_in_line`)."""
-        self._fit_seen: dict[tuple[str, int, int], int] = {}
-        """(model, g, r) -> the version a gang of that shape last fitted at, -1 once not."""
         self._drop_quota_bound()
 
     def _drop_quota_bound(self) -> None:
@@ -286,38 +281,6 @@ class _Step(Placement):
                 oldest = e[2]
         return room, reach, oldest
 
-    def _first_asked(self, shape: tuple[int, int, int]) -> bool:
-        """Whether a job of ``shape`` (want, g, r) would be the first whose capacity failure
-        the engine words on a model where room is held; else jobs of that shape may be
-        deferred unasked until the cycle next charges or holds something."""
-        want, g, r = shape
-        held, cap_failed = self._held_models, self._cap_failed
-        team, models = self.wants[want]
-        need = g * r
-        fresh = False
-        for m in models:
-            if m in held and (m, g, r) not in cap_failed and not self._fits(m, g, r):
-                if not fresh:
-                    self._bounds[want] = self._bounds_of(want, True)
-                    fresh = True
-                if need <= self._per_model[(team, m)][1]:
-                    return True
-        self._held_asked[shape] = self._version
-        return False
-
-    def _fits(self, model: str, g: int, r: int) -> bool:
-        """Whether the gang fits now on a pool of ``model`` (as ``_evaluate`` asks it). Free
-        GPUs only shrink within a cycle: "no" holds for the rest of it, "yes" until the
-        cycle next takes something."""
-        key = (model, g, r)
-        seen = self._fit_seen.get(key)
-        if seen is not None and (seen < 0 or seen == self._version):
-            return seen >= 0
-        need = g * r
-        ok = any(p.free_total >= need and p.fits(g, r) for p in self.enabled.get(model, ()))
-        self._fit_seen[key] = self._version if ok else -1
-        return ok
-
     def _next_in_line(
         self,
         team: str,
@@ -338,7 +301,6 @@ class _Step(Placement):
         bounds = self._bounds
         asks = self.asks
         starving = self.starving
-        held = self._held_models
         n = len(line)
         later: list[PendingJob] | None = None
         while i < n:
@@ -371,14 +333,6 @@ class _Step(Placement):
                             return i
                     i += 1
                     continue
-                if held:
-                    # With room held for a starving job, the engine words a capacity failure
-                    # on that model "held for it" or "no room" by when it is first asked, and
-                    # keeps the first answer for the gang's shape; only "no room" lets a
-                    # later job reclaim. Where this job would be the first asked, ask it.
-                    shape = (want, job.gpus_per_replica, job.replicas)
-                    if self._held_asked.get(shape) != version and self._first_asked(shape):
-                        return i
                 if later is None:
                     later = deferred.setdefault(team, [])
                 later.append(job)

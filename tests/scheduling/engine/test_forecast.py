@@ -573,8 +573,9 @@ def _busy_pool(
 
 
 # 1730: a job passed over in the nominal pass while room was held for a starving job
-# made a later one reclaim where the engine did not (how a capacity failure is worded then
-# depends on when it is first asked). The others: a spread of seeds.
+# made a later one reclaim where the engine did not (how a capacity failure was worded then
+# depended on which job of its shape was asked first; it is now read for each). The others:
+# a spread of seeds.
 @pytest.mark.parametrize("seed", [1730, *range(20)])
 def test_a_simulation_with_every_rule_at_play_is_the_plain_engines(seed: int) -> None:
     snap, ends, durations, config, rules = _busy_pool(seed)

@@ -159,3 +159,28 @@ def test_higher_priority_work_is_not_blocked_by_a_hold() -> None:
     )
     decision = decide(snap, fast_guard(60))
     assert "urgent" in admitted(decision)
+
+
+def test_room_held_is_read_again_for_each_job_not_kept_from_the_first_asked() -> None:
+    # large (starving) holds node 1's 6 free GPUs. bob's 2 x 4 gang would fit without the
+    # hold (4 on node 0, 4 on node 1): held for another job. dave's 2 GPUs then take node 0's
+    # room, so erin's gang of the same shape would not fit even without the hold: erin is
+    # told that jobs ahead took the room, not that it is held (only "no room" may reclaim).
+    snap = (
+        half_busy_pool()
+        .with_quota("dave", "a100-80gb", 4)
+        .with_pending(a_job("large", team="alice", gpus=8).on_models("a100-80gb").submitted(90))
+        .with_pending(
+            a_job("bob-gang", team="bob", gpus=4, replicas=2).on_models("a100-80gb").submitted(50)
+        )
+        .with_pending(a_job("dave-small", team="dave", gpus=2).on_models("a100-80gb").submitted(40))
+        .with_pending(
+            a_job("erin-gang", team="erin", gpus=4, replicas=2).on_models("a100-80gb").submitted(30)
+        )
+        .build()
+    )
+    decision = decide(snap, fast_guard(60))
+    assert admitted(decision)["dave-small"].node_plan == ("east-a100-80gb-0",)
+    reasons = reasons_by_job(decision)
+    assert reasons["bob-gang"].code is ReasonCode.CAPACITY_HELD
+    assert reasons["erin-gang"].code is ReasonCode.WAITING_BEHIND
