@@ -31,7 +31,7 @@ from scheduling.engine.capacity import Pool
 from scheduling.engine.core import DEFAULT_CONFIG, Placement, _line_order, decide
 from scheduling.engine.decision import Decision, PendingReason
 from scheduling.engine.fairshare import ShareBook
-from scheduling.engine.quota import QuotaBook
+from scheduling.engine.quota import COHORT_SHORT, QuotaBook
 from scheduling.engine.reasons import count, fmt_wait
 from scheduling.engine.snapshot import (
     Cluster,
@@ -281,6 +281,34 @@ class _Step(Placement):
                 oldest = e[2]
         return room, reach, oldest
 
+    def _starving_inert(self, job: PendingJob, want: int, need: int) -> bool:
+        """Whether a starving job can do nothing now on any model it may try: its team's own
+        borrowing limit blocks it, or the gang could never fit there, or the cohort cannot
+        lend enough and no hold is left to take (one per model, ``max_capacity_holds`` in
+        all). Such a job is admitted nowhere, reclaims nothing and holds nothing, and quota
+        use and holds only grow within a cycle."""
+        team, models = self.wants[want]
+        g, r = job.gpus_per_replica, job.replicas
+        quota = self.quota
+        holds_left = len(self.holds) < self.config.max_capacity_holds
+        held = self._held_models
+        for m in models:
+            fits = quota.fits(team, m, need)
+            may_act = fits >= 0 or (fits == COHORT_SHORT and holds_left and m not in held)
+            if may_act and self._ever_fits(m, g, r):
+                return False
+        return True
+
+    def _ever_fits(self, model: str, g: int, r: int) -> bool:
+        """Whether the gang could fit on an enabled pool of ``model`` were it empty (the
+        engine's memo, static within a cycle)."""
+        key = (model, g, r)
+        ever = self._ever_memo.get(key)
+        if ever is None:
+            pools = self.enabled.get(model, ())
+            ever = self._ever_memo[key] = any(p.could_ever_fit(g, r) for p in pools)
+        return ever
+
     def _next_in_line(
         self,
         team: str,
@@ -306,9 +334,14 @@ class _Step(Placement):
         while i < n:
             job = line[i]
             ask = asks.get(job.id)
-            if ask is None or job.id in starving:
+            if ask is None:
                 break
             want, need = ask
+            if job.id in starving:
+                if self._starving_inert(job, want, need):
+                    i += 1
+                    continue
+                break
             b = bounds.get(want)
             if b is None:
                 b = bounds[want] = self._bounds_of(want, False)
