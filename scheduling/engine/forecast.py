@@ -320,11 +320,11 @@ class _Step(Placement):
         """Pass over the jobs that cannot act in this cycle: those whose quota now fails on
         every model they may try (no admission, no reclaim, and no hold: a starving job is
         passed over only when :meth:`_starving_inert`), and, in the nominal pass, those that
-        would have to borrow (each
-        would be deferred to the borrowing pass or fail there alike, as reclaiming needs
-        nominal room), which go to ``deferred`` in line order. Quota use only grows within a
-        cycle, so a job passed over would have failed or been deferred the same way when its
-        turn came, and its turn changes nothing else: the fill order is by share."""
+        would have to borrow (each would be deferred to the borrowing pass or fail there
+        alike, as reclaiming needs nominal room), which go to ``deferred`` in line order.
+        Quota use only grows within a cycle, so a job passed over would have failed or been
+        deferred the same way when its turn came, and its turn changes nothing else: the fill
+        order is by share."""
         # Every admission and reclaim is charged, every hold held: what moves quota or room.
         self._version = version = len(self._charged) + len(self.holds)
         bounds = self._bounds
