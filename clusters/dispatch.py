@@ -19,7 +19,9 @@ Dispatch (``ADMITTED → SUBMITTED``)
     if it is still refused, the job fails saying why. If the job left ADMITTED while the
     create was in flight (cancelled, preempted), the object just created is deleted again.
     One attempt at a time: an attempt claims the job on its row (its worker and a lease), and
-    a duplicate hand-off that finds a live claim ends without sending anything.
+    a duplicate hand-off that finds a live claim ends without sending anything. Nothing else
+    shortens or takes over a live claim: a wake when the cluster answers again, a deferral
+    for a busy cluster and the reconcile leave it alone, and a batch claims only free rows.
 
 The manifest comes from ``clusters.manifests``, taking a job off its cluster (cancel,
 eviction) is ``clusters.teardown``.
@@ -244,15 +246,18 @@ def _cluster_answered(job: Job) -> list[int]:
     the task to enqueue (this module never imports the tasks that import it)."""
     waiting: list[int] = []
     if job.cluster is not None and cluster_reachable_mark(job.cluster):
+        # Only jobs waiting out a backoff: one whose create is in flight holds a claim, and
+        # waking it would hand a second create to whoever comes next.
         waiting = list(
             Job.objects.filter(
                 cluster_id=job.cluster_id,
                 state=JobState.ADMITTED,
+                dispatch_owner="",
                 dispatch_next_at__gt=timezone.now(),
             ).values_list("pk", flat=True)
         )
         if waiting:
-            Job.objects.filter(pk__in=waiting, state=JobState.ADMITTED).update(
+            Job.objects.filter(pk__in=waiting, state=JobState.ADMITTED, dispatch_owner="").update(
                 dispatch_next_at=timezone.now()
             )
     return waiting
@@ -359,15 +364,14 @@ def _claim_alone(job: Job) -> Outcome | None:
     Duplicate hand-offs meet here: a re-drive, a wake when the cluster answers again, or
     several deliveries held back by the same Retry-After that all come due at once. Only one
     of them may send the create; the others end, leaving the job to the attempt in flight.
-    An attempt whose lease ran out, or whose worker stopped beating, holds nothing, so the
-    redelivery of a killed worker's message need not wait for the re-drive. The attempt
-    counter lives on the row, so it survives restarts and redeliveries.
-    """
+    An attempt whose lease ran out, or whose worker stopped beating (killed whole), holds
+    nothing, so a redelivery takes over at once. A pool child killed alone still has a
+    beating worker: its claim lasts the lease, then the re-drive sends the job again. The
+    attempt counter lives on the row, so it survives restarts and redeliveries."""
     now = timezone.now()
     admitted = Job.objects.filter(pk=job.pk, state=JobState.ADMITTED)
-    free = Q(dispatch_owner="") | Q(dispatch_next_at__isnull=True) | Q(dispatch_next_at__lte=now)
     claim = {"dispatch_attempts": F("dispatch_attempts") + 1, **attempt_claim()}
-    if admitted.filter(free).update(**claim):
+    if admitted.filter(unclaimed(now)).update(**claim):
         return None
     owner = admitted.values_list("dispatch_owner", flat=True).first()
     if owner is None:
@@ -375,6 +379,11 @@ def _claim_alone(job: Job) -> Outcome | None:
     if owner not in live_workers(now=now) and admitted.filter(dispatch_owner=owner).update(**claim):
         return None
     return Outcome(done=True, message=f"an attempt by {owner or 'another worker'} is in flight")
+
+
+def unclaimed(now: dt.datetime) -> Q:
+    """Jobs no attempt holds: no owner, or a lease that ran out (see :func:`_claim_alone`)."""
+    return Q(dispatch_owner="") | Q(dispatch_next_at__isnull=True) | Q(dispatch_next_at__lte=now)
 
 
 def _claims_release(job_ids: Iterable[int]) -> None:
@@ -662,9 +671,24 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
     jobs = [job for job in jobs if job.pk not in held]
     if not jobs:
         return BatchOutcome(later=held)
-    Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).update(
-        dispatch_attempts=F("dispatch_attempts") + 1, **attempt_claim()
+    claim = attempt_claim()
+    ids = [j.pk for j in jobs]
+    Job.objects.filter(pk__in=ids, state=JobState.ADMITTED).filter(unclaimed(now)).update(
+        dispatch_attempts=F("dispatch_attempts") + 1, **claim
     )
+    # A job another attempt holds is left to it (its create is in flight): only the rows
+    # this claim wrote go on.
+    mine = set(
+        Job.objects.filter(
+            pk__in=ids,
+            state=JobState.ADMITTED,
+            dispatch_owner=claim["dispatch_owner"],
+            dispatch_next_at=claim["dispatch_next_at"],
+        ).values_list("pk", flat=True)
+    )
+    jobs = [job for job in jobs if job.pk in mine]
+    if not jobs:
+        return BatchOutcome(later=held)
     later: dict[int, float] = dict(held)
     woken: list[int] = []
     work: list[_Attempt] = []

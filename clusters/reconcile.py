@@ -205,8 +205,11 @@ def unreachable_requeue(*, cluster: Cluster, since: dt.datetime, now: dt.datetim
 
 
 def _waiting(job: Job, now: dt.datetime) -> bool:
-    """Waiting out a backoff (for a cluster that was unreachable until this reconcile)."""
-    return job.dispatch_next_at is not None and job.dispatch_next_at > now
+    """Waiting out a backoff (for a cluster that was unreachable until this reconcile); not
+    an attempt in flight, whose claim (``clusters.dispatch``) keeps a second create away."""
+    return (
+        not job.dispatch_owner and job.dispatch_next_at is not None and job.dispatch_next_at > now
+    )
 
 
 def _dispatch_presumed_lost(job: Job, stale: dt.datetime, live: set[str]) -> bool:

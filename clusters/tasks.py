@@ -61,10 +61,13 @@ def _cluster_of(job_id: int) -> int | None:
 
 
 def _dispatch_later(job_ids: list[int], countdown: float) -> None:
-    """Stamped, so the re-drive does not take the deferral for a lost message."""
-    Job.objects.filter(pk__in=job_ids, state=JobState.ADMITTED).update(
-        dispatch_next_at=timezone.now() + dt.timedelta(seconds=countdown)
-    )
+    """Stamped, so the re-drive does not take the deferral for a lost message. A job whose
+    attempt is in flight keeps its lease: shortening it would let this very message send a
+    second create."""
+    now = timezone.now()
+    Job.objects.filter(pk__in=job_ids, state=JobState.ADMITTED).filter(
+        dispatch.unclaimed(now)
+    ).update(dispatch_next_at=now + dt.timedelta(seconds=countdown))
     if len(job_ids) == 1:
         dispatch_job.apply_async((job_ids[0],), countdown=countdown)
     else:

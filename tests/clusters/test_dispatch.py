@@ -16,9 +16,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from clusters import volcano
-from clusters.dispatch import job_dispatch
+from clusters.dispatch import _cluster_answered, job_dispatch, job_dispatch_batch
 from clusters.manifests import job_manifest, submission_uid
 from clusters.models import VolcanoJobRecord
+from clusters.services import cluster_unreachable_mark
+from clusters.tasks import _dispatch_later
 from portal.models import Job, JobEvent, JobState, WorkerBeat
 from tests.clusters.conftest import MAX_ATTEMPTS, SMALL, dispatch, wait_for, wait_state
 
@@ -313,6 +315,42 @@ def test_an_attempt_whose_lease_ran_out_is_taken_over(sim, cluster, admit):
     assert _events(job, "Submitted")
 
 
+def test_a_cluster_answering_again_wakes_the_waiting_not_a_create_in_flight(sim, cluster, admit):
+    waiting, in_flight, answered = admit(cluster), admit(cluster), admit(cluster)
+    Job.objects.filter(pk=waiting.pk).update(
+        dispatch_next_at=timezone.now() + dt.timedelta(seconds=60)
+    )
+    _held_by(in_flight, "other-host:1:abc", beating=True)
+    cluster_unreachable_mark(cluster, "connection refused")
+    answered = Job.objects.select_related("cluster").get(pk=answered.pk)
+    assert _cluster_answered(answered) == [waiting.pk]
+    assert job_dispatch(job_id=in_flight.pk).message.endswith("is in flight")
+    assert sim.list("jobs", "gpupool") == []
+
+
+def test_a_hand_off_deferred_for_a_busy_cluster_keeps_the_lease_of_a_create_in_flight(
+    sim, cluster, admit
+):
+    job = admit(cluster)
+    _held_by(job, "other-host:1:abc", beating=True)
+    _dispatch_later([job.pk], 0.01)
+    time.sleep(0.05)
+    assert job_dispatch(job_id=job.pk).message.endswith("is in flight")
+    assert sim.list("jobs", "gpupool") == []
+
+
+def test_a_batch_leaves_a_job_whose_create_is_in_flight_to_that_attempt(sim, cluster, admit):
+    held, free = admit(cluster, name="held"), admit(cluster, name="free")
+    _held_by(held, "other-host:1:abc", beating=True)
+    outcome = job_dispatch_batch(job_ids=[held.pk, free.pk])
+    assert outcome.later == {}
+    [created] = sim.list("jobs", "gpupool")
+    assert created["metadata"]["name"] == volcano.volcano_job_name(str(free.public_id))
+    held.refresh_from_db()
+    assert held.state == JobState.ADMITTED and held.dispatch_owner == "other-host:1:abc"
+    assert held.dispatch_attempts == 1
+
+
 def test_a_job_cancelled_while_its_create_is_in_flight_leaves_nothing_behind(
     sim, cluster, admit, bob
 ):
@@ -402,8 +440,6 @@ def test_a_dispatch_batch_costs_the_same_statements_for_3_jobs_or_9(sim, cluster
     """No statement per job: a deferred column read by the batch would add one per job."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
-
-    from clusters.dispatch import job_dispatch_batch
 
     job_dispatch_batch(job_ids=[admit(cluster, name="warm-up").pk])  # client and node caches
     counts = []

@@ -249,6 +249,28 @@ def test_the_reconcile_leaves_a_job_waiting_out_a_backoff_alone(sim, cluster, ad
     wait_state(job, JobState.SUBMITTED)
 
 
+def test_a_cluster_back_wakes_a_backoff_but_leaves_a_create_in_flight_alone(sim, cluster, admit):
+    import datetime as dt
+
+    from clusters.services import cluster_unreachable_mark
+    from portal.models import WorkerBeat
+
+    waiting, in_flight = admit(cluster, name="waiting"), admit(cluster, name="in-flight")
+    soon = timezone.now() + dt.timedelta(seconds=60)
+    Job.objects.filter(pk=waiting.pk).update(dispatch_next_at=soon)
+    WorkerBeat.objects.create(name="other-host:1:abc", seen_at=timezone.now())
+    Job.objects.filter(pk=in_flight.pk).update(
+        dispatch_next_at=soon, dispatch_owner="other-host:1:abc"
+    )
+    cluster_unreachable_mark(cluster, "connection refused")
+    cluster.refresh_from_db()
+    # The cluster answers this reconcile: the job waiting out its backoff is sent now; the one
+    # whose create is in flight keeps its claim, so no second create goes beside it.
+    assert cluster_reconcile_and_enqueue(cluster=cluster).redispatched == [waiting.pk]
+    in_flight.refresh_from_db()
+    assert in_flight.dispatch_owner == "other-host:1:abc" and in_flight.dispatch_next_at == soon
+
+
 def test_an_unknown_phase_is_not_finished_and_is_logged(sim, cluster, admit, caplog):
     job = _submitted(sim, cluster, admit)
     job = Job.objects.select_related("cluster", "team", "volcano").get(pk=job.pk)
