@@ -235,7 +235,10 @@ def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:
 def detail_held_for_other(holder: str, holder_team: str, team: str, held: int) -> str:
     """A holder of the waiting job's own team is named; one of another team only by its team
     (one team never sees another team's jobs)."""
-    who = f"older job {holder}" if holder_team == team else f"an older job of team {holder_team}"
+    if holder_team == team:
+        who = f"older job {holder}"
+    else:
+        who = f"an older job of team {holder_team}" if holder_team else "an older job"
     return f"the room is held for {who} (starvation guard, {held} GPUs held)"
 
 
