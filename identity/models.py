@@ -49,14 +49,16 @@ class GroupRule(models.Model):
 
 
 class ExternalIdentity(models.Model):
-    """The provider's stable subject for a portal user (``oidc:NAME`` + ``sub``, or ``ldap`` +
-    the username), the groups last seen, and whether platform admin came from a group."""
+    """The link from a provider's stable id for a person to a portal account (``oidc:NAME`` +
+    ``sub``, or ``ldap`` + ``entryuuid:<uuid>`` / ``dn:<DN>``): the only way a sign-in reaches
+    an account (identity/accounts.py); the groups last seen, and whether platform admin came
+    from a group."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
     )
     provider = models.CharField(max_length=40)
-    subject = models.CharField(max_length=255)
+    subject = models.CharField(max_length=512)
     groups = models.JSONField(default=list, blank=True)
     staff_from_groups = models.BooleanField(default=False)
     last_sign_in_at = models.DateTimeField(null=True, blank=True)

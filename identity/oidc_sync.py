@@ -30,7 +30,7 @@ from django.conf import settings
 from joserfc.errors import JoseError
 
 from clusters.secrets import CredentialsUnreadable, text_open, text_seal
-from identity.accounts import disable_account
+from identity.accounts import disable_account, provider_may_manage
 from identity.mapping import apply_groups, groups_of
 from identity.models import ExternalIdentity, MembershipAudit
 from identity.providers import OidcProvider, client_for, providers
@@ -67,6 +67,9 @@ def oidc_sync() -> dict[str, int]:
 
 def _sync_one(provider: OidcProvider, identity: ExternalIdentity) -> tuple[str, int]:
     who = f"{identity.subject} at {provider.name}"
+    if not provider_may_manage(identity.user):
+        log.warning("OIDC sync: %s is linked to an account with a local password; left alone", who)
+        return "skipped", 0
     if not identity.refresh_token_sealed:
         log.info("OIDC sync: %s has no refresh token (no offline_access); left alone", who)
         return "skipped", 0

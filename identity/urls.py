@@ -1,10 +1,14 @@
 from django.urls import path
 
-from identity import team_views, views
+from identity import team_views, unlock, views
 
 urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.logout_view, name="logout"),
+    path("login/unlock/", unlock.unlock_request, name="login-unlock"),
+    path(
+        "login/unlock/<str:uidb64>/<str:token>/", unlock.unlock_confirm, name="login-unlock-confirm"
+    ),
     path("sso/<slug:name>/login/", views.oidc_login, name="oidc-login"),
     path("sso/<slug:name>/callback/", views.oidc_callback, name="oidc-callback"),
     path("teams/", team_views.team_list, name="team-list"),

@@ -14,6 +14,7 @@ from authlib.integrations.base_client import OAuthError
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth import views as auth_views
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
@@ -45,6 +46,14 @@ class LoginView(auth_views.LoginView):
     demo and for break-glass admins (``GPUPOOL_LOCAL_LOGIN``)."""
 
     template_name = "auth/login.html"
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        """The directory's password was right, but the linking rule refused the sign-in (a
+        name collision the admin chose to refuse): say so instead of "wrong password"."""
+        refused = getattr(self.request, "sign_in_refused", None)
+        if refused:
+            form.errors[NON_FIELD_ERRORS] = form.error_class([refused])
+        return super().form_invalid(form)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)

@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from portal.models import ApiToken, Job, JobEvent, Membership, Team
+from portal.web.lockout import login_name_key
 
 User = get_user_model()
 
@@ -31,7 +32,7 @@ class PortalUserAdmin(UserAdmin):
         """Forget the selected users' failed logins, from every address. An address locked by
         failures under other names is unlocked under Axes → Access attempts."""
         names = [u.get_username() for u in queryset]
-        forgotten = sum(axes_reset(username=name) for name in names)
+        forgotten = sum(axes_reset(username=login_name_key(name)) for name in names)
         self.message_user(
             request,
             f"Unlocked {', '.join(names)} ({forgotten} failed-attempt record(s) forgotten).",

@@ -18,7 +18,16 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-FORWARDED_HEADERS = ("HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_FOR")
+# Every header a proxy uses to say the client's scheme or address (gunicorn reads the Ssl and
+# Protocol spellings itself, gunicorn.conf.py); dropped together from an untrusted peer.
+FORWARDED_HEADERS = (
+    "HTTP_X_FORWARDED_PROTO",
+    "HTTP_X_FORWARDED_FOR",
+    "HTTP_X_FORWARDED_SSL",
+    "HTTP_X_FORWARDED_PROTOCOL",
+    "HTTP_X_FORWARDED_HOST",
+    "HTTP_FORWARDED",
+)
 
 
 @functools.cache
@@ -59,7 +68,8 @@ def client_address(request: HttpRequest) -> str:
 
 
 class TrustedProxyMiddleware:
-    """Drop ``X-Forwarded-Proto`` and ``X-Forwarded-For`` unless the peer is a trusted proxy.
+    """Drop the forwarded headers (``X-Forwarded-Proto``, ``-For``, ``-Ssl`` …) unless the peer
+    is a trusted proxy.
 
     First in ``MIDDLEWARE``: the security middleware decides on the SSL redirect from the
     scheme, and must not take a client's word for it.

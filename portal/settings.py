@@ -65,6 +65,17 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
 
 
+def _networks_setting(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of addresses or CIDRs; a malformed one names the variable."""
+    values = [v.strip() for v in env.list(name, default=default) if v.strip()]
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {value!r} is not a network ({exc})") from exc
+    return values
+
+
 # ---------------------------------------------------------------------------------------------
 # Core
 # ---------------------------------------------------------------------------------------------
@@ -221,6 +232,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+SESSION_ENGINE = "portal.sessions"  # database sessions that refuse a malformed cookie's key
 
 # ---------------------------------------------------------------------------------------------
 # REST framework and OpenAPI
@@ -310,6 +322,11 @@ GPUPOOL_API_TOKEN_DAYS = env_int("GPUPOOL_API_TOKEN_DAYS", 90, minimum=1)
 # Per-user submit rate (DRF rate syntax), counted in the default cache.
 GPUPOOL_SUBMIT_RATE = env.str("SUBMIT_THROTTLE_RATE", default="600/min")
 GPUPOOL_BATCH_MAX = env_int("GPUPOOL_BATCH_MAX", 1000, minimum=1)
+# Queued (still waiting) jobs a submit may leave in one team, and of one member in one team,
+# for a team whose policy leaves ``max_queued_jobs`` / ``max_queued_jobs_per_user`` empty; a
+# policy's own value wins. Beyond them a submit is a 429 naming the limit. 0: no default limit.
+GPUPOOL_MAX_QUEUED_JOBS_PER_TEAM = env_int("GPUPOOL_MAX_QUEUED_JOBS_PER_TEAM", 5000)
+GPUPOOL_MAX_QUEUED_JOBS_PER_USER = env_int("GPUPOOL_MAX_QUEUED_JOBS_PER_USER", 1000)
 # The largest request body read (Django's own limit, 2.5 MiB by default): a larger one is a 413
 # naming the limit. A 1,000-job batch of ordinary jobs takes about 0.5 MiB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("GPUPOOL_MAX_REQUEST_BYTES", 2_621_440, minimum=1024)
@@ -597,11 +614,20 @@ else:
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpupool <gpupool@localhost>")
 # Webhook URLs pass the clusters' URL guard (clusters/urlcheck.py) when saved and before every
-# send: https only, no loopback or link-local address, never a metadata address. The tests and
-# the demo allow local http receivers; private addresses (on-premises chat servers) are allowed.
+# send: https only, never a metadata, unusable, loopback or link-local address, and a private
+# one (RFC 1918, CGNAT, unique-local …) only inside GPUPOOL_WEBHOOK_ALLOW_NETWORKS: a team
+# admin must not reach the portal's internal network. The tests and the demo allow local http
+# receivers.
 GPUPOOL_WEBHOOK_ALLOW_LOCAL = env_bool("GPUPOOL_WEBHOOK_ALLOW_LOCAL", False)
 GPUPOOL_WEBHOOK_ALLOW_HTTP = env_bool("GPUPOOL_WEBHOOK_ALLOW_HTTP", False)
-GPUPOOL_WEBHOOK_ALLOW_PRIVATE = env_bool("GPUPOOL_WEBHOOK_ALLOW_PRIVATE", True)
+GPUPOOL_WEBHOOK_ALLOW_NETWORKS = _networks_setting("GPUPOOL_WEBHOOK_ALLOW_NETWORKS", [])
+# The old all-or-nothing switch, gone: failing loudly beats webhooks that stop arriving.
+if env_bool("GPUPOOL_WEBHOOK_ALLOW_PRIVATE", False):
+    raise ImproperlyConfigured(
+        "GPUPOOL_WEBHOOK_ALLOW_PRIVATE is no longer supported (it let every team admin reach "
+        "every private address): list the networks webhooks may reach in "
+        "GPUPOOL_WEBHOOK_ALLOW_NETWORKS, e.g. 10.20.0.0/16,fd12:3456::/48"
+    )
 GPUPOOL_WEBHOOK_TIMEOUT_SECONDS = env_int("GPUPOOL_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 # A delivery is tried this many times, the n-th retry BACKOFF × 2^(n-1) seconds after the last.
 GPUPOOL_NOTIFY_MAX_ATTEMPTS = env_int("GPUPOOL_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
@@ -631,17 +657,6 @@ CELERY_BEAT_SCHEDULE.update(
 # ---------------------------------------------------------------------------------------------
 # Abuse bounds: trusted proxies, login lockout, API token failures, Content-Security-Policy
 # ---------------------------------------------------------------------------------------------
-def _networks_setting(name: str, default: list[str]) -> list[str]:
-    """A comma-separated list of addresses or CIDRs; a malformed one names the variable."""
-    values = [v.strip() for v in env.list(name, default=default) if v.strip()]
-    for value in values:
-        try:
-            ipaddress.ip_network(value, strict=False)
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"{name}: {value!r} is not a network ({exc})") from exc
-    return values
-
-
 # X-Forwarded-Proto and X-Forwarded-For are believed only from these peers (the portal's own
 # reverse proxies) and dropped from every other request, first thing (portal/proxies.py).
 GPUPOOL_TRUSTED_PROXIES = _networks_setting("GPUPOOL_TRUSTED_PROXIES", [])
@@ -655,7 +670,8 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["JobKindEnum"] = "portal.models.JobK
 
 # Login brute force (django-axes): failures counted per account and per client address, on
 # /login/ and /admin/login/ alike; past the limit both are locked for the cool-off time,
-# counted from the last failure. Platform admins unlock in the admin (Users → "Unlock").
+# counted from the last failure. Platform admins unlock in the admin (Users → "Unlock"); an
+# account's owner unlocks it with a link sent to its e-mail (/login/unlock/, identity/unlock.py).
 INSTALLED_APPS.append("axes")
 MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as django-axes requires
 AUTHENTICATION_BACKENDS = [
@@ -666,6 +682,10 @@ AXES_FAILURE_LIMIT = env_int("GPUPOOL_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 GPUPOOL_LOGIN_LOCKOUT_MINUTES = env_int("GPUPOOL_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
 AXES_COOLOFF_TIME = dt.timedelta(minutes=GPUPOOL_LOGIN_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
+AXES_USERNAME_CALLABLE = "portal.web.lockout.login_key"  # LARS and lars: one account, one count
+GPUPOOL_UNLOCK_MAIL_INTERVAL_SECONDS = env_int(
+    "GPUPOOL_UNLOCK_MAIL_INTERVAL_SECONDS", 300, minimum=1
+)
 AXES_CLIENT_IP_CALLABLE = "portal.proxies.client_address"
 AXES_LOCKOUT_CALLABLE = "portal.web.lockout.login_locked_out"
 AXES_DISABLE_ACCESS_LOG = True  # successful logins are not the lockout's business
@@ -774,7 +794,18 @@ def csp_with_providers(policy: dict, providers: list[dict[str, object]]) -> dict
 
 CONTENT_SECURITY_POLICY = csp_with_providers(CONTENT_SECURITY_POLICY, GPUPOOL_OIDC_PROVIDERS)
 
-# LDAP / Active Directory (django-auth-ldap): on when GPUPOOL_LDAP_URI is set.
+# LDAP / Active Directory (django-auth-ldap): on when GPUPOOL_LDAP_URI is set. A directory
+# entry is linked to its portal account by this attribute's value (entryUUID; objectGUID on
+# Active Directory), else by its DN, never by its name (identity/accounts.py).
+GPUPOOL_LDAP_ID_ATTRIBUTE = env.str("GPUPOOL_LDAP_ID_ATTRIBUTE", default="entryUUID")
+# A first external sign-in (LDAP or OIDC) whose name a portal account already has: "suffix"
+# makes a new account (admin-2), "refuse" refuses it with a message to ask a platform admin.
+GPUPOOL_EXTERNAL_NAME_COLLISION = env.str("GPUPOOL_EXTERNAL_NAME_COLLISION", default="suffix")
+if GPUPOOL_EXTERNAL_NAME_COLLISION not in ("suffix", "refuse"):
+    raise ImproperlyConfigured(
+        "GPUPOOL_EXTERNAL_NAME_COLLISION must be suffix or refuse, got "
+        f"{GPUPOOL_EXTERNAL_NAME_COLLISION!r}"
+    )
 AUTH_LDAP_SERVER_URI = env.str("GPUPOOL_LDAP_URI", default="")
 if AUTH_LDAP_SERVER_URI:
     import ldap
@@ -788,10 +819,13 @@ if AUTH_LDAP_SERVER_URI:
     AUTH_LDAP_BIND_DN = env.str("GPUPOOL_LDAP_BIND_DN", default="")
     AUTH_LDAP_BIND_PASSWORD = env_secret("GPUPOOL_LDAP_BIND_PASSWORD") or ""
     AUTH_LDAP_START_TLS = env_bool("GPUPOOL_LDAP_START_TLS", False)
+    # Every user attribute and the stable id: OpenLDAP returns an operational attribute such
+    # as entryUUID only when it is named.
     AUTH_LDAP_USER_SEARCH = LDAPSearch(
         env.str("GPUPOOL_LDAP_USER_BASE"),
         ldap.SCOPE_SUBTREE,
         env.str("GPUPOOL_LDAP_USER_FILTER", default="(uid=%(user)s)"),
+        attrlist=["*", GPUPOOL_LDAP_ID_ATTRIBUTE],
     )
     AUTH_LDAP_GROUP_SEARCH = LDAPSearch(
         env.str("GPUPOOL_LDAP_GROUP_BASE"), ldap.SCOPE_SUBTREE, "(objectClass=*)"
@@ -807,7 +841,9 @@ if AUTH_LDAP_SERVER_URI:
             f"GPUPOOL_LDAP_GROUP_TYPE must be one of {', '.join(_group_types)}, got {_group_type!r}"
         )
     AUTH_LDAP_GROUP_TYPE = _group_types[_group_type]()
-    AUTH_LDAP_USER_ATTR_MAP = {"first_name": "givenName", "last_name": "sn", "email": "mail"}
+    # Names only: the e-mail goes through identity.accounts, which checks it and never takes an
+    # address another account has.
+    AUTH_LDAP_USER_ATTR_MAP = {"first_name": "givenName", "last_name": "sn"}
     AUTH_LDAP_FIND_GROUP_PERMS = False
     AUTH_LDAP_CONNECTION_OPTIONS = {
         ldap.OPT_NETWORK_TIMEOUT: env_int("GPUPOOL_LDAP_TIMEOUT_SECONDS", 5, minimum=1)

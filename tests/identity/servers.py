@@ -88,11 +88,21 @@ class OidcIdp:
     def _save(self) -> None:
         self.users_file.write_text(json.dumps(self.users))
 
-    def set_user(self, login: str, *, groups: list[str], password: str = "idp-pw") -> None:
+    def set_user(
+        self,
+        login: str,
+        *,
+        groups: list[str],
+        password: str = "idp-pw",
+        email: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        """A user as the provider will vouch for them; ``email`` and ``name`` are the claims,
+        whatever they hold (a provider's claims are anyone's words)."""
         self.users[login] = {
             "password": password,
-            "email": f"{login}@example.org",
-            "name": f"{login.title()} Example",
+            "email": f"{login}@example.org" if email is None else email,
+            "name": f"{login.title()} Example" if name is None else name,
             "groups": groups,
         }
         self._save()
@@ -223,14 +233,22 @@ class Slapd:
     def delete(self, dn: str) -> None:
         self._tool("ldapdelete", "", dn)
 
-    def add_user(self, uid: str, password: str) -> str:
+    def add_user(self, uid: str, password: str, *, mail: str | None = None) -> str:
         dn = f"uid={uid},ou=people,{LDAP_SUFFIX}"
+        mail = f"{uid}@ldap.example.org" if mail is None else mail
         self.add(
             f"dn: {dn}\nobjectClass: inetOrgPerson\nuid: {uid}\ncn: {uid.title()}\n"
-            f"sn: Example\ngivenName: {uid.title()}\nmail: {uid}@ldap.example.org\n"
+            f"sn: Example\ngivenName: {uid.title()}\nmail: {mail}\n"
             f"userPassword: {password}\n"
         )
         return dn
+
+    def rename(self, uid: str, new_uid: str) -> None:
+        """A new name for the same entry (its entryUUID stays)."""
+        self.modify(
+            f"dn: uid={uid},ou=people,{LDAP_SUFFIX}\nchangetype: modrdn\n"
+            f"newrdn: uid={new_uid}\ndeleteoldrdn: 1\n"
+        )
 
     def add_group(self, cn: str, members: list[str]) -> None:
         # groupOfNames must have a member: the admin stands in for an empty group.
@@ -258,17 +276,16 @@ class Slapd:
             "AUTH_LDAP_BIND_DN": LDAP_ADMIN,
             "AUTH_LDAP_BIND_PASSWORD": LDAP_ADMIN_PASSWORD,
             "AUTH_LDAP_USER_SEARCH": LDAPSearch(
-                f"ou=people,{LDAP_SUFFIX}", ldap.SCOPE_SUBTREE, "(uid=%(user)s)"
+                f"ou=people,{LDAP_SUFFIX}",
+                ldap.SCOPE_SUBTREE,
+                "(uid=%(user)s)",
+                attrlist=["*", "entryUUID"],
             ),
             "AUTH_LDAP_GROUP_SEARCH": LDAPSearch(
                 f"ou=groups,{LDAP_SUFFIX}", ldap.SCOPE_SUBTREE, "(objectClass=groupOfNames)"
             ),
             "AUTH_LDAP_GROUP_TYPE": GroupOfNamesType(),
-            "AUTH_LDAP_USER_ATTR_MAP": {
-                "first_name": "givenName",
-                "last_name": "sn",
-                "email": "mail",
-            },
+            "AUTH_LDAP_USER_ATTR_MAP": {"first_name": "givenName", "last_name": "sn"},
         }
 
 

@@ -102,4 +102,4 @@ def test_the_sync_applies_group_changes_and_disables_accounts_gone(client, direc
 
 def test_the_sync_does_nothing_without_ldap(settings, db):
     settings.AUTH_LDAP_SERVER_URI = ""
-    assert ldap_sync() == {"synced": 0, "disabled": 0, "changes": 0}
+    assert ldap_sync() == {"synced": 0, "disabled": 0, "changes": 0, "skipped": 0}

@@ -126,6 +126,8 @@ def test_users_without_a_refresh_token_are_left_alone_and_logged(
 def test_an_unreachable_provider_disables_nobody(settings, oidc_idp, bob, caplog):
     entry = {**oidc_idp.settings_entry("downidp"), "issuer": f"http://127.0.0.1:{free_port()}"}
     settings.GPUPOOL_OIDC_PROVIDERS = [entry]
+    bob.set_unusable_password()  # an account the provider made: one the sync may act on
+    bob.save()
     ExternalIdentity.objects.create(
         user=bob, provider="oidc:downidp", subject="bob", refresh_token_sealed=text_seal("rt")
     )

@@ -359,3 +359,14 @@ def test_a_log_tail_in_other_digits_is_a_400(bob_client, bob, vision):
     job = JobFactory(owner=bob, team=vision)
     answer = _api_error(bob_client.get(f"/api/v1/jobs/{job.public_id}/logs/?tail=١٠"), 400)
     assert list(answer["extra"]["fields"]) == ["tail"]
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    ['sessionid="abcdefgh\\000ijklmnop"', "sessionid=../../etc/passwd", "sessionid=" + "A" * 40],
+)
+def test_a_malformed_session_cookie_is_no_session_not_a_500(client, cookie):
+    page = client.get("/jobs/", HTTP_COOKIE=cookie)
+    assert page.status_code == 302 and page["Location"].startswith("/login/")
+    api = client.get("/api/v1/jobs/", HTTP_COOKIE=cookie)
+    assert api.status_code in (401, 403) and api["Content-Type"].startswith("application/json")

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
+import requests
 from django.test import RequestFactory
 
 from portal.proxies import client_address
+from tests.clusters.conftest import TEST_KEYS, _database_url
+from tests.ports import HOST, free_port, wait_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +83,63 @@ def test_a_malformed_proxy_setting_fails_at_start_up():
     )
     assert result.returncode != 0
     assert "GPUPOOL_TRUSTED_PROXIES: '10.0.0.0/33' is not a network" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# gunicorn itself: it reads the scheme from X-Forwarded-Ssl / -Proto / -Protocol before Django
+# sees the request, from the peers in its forwarded_allow_ips (gunicorn.conf.py)
+# ---------------------------------------------------------------------------------------------
+@contextmanager
+def _gunicorn(trusted: str) -> Iterator[str]:
+    """The portal under gunicorn as deployed (its config file from the repo's root), HTTPS
+    required (DEBUG off), trusting ``trusted`` as proxies; the base URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DEBUG": "false",
+        "SECURE_SSL_REDIRECT": "true",
+        "ALLOWED_HOSTS": f"{HOST},localhost",
+        "SECRET_KEY": "gunicorn-forwarded-headers-test-key-0123456789abcdef",
+        "GPUPOOL_TRUSTED_PROXIES": trusted,
+        "GPUPOOL_SECRET_KEYS": ",".join(TEST_KEYS),
+        "DATABASE_URL": _database_url(),  # the test's database: the page reads the session
+        "DB_CONN_MAX_AGE": "0",
+    }
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "portal.wsgi:application", f"--bind={HOST}:{port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_port(port, 60, proc)
+            yield f"http://{HOST}:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+            log.seek(0)
+            print(log.read().decode(errors="replace")[-3000:])  # shown when the test fails
+
+
+@pytest.mark.parametrize(
+    "header",
+    [("X-Forwarded-Ssl", "on"), ("X-Forwarded-Proto", "https"), ("X-Forwarded-Protocol", "ssl")],
+)
+def test_gunicorn_believes_no_forwarded_scheme_from_an_unlisted_local_peer(header):
+    with _gunicorn(trusted="") as url:
+        response = requests.get(
+            f"{url}/api/v1/jobs/", headers=dict([header]), allow_redirects=False
+        )
+    assert response.status_code == 301
+    assert response.headers["Location"].startswith("https://")
+
+
+def test_gunicorn_believes_a_listed_proxys_forwarded_scheme():
+    with _gunicorn(trusted=HOST) as url:
+        response = requests.get(
+            f"{url}/api/v1/jobs/", headers={"X-Forwarded-Ssl": "on"}, allow_redirects=False
+        )
+    assert response.status_code in (401, 403)  # served over "HTTPS": asks who you are
