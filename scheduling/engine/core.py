@@ -705,13 +705,20 @@ class Placement:
         out.sort(key=lambda c: c[0])
         return out
 
+    def _ever_fits(self, model: str, g: int, r: int) -> bool:
+        """Whether the gang could fit on an enabled pool of ``model`` were it empty (static
+        within a cycle, so memoised)."""
+        key = (model, g, r)
+        ever = self._ever_memo.get(key)
+        if ever is None:
+            pools = self.enabled.get(model, ())
+            ever = self._ever_memo[key] = any(p.could_ever_fit(g, r) for p in pools)
+        return ever
+
     def _capacity_failure(self, model: GpuModel, g: int, r: int) -> _Failure:
         key = (model.key, g, r)
         pools = self.enabled[model.key]
-        ever = self._ever_memo.get(key)
-        if ever is None:
-            ever = self._ever_memo[key] = any(p.could_ever_fit(g, r) for p in pools)
-        if not ever:
+        if not self._ever_fits(model.key, g, r):
             return _Failure(SkipCode.TOO_LARGE, model)
         if self._held_by:
             for pool in pools:

@@ -299,16 +299,6 @@ class _Step(Placement):
                 return False
         return True
 
-    def _ever_fits(self, model: str, g: int, r: int) -> bool:
-        """Whether the gang could fit on an enabled pool of ``model`` were it empty (the
-        engine's memo, static within a cycle)."""
-        key = (model, g, r)
-        ever = self._ever_memo.get(key)
-        if ever is None:
-            pools = self.enabled.get(model, ())
-            ever = self._ever_memo[key] = any(p.could_ever_fit(g, r) for p in pools)
-        return ever
-
     def _next_in_line(
         self,
         team: str,
@@ -347,9 +337,8 @@ class _Step(Placement):
             if b is None:
                 b = bounds[want] = self._bounds_of(want, False)
             if need <= b[1] and (need <= b[0] or not nominal_only) and b[2] != version:
-                b = bounds[want] = self._bounds_of(
-                    want, True
-                )  # about to be let through: read again
+                # About to be let through: read the bounds again.
+                b = bounds[want] = self._bounds_of(want, True)
             if need <= b[1]:
                 if need <= b[0]:
                     break
