@@ -30,12 +30,17 @@ loopback, link-local   127.0.0.0/8, ::1, 169.254.0.0/16, fe80::/10  refused unle
                                                                     and tests run kubesim on
                                                                     loopback)
 private                10/8, 172.16/12, 192.168/16, 100.64/10,      allowed unless
-                       fc00::/7                                     ``allow_private=False``
+                       198.18/15, fc00::/7, 64:ff9b:1::/48          ``allow_private=False``;
+                                                                    with it, only inside
+                                                                    ``allow_networks``
 public                 everything else                              allowed
 =====================  ===========================================  =========================
 
 Private ranges are allowed by default because that is where on-premises clusters live; a
-portal that only ever talks to public managed clusters can switch them off.
+portal that only ever talks to public managed clusters can switch them off. Team webhooks
+(``notifications.channels``) switch them off and open only the networks the operator lists:
+a team admin is not trusted with the portal's internal network the way a platform admin is.
+An allow-list never opens a metadata, unusable, loopback or link-local address.
 
 This is a check at registration and before connecting, not a pin: DNS can change between
 the check and the connection (rebinding). The adapter should run the check again right
@@ -44,14 +49,16 @@ before it builds a client, and keep timeouts short.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
+    "IPNetwork",
     "Resolver",
     "UnresolvableHostError",
     "UnsafeUrlError",
@@ -62,6 +69,7 @@ __all__ = [
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[..., Sequence[tuple[Any, ...]]]
 
 
@@ -73,7 +81,7 @@ class UnresolvableHostError(UnsafeUrlError):
     """The host name does not resolve (so "unreachable" rather than "refused")."""
 
 
-def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+def _nets(*cidrs: str) -> tuple[IPNetwork, ...]:
     return tuple(ipaddress.ip_network(c) for c in cidrs)
 
 
@@ -121,6 +129,7 @@ PRIVATE_NETWORKS = _nets(
     "100.64.0.0/10",  # carrier-grade NAT, also used inside some clouds
     "198.18.0.0/15",  # benchmarking, seen on lab networks
     "fc00::/7",  # unique local
+    "64:ff9b:1::/48",  # local-use NAT64 (RFC 8215): translated to whatever the site chose
 )
 NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
 
@@ -154,6 +163,17 @@ def _classify_one(address: IPAddress) -> str:
     return PUBLIC
 
 
+def _reached(address: IPAddress) -> IPAddress:
+    """The address a connection to ``address`` reaches: the IPv4 one for an IPv4-mapped or a
+    NAT64 spelling, else the address itself."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address in NAT64_PREFIX:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
 def classify_address(address: IPAddress) -> str:
     """``metadata``, ``unusable``, ``local``, ``private`` or ``public``.
 
@@ -161,11 +181,9 @@ def classify_address(address: IPAddress) -> str:
     as the IPv4 address it reaches. A 6to4 or Teredo address gets the more severe of its own
     verdict and that of the IPv4 addresses it carries.
     """
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return _classify_one(address.ipv4_mapped)
-        if address in NAT64_PREFIX:
-            return _classify_one(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    reached = _reached(address)
+    if reached is not address:
+        return _classify_one(reached)
     verdicts = [_classify_one(address)]
     if isinstance(address, ipaddress.IPv6Address):
         if address.sixtofour is not None:
@@ -175,15 +193,30 @@ def classify_address(address: IPAddress) -> str:
     return min(verdicts, key=_SEVERITY.__getitem__)
 
 
-def _judge(address: IPAddress, shown: str, *, allow_local: bool, allow_private: bool) -> None:
+def _judge(
+    address: IPAddress,
+    shown: str,
+    *,
+    allow_local: bool,
+    allow_private: bool,
+    allow_networks: Sequence[IPNetwork],
+    reasons: Mapping[str, str],
+) -> None:
     verdict = classify_address(address)
     if verdict == PUBLIC:
         return
-    if verdict == PRIVATE and allow_private:
+    if verdict == PRIVATE and (allow_private or _listed(address, allow_networks)):
         return
     if verdict == LOCAL and allow_local:
         return
-    raise UnsafeUrlError(f"{shown} {_REASONS[verdict]}")
+    raise UnsafeUrlError(f"{shown} {reasons.get(verdict) or _REASONS[verdict]}")
+
+
+def _listed(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
+    """Whether an allow-list covers the address; a mapped or NAT64 spelling is looked up as
+    the IPv4 address it reaches (an IPv6 entry such as ``::/0`` does not open IPv4 space)."""
+    reached = _reached(address)
+    return any(reached in net for net in networks if net.version == reached.version)
 
 
 def _parse_host(host: str) -> tuple[str, IPAddress | None]:
@@ -293,25 +326,41 @@ def check_api_url(
     *,
     allow_local: bool = False,
     allow_private: bool = True,
+    allow_networks: Sequence[IPNetwork] = (),
     resolve: Resolver = socket.getaddrinfo,
     what: str = "the cluster URL",
     schemes: tuple[str, ...] = ("https",),
+    reasons: Mapping[str, str] | None = None,
+    show_resolved: bool = True,
 ) -> str:
     """The normalized URL, if the portal may connect to it; else UnsafeUrlError saying why.
 
     ``allow_local`` admits loopback and link-local addresses (the operator setting that lets
     the demo and tests reach kubesim on 127.0.0.1; off in production). ``allow_private``
-    admits RFC 1918, CGNAT and unique-local addresses, where on-premises clusters live.
+    admits RFC 1918, CGNAT and unique-local addresses, where on-premises clusters live;
+    without it, ``allow_networks`` admits the private addresses inside those networks only.
     Cloud metadata and unusable addresses are refused whatever the settings.
+
+    ``reasons`` replaces the words of a verdict (``LOCAL``, ``PRIVATE``), so that a caller
+    names its own operator settings. ``show_resolved=False`` keeps the address a host name
+    resolved to out of the message: one who may not reach the internal network should not
+    learn its addresses from the refusal either.
 
     ``resolve`` has ``socket.getaddrinfo``'s signature and is called for host names only.
     """
+    judge = functools.partial(
+        _judge,
+        allow_local=allow_local,
+        allow_private=allow_private,
+        allow_networks=tuple(allow_networks),
+        reasons=dict(reasons or {}),
+    )
     normalized = normalize_api_url(url, what=what, schemes=schemes)
     scheme, _, rest = normalized.partition("://")
     netloc = rest.partition("/")[0]
     host, address = _parse_host(netloc.rpartition(":")[0] if _has_port(netloc) else netloc)
     if address is not None:
-        _judge(address, str(address), allow_local=allow_local, allow_private=allow_private)
+        judge(address, str(address))
         return normalized
     if host in METADATA_HOSTNAMES:
         raise UnsafeUrlError(f"{host} is a cloud metadata host")
@@ -328,12 +377,12 @@ def check_api_url(
             resolved = ipaddress.ip_address(raw.partition("%")[0])
         except ValueError:
             raise UnsafeUrlError(f"{host} resolved to {raw!r}, which is not an address") from None
-        _judge(
-            resolved,
-            f"{host} resolves to {resolved}, which",
-            allow_local=allow_local,
-            allow_private=allow_private,
+        shown = (
+            f"{host} resolves to {resolved}, which"
+            if show_resolved
+            else f"{host} resolves to an address that"
         )
+        judge(resolved, shown)
     return normalized
 
 

@@ -62,6 +62,11 @@ class DeliverySerializer(serializers.ModelSerializer):
     webhook = serializers.CharField(
         source="webhook.name", default=None, read_only=True, allow_null=True
     )
+    last_error = serializers.CharField(
+        read_only=True,
+        help_text='The last failure as a category ("connection refused", "HTTP 500"), never '
+        "the remote's words; empty if none",
+    )
 
     class Meta:
         model = Delivery
@@ -74,6 +79,8 @@ class DeliverySerializer(serializers.ModelSerializer):
             "webhook",
             "state",
             "attempts",
+            "error",
+            "error_status",
             "last_error",
             "created_at",
             "next_attempt_at",

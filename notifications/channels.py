@@ -1,42 +1,81 @@
 """The channels: what one delivery sends, and sending it (email, signed JSON, Slack's body).
 
-Each sender raises :class:`SendError` with a message a user can read in their delivery log;
-``permanent`` says that trying again cannot help (no address, a URL the guard refuses).
+Each sender raises :class:`SendError` with a category (:class:`DeliveryError`, plus the
+status of an HTTP answer) for the delivery log and the whole detail for the server log only:
+a webhook's URL is chosen by a team admin, and what its remote or the network says must not
+come back to them (``docs/notifications.md``). ``permanent`` says that trying again cannot
+help (no address, a URL the guard refuses).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
+import ssl
 from typing import Any
 
 import requests
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
+from urllib3.exceptions import NameResolutionError
 
 from clusters.secrets import CredentialsUnreadable, text_open
-from clusters.urlcheck import UnsafeUrlError, check_api_url
-from notifications.models import Channel, Delivery, TeamWebhook
+from clusters.urlcheck import LOCAL, PRIVATE, UnresolvableHostError, UnsafeUrlError, check_api_url
+from notifications.models import Channel, Delivery, DeliveryError, TeamWebhook
 from notifications.signing import DELIVERY_HEADER, signature_headers
 from portal.models import Notification
 
 
 class SendError(Exception):
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
+    """A failed send: ``error`` (and ``status``) is what its log shows; ``detail``, the
+    message, goes to the server log only."""
+
+    def __init__(
+        self,
+        error: DeliveryError,
+        detail: str,
+        *,
+        status: int | None = None,
+        permanent: bool = False,
+    ) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.status = status
+        self.detail = detail
         self.permanent = permanent
+
+
+# The guard's words for a webhook: the operator settings that decide, not the clusters' ones.
+_WEBHOOK_REASONS = {
+    LOCAL: "is a loopback or link-local address (webhooks may reach one only where the "
+    "operator setting GPUPOOL_WEBHOOK_ALLOW_LOCAL allows it)",
+    PRIVATE: "is a private address (webhooks may reach only the private networks the operator "
+    "lists in GPUPOOL_WEBHOOK_ALLOW_NETWORKS)",
+}
 
 
 def webhook_url_check(url: str) -> str:
     """The normalized URL if a webhook may post to it (the clusters' guard); else
     UnsafeUrlError saying why. Run when it is saved and again before every send (DNS may have
-    changed in between)."""
+    changed in between).
+
+    Private addresses are refused unless an operator lists their network: a team admin may
+    not point the portal's requests into its internal network (Redis, PostgreSQL, a kubelet).
+    The message never names the address a host name resolved to, so that the refusal does
+    not map that network either."""
     schemes = ("https", "http") if settings.GPUPOOL_WEBHOOK_ALLOW_HTTP else ("https",)
     return check_api_url(
         url,
         allow_local=settings.GPUPOOL_WEBHOOK_ALLOW_LOCAL,
-        allow_private=settings.GPUPOOL_WEBHOOK_ALLOW_PRIVATE,
+        allow_private=False,
+        allow_networks=[
+            ipaddress.ip_network(n, strict=False) for n in settings.GPUPOOL_WEBHOOK_ALLOW_NETWORKS
+        ],
         what="the webhook URL",
         schemes=schemes,
+        reasons=_WEBHOOK_REASONS,
+        show_resolved=False,
     )
 
 
@@ -81,7 +120,9 @@ def email_send(delivery: Delivery) -> None:
     notification = delivery.notification
     address = delivery.user.email
     if not address:
-        raise SendError("your account has no email address", permanent=True)
+        raise SendError(
+            DeliveryError.NO_EMAIL, f"user {delivery.user_id} has no email address", permanent=True
+        )
     body = notification.message + "\n\n" if notification.message else ""
     body += f"{_link(notification)}\n\nChange what you receive: {settings.SITE_URL.rstrip('/')}"
     body += "/settings/notifications/\n"
@@ -97,21 +138,27 @@ def email_send(delivery: Delivery) -> None:
     try:
         message.send(fail_silently=False)
     except (OSError, ValueError) as exc:  # smtplib's errors are OSError
-        raise SendError(f"the mail server refused or did not answer: {exc}") from None
+        raise SendError(DeliveryError.MAIL, f"{type(exc).__name__}: {exc}") from None
 
 
 def webhook_send(delivery: Delivery) -> None:
     hook: TeamWebhook | None = delivery.webhook
     if hook is None or not hook.active:
-        raise SendError("the webhook was removed or switched off", permanent=True)
+        raise SendError(
+            DeliveryError.REMOVED, "the webhook was removed or switched off", permanent=True
+        )
     try:
         url = webhook_url_check(hook.url)
+    except UnresolvableHostError as exc:  # may be a passing DNS failure: tried again
+        raise SendError(DeliveryError.DNS, f"the webhook URL is refused: {exc}") from None
     except UnsafeUrlError as exc:
-        raise SendError(f"the webhook URL is refused: {exc}", permanent=True) from None
+        raise SendError(
+            DeliveryError.BLOCKED, f"the webhook URL is refused: {exc}", permanent=True
+        ) from None
     try:
         secret = text_open(hook.secret, what=f"the secret of webhook {hook.name!r}")
     except CredentialsUnreadable as exc:
-        raise SendError(str(exc), permanent=True) from None
+        raise SendError(DeliveryError.SECRET, str(exc), permanent=True) from None
     notification = delivery.notification
     payload = (
         slack_payload(notification)
@@ -126,18 +173,62 @@ def webhook_send(delivery: Delivery) -> None:
         **signature_headers(secret, body),
     }
     try:
-        answer = requests.post(
+        with requests.post(
             url,
             data=body,
             headers=headers,
             timeout=settings.GPUPOOL_WEBHOOK_TIMEOUT_SECONDS,
             allow_redirects=False,  # a redirect could lead past the URL guard
-        )
+            stream=True,  # an error answer's body is read only as far as the log needs
+        ) as answer:
+            if 200 <= answer.status_code < 300:
+                return
+            detail = f"answered {answer.status_code} {answer.reason!r}: {_start_of(answer)!r}"
     except requests.RequestException as exc:
-        raise SendError(f"the webhook did not answer: {type(exc).__name__}") from None
-    if not 200 <= answer.status_code < 300:
-        permanent = answer.status_code in (404, 410)  # gone; a 401 may be clock skew
-        raise SendError(f"the webhook answered {answer.status_code}", permanent=permanent)
+        raise SendError(transport_error(exc), f"{type(exc).__name__}: {exc}") from None
+    permanent = answer.status_code in (404, 410)  # gone; a 401 may be clock skew
+    raise SendError(DeliveryError.HTTP, detail, status=answer.status_code, permanent=permanent)
+
+
+def _start_of(answer: requests.Response, limit: int = 300) -> bytes:
+    """The first bytes of an answer's body, for the server log: a hostile receiver cannot
+    make a worker read (or a log keep) more."""
+    try:
+        return bytes(answer.raw.read(limit, decode_content=True) or b"")
+    except Exception as exc:  # urllib3's read errors are not requests'; the status is enough
+        return f"(unreadable: {type(exc).__name__})".encode()
+
+
+def transport_error(exc: BaseException) -> DeliveryError:
+    """The category of a request that got no answer, from the exceptions it wraps (requests
+    wraps urllib3's, which wraps the socket's): what a team admin may learn of it."""
+    causes = _causes(exc)
+    if any(isinstance(e, (requests.Timeout, TimeoutError)) for e in causes):
+        return DeliveryError.TIMEOUT
+    if any(isinstance(e, (requests.exceptions.SSLError, ssl.SSLError)) for e in causes):
+        return DeliveryError.TLS
+    if any(isinstance(e, (NameResolutionError, socket.gaierror)) for e in causes):
+        return DeliveryError.DNS
+    if any(isinstance(e, ConnectionRefusedError) for e in causes):
+        return DeliveryError.REFUSED
+    if any(isinstance(e, (requests.ConnectionError, ConnectionError)) for e in causes):
+        return DeliveryError.CONNECTION
+    return DeliveryError.OTHER
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception and all it wraps: causes, contexts, urllib3's ``reason``, and exceptions
+    passed as arguments (requests' ConnectionError carries urllib3's MaxRetryError)."""
+    found: list[BaseException] = []
+    todo: list[object] = [exc]
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or any(item is seen for seen in found):
+            continue
+        found.append(item)
+        todo.extend((item.__cause__, item.__context__, getattr(item, "reason", None)))
+        todo.extend(item.args)
+    return found
 
 
 def channel_send(delivery: Delivery) -> None:

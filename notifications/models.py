@@ -82,6 +82,34 @@ class DeliveryState(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"  # a worker died mid-send: never sent again (at most once)
 
 
+class DeliveryError(models.TextChoices):
+    """Why a delivery failed, as its log shows it: a category, never the remote's words nor
+    an exception's message. A team admin chooses a webhook's URL, so whatever the remote or
+    the network says would make every delivery an oracle into wherever the URL points (a
+    port scan, a banner, a resolved address); the whole detail goes to the server log only.
+    An HTTP answer's status code is kept beside it (``Delivery.error_status``)."""
+
+    REFUSED = "refused", "connection refused"
+    TIMEOUT = "timeout", "timed out"
+    TLS = "tls", "TLS error"
+    DNS = "dns", "host name does not resolve"
+    CONNECTION = "connection", "connection failed"
+    BLOCKED = "blocked", "blocked address"
+    HTTP = "http", "HTTP error"  # shown as "HTTP <status>"
+    REMOVED = "removed", "webhook removed or switched off"
+    SECRET = "secret", "webhook secret unreadable"
+    NO_EMAIL = "no_email", "your account has no email address"
+    MAIL = "mail", "mail server refused or did not answer"
+    WORKER_STOPPED = (
+        "worker_stopped",
+        (
+            "the worker stopped while sending; not sent again, so that it never arrives twice "
+            "(it may have arrived once)"
+        ),
+    )
+    OTHER = "other", "failed"
+
+
 class Delivery(models.Model):
     """One message of one notification on one channel to one recipient: the outbox row.
 
@@ -106,7 +134,10 @@ class Delivery(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField()
     lease_until = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
+    error = models.CharField(max_length=16, choices=DeliveryError.choices, blank=True)
+    error_status = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The HTTP status of a webhook's error answer"
+    )
     created_at = models.DateTimeField()
     sent_at = models.DateTimeField(null=True, blank=True)
 
@@ -128,3 +159,12 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.recipient} of {self.notification_id}: {self.state}"
+
+    @property
+    def last_error(self) -> str:
+        """The last failure in words for its log ("HTTP 500", "connection refused"), or ""."""
+        if not self.error:
+            return ""
+        if self.error == DeliveryError.HTTP and self.error_status is not None:
+            return f"HTTP {self.error_status}"
+        return str(DeliveryError(self.error).label)

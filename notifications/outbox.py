@@ -28,7 +28,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from notifications.channels import SendError, channel_send
-from notifications.models import Channel, Delivery, DeliveryState, TeamWebhook
+from notifications.models import Channel, Delivery, DeliveryError, DeliveryState, TeamWebhook
 from notifications.preferences import preferences_of_many
 from portal.models import Notification
 
@@ -165,11 +165,24 @@ def delivery_send(pk: int, *, now: dt.datetime | None = None) -> str | None:
     except SendError as exc:
         last = exc.permanent or attempts >= settings.GPUPOOL_NOTIFY_MAX_ATTEMPTS
         state = DeliveryState.FAILED if last else DeliveryState.PENDING
+        # The row keeps the category only (its log is read by the team); the detail (the
+        # remote's answer, the refused address, the exception) is for the operators.
+        log.warning(
+            "delivery %s (%s to %s, try %s) failed, %s: %s: %s",
+            pk,
+            delivery.channel,
+            delivery.recipient,
+            attempts,
+            state,
+            exc.error.value,
+            exc.detail[:2000],
+        )
         Delivery.objects.filter(pk=pk, state=DeliveryState.SENDING).update(
             state=state,
             attempts=attempts,
             lease_until=None,
-            last_error=str(exc)[:2000],
+            error=exc.error,
+            error_status=exc.status,
             next_attempt_at=timezone.now() + dt.timedelta(seconds=backoff_seconds(attempts)),
         )
         return str(state)
@@ -187,8 +200,8 @@ def deliveries_sweep(*, now: dt.datetime | None = None) -> dict[str, int]:
     abandoned = Delivery.objects.filter(state=DeliveryState.SENDING, lease_until__lt=now).update(
         state=DeliveryState.UNKNOWN,
         lease_until=None,
-        last_error="the worker stopped while sending; not sent again, so that it never "
-        "arrives twice (it may have arrived once)",
+        error=DeliveryError.WORKER_STOPPED,
+        error_status=None,
     )
     missing = list(
         Notification.objects.filter(

@@ -111,6 +111,9 @@ def team_webhooks(request: HttpRequest, team: str) -> HttpResponse:
 @require_POST
 def team_webhook_delete(request: HttpRequest, team: str, webhook_id: int) -> HttpResponse:
     found = _team(request, team)
-    webhook_delete(team=found, webhook_id=webhook_id, by=request.user)
+    try:
+        webhook_delete(team=found, webhook_id=webhook_id, by=request.user)
+    except NotFound:  # gone already, another team's, or never there: the same 404
+        raise Http404("No such webhook.") from None
     messages.success(request, "Webhook removed.")
     return redirect("team-webhooks", team=found.slug)

@@ -102,6 +102,7 @@ class Receiver:
     secret: str = ""
     received: list[Received] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)  # answers to give, in order; then 200
+    answer_body: bytes = b""  # the body of every answer (an error page that says too much)
     hold: threading.Event | None = None  # when set: record, then wait for it before answering
     arrived: threading.Event = field(default_factory=threading.Event)
 
@@ -139,8 +140,10 @@ def receiver() -> Iterator[Receiver]:
                 state.hold.wait(30)
             status = state.statuses.pop(0) if state.statuses else (200 if ok else 401)
             self.send_response(status)
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Length", str(len(state.answer_body)))
             self.end_headers()
+            if state.answer_body:
+                self.wfile.write(state.answer_body)
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -78,9 +78,9 @@ def test_team_admins_manage_webhooks_and_see_the_secret_once(
         ({"name": "x", "url": "http://169.254.169.254/latest"}, "url"),
         ({"name": "x", "url": "https://127.0.0.1:8443/hook"}, "url"),
         ({"name": "x", "url": "ftp://example.org/"}, "url"),
-        ({"name": "", "url": "https://10.0.0.5/hook"}, "name"),
-        ({"name": "x", "url": "https://10.0.0.5/hook", "format": "teams"}, "format"),
-        ({"name": "x", "url": "https://10.0.0.5/hook", "events": ["job.exploded"]}, "events"),
+        ({"name": "", "url": "https://203.0.113.5/hook"}, "name"),
+        ({"name": "x", "url": "https://203.0.113.5/hook", "format": "teams"}, "format"),
+        ({"name": "x", "url": "https://203.0.113.5/hook", "events": ["job.exploded"]}, "events"),
     ],
 )
 def test_bad_webhooks_are_refused_naming_the_field(api_as, alice, vision, settings, body, field):
