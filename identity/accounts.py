@@ -97,8 +97,8 @@ def _free_username(wanted: str) -> str:
     base = username_base(wanted)
     if _username_taken(base) and settings.GPUPOOL_EXTERNAL_NAME_COLLISION == NAME_COLLISION_REFUSE:
         raise SignInRefused(
-            f"The name {base!r} belongs to another portal account. Ask a platform admin to "
-            "link your sign-in to it, or to rename one of the two."
+            f"The name {base!r} belongs to another portal account, so this sign-in cannot "
+            "make yours. Ask a platform admin to rename that account."
         )
     name, n = base, 1
     while _username_taken(name):

@@ -120,3 +120,7 @@ def test_a_phone_with_the_menu_open_has_no_serious_accessibility_violation(
             found[path] = violations
     context.close()
     assert found == {}
+
+
+def test_the_sign_in_and_unlock_pages_have_no_serious_accessibility_violation(page, live_server):
+    assert scan(page, live_server, ["/login/", "/login/unlock/"]) == {}
