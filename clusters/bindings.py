@@ -96,12 +96,15 @@ def node_plans_apply(
     Returns the plans that changed (job pk → new plan). Rows are locked in primary-key order,
     so concurrent reporters (watcher, reconcile, inventory) serialise without deadlock; jobs
     that no longer hold GPUs are left alone. With ``cluster_id``, only that cluster's jobs.
+    The lock is the one the update takes anyway (``NO KEY UPDATE``, as ``portal.jobs.rowlock``):
+    ``FOR UPDATE`` would also wait for, and block, inserts that point at the jobs (a dispatch
+    batch's Volcano Job records, any job's events), which take their locks in their own order.
     """
     if not bindings:
         return {}
     changed: dict[int, list[str]] = {}
     with transaction.atomic():
-        rows = Job.objects.select_for_update().filter(
+        rows = Job.objects.select_for_update(no_key=True).filter(
             public_id__in=list(bindings), state__in=FOLLOWED_STATES
         )
         if cluster_id is not None:

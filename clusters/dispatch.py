@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -67,6 +67,7 @@ from clusters.services import (
 )
 from clusters.serving import serving_expose
 from portal import db
+from portal.jobs.rowlock import conflicts_retried, jobs_update
 from portal.jobs.state import (
     Change,
     job_transition,
@@ -170,13 +171,15 @@ def _nothing_sent(jobs: Iterable[Job]) -> None:
 
     Per admission (``admitted_at`` as the attempt loaded it): a late answer to an attempt of
     an earlier admission must not take back a count of the current one. One statement per
-    admission time; the cycle admits a batch at one time."""
+    admission time; the cycle admits a batch at one time. Rows locked in id order
+    (``portal.jobs.rowlock``), as by every multi-row update of jobs."""
     by_admission: dict[dt.datetime | None, list[int]] = {}
     for job in jobs:
         by_admission.setdefault(job.admitted_at, []).append(job.pk)
     for admitted_at, ids in by_admission.items():
-        Job.objects.filter(pk__in=ids, state=JobState.ADMITTED, admitted_at=admitted_at).update(
-            creates_unsure=Greatest(F("creates_unsure") - 1, 0)
+        jobs_update(
+            Job.objects.filter(pk__in=ids, state=JobState.ADMITTED, admitted_at=admitted_at),
+            creates_unsure=Greatest(F("creates_unsure") - 1, 0),
         )
 
 
@@ -257,8 +260,10 @@ def _cluster_answered(job: Job) -> list[int]:
             ).values_list("pk", flat=True)
         )
         if waiting:
-            Job.objects.filter(pk__in=waiting, state=JobState.ADMITTED, dispatch_owner="").update(
-                dispatch_next_at=timezone.now()
+            # Every batch that finds the cluster back wakes the same jobs: one lock order.
+            jobs_update(
+                Job.objects.filter(pk__in=waiting, state=JobState.ADMITTED, dispatch_owner=""),
+                dispatch_next_at=timezone.now(),
             )
     return waiting
 
@@ -280,10 +285,12 @@ _RECORD_FIELDS = [
 
 
 def _records_upsert(rows: list[tuple[Job, str, dict[str, Any], str]]) -> None:
-    """Upsert VolcanoJobRecords in one statement (a requeued job already has one)."""
+    """Upsert VolcanoJobRecords in one statement (a requeued job already has one), in job id
+    order: the records' row locks, and the key-share locks their foreign keys take on the
+    jobs, then follow the one order of job rows (``portal.jobs.rowlock``)."""
     now = timezone.now()
     values = []
-    for job, namespace, obj, uid in rows:
+    for job, namespace, obj, uid in sorted(rows, key=lambda row: row[0].pk):
         meta = obj.get("metadata") or {}
         values.append(
             {
@@ -353,9 +360,12 @@ def _hold(job_ids: Iterable[int]) -> None:
     """Jobs held back by a Retry-After are due at its end, on their rows too, so the re-drive
     reads a scheduled wait (not a lost message) and does not send them again meanwhile. One
     statement, compared in the database: the batch path does not load ``dispatch_next_at``."""
-    Job.objects.filter(pk__in=list(job_ids), state=JobState.ADMITTED).filter(
-        Q(dispatch_next_at__isnull=True) | Q(dispatch_next_at__lt=F("dispatch_not_before"))
-    ).update(dispatch_next_at=F("dispatch_not_before"))
+    jobs_update(
+        Job.objects.filter(pk__in=list(job_ids), state=JobState.ADMITTED).filter(
+            Q(dispatch_next_at__isnull=True) | Q(dispatch_next_at__lt=F("dispatch_not_before"))
+        ),
+        dispatch_next_at=F("dispatch_not_before"),
+    )
 
 
 def _claim_alone(job: Job) -> Outcome | None:
@@ -389,9 +399,12 @@ def unclaimed(now: dt.datetime) -> Q:
 def _claims_release(job_ids: Iterable[int]) -> None:
     """Give back this worker's claim on jobs it hands to the one-job path, which would
     otherwise find them held by the attempt that just ended."""
-    Job.objects.filter(
-        pk__in=list(job_ids), state=JobState.ADMITTED, dispatch_owner=worker_name()
-    ).update(dispatch_owner="")
+    jobs_update(
+        Job.objects.filter(
+            pk__in=list(job_ids), state=JobState.ADMITTED, dispatch_owner=worker_name()
+        ),
+        dispatch_owner="",
+    )
 
 
 def job_dispatch(*, job_id: int) -> Outcome:
@@ -659,6 +672,10 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
     counters, the creates run concurrently (bounded by the cluster's creates in flight and
     rate limit), then one bulk compare-and-set moves the created ones to SUBMITTED and one
     statement records them. Anything unusual goes to the careful path one job at a time.
+
+    A database error once the jobs are claimed (a deadlock still lost after its retries, a
+    lost connection) gives the claims back at once and hands every claimed job to the one-job
+    path (:func:`_batch_abandon`), instead of leaving them held until their lease runs out.
     """
     jobs = list(
         jobs_for_tasks().defer(*_NOT_FOR_THE_BATCH).filter(pk__in=job_ids, state=JobState.ADMITTED)
@@ -673,8 +690,11 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
         return BatchOutcome(later=held)
     claim = attempt_claim()
     ids = [j.pk for j in jobs]
-    Job.objects.filter(pk__in=ids, state=JobState.ADMITTED).filter(unclaimed(now)).update(
-        dispatch_attempts=F("dispatch_attempts") + 1, **claim
+    # Two batches (or a batch and a wake) may reach for the same rows: one lock order.
+    jobs_update(
+        Job.objects.filter(pk__in=ids, state=JobState.ADMITTED).filter(unclaimed(now)),
+        dispatch_attempts=F("dispatch_attempts") + 1,
+        **claim,
     )
     # A job another attempt holds is left to it (its create is in flight): only the rows
     # this claim wrote go on.
@@ -689,7 +709,27 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
     jobs = [job for job in jobs if job.pk in mine]
     if not jobs:
         return BatchOutcome(later=held)
-    later: dict[int, float] = dict(held)
+    progress = _Progress(later=dict(held))
+    try:
+        return _batch_run(jobs, progress)
+    except (DatabaseError, InterfaceError) as exc:
+        return _batch_abandon(jobs, held, progress, exc)
+
+
+@dataclass
+class _Progress:
+    """How far a claimed batch got, for :func:`_batch_abandon`: the jobs decided so far
+    (``later``, as in :class:`BatchOutcome`), and whether the claim's count of a create that
+    may reach the cluster is settled for every job (taken back for the jobs left behind
+    before the creates; kept for the creates sent)."""
+
+    later: dict[int, float]
+    creates_counted: bool = False
+
+
+def _batch_run(jobs: list[Job], progress: _Progress) -> BatchOutcome:
+    """The claimed part of :func:`job_dispatch_batch`: creates, records and the transition."""
+    later = progress.later
     woken: list[int] = []
     work: list[_Attempt] = []
     for job in jobs:
@@ -704,6 +744,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
             continue
         work.append(_Attempt(job, namespace, manifest, client))
     _nothing_sent(j for j in jobs if j.pk in later)  # left to the one-job path, nothing sent
+    progress.creates_counted = True
 
     done: list[tuple[Job, str, dict[str, Any], str]] = []
     repaired: set[tuple[int, str]] = set()
@@ -722,24 +763,7 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
         else:
             done.append((item.job, item.namespace, result, submission_uid(item.job)))
     if done:
-        # Records and transition commit together: one WAL flush per batch, and no moment where
-        # a record exists for a job still ADMITTED (the reconcile would adopt it anyway).
-        with transaction.atomic():
-            _records_upsert(done)
-            won = jobs_transition_bulk(
-                changes=[
-                    Change(
-                        job_id=job.pk,
-                        updates={"volcano_job_name": obj["metadata"]["name"]},
-                        message=f"Volcano Job {ns}/{obj['metadata']['name']} created on "
-                        f"{job.cluster}.",
-                    )
-                    for job, ns, obj, _ in done
-                ],
-                expected=JobState.ADMITTED,
-                to=JobState.SUBMITTED,
-                reason="Submitted",
-            )
+        won = conflicts_retried(lambda: _submitted_in_batch(done))
         _observe_submitted([job for job, *_ in done if job.pk in won])
         _expose([(job, ns, obj) for job, ns, obj, _ in done if job.pk in won])
         for one_per_cluster in {job.cluster_id: job for job, *_ in done}.values():
@@ -752,5 +776,55 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
                 later[job.pk] = 0.0  # row locked by someone else: try again alone
             elif current not in CREATED_BY_A_WINNER:
                 _delete_quietly(job, namespace, obj["metadata"]["name"], obj["metadata"].get("uid"))
-    _claims_release(pk for pk in later if pk not in held)
+    claimed = {job.pk for job in jobs}
+    _claims_release(pk for pk in later if pk in claimed)
     return BatchOutcome(later=later, woken=woken)
+
+
+def _submitted_in_batch(done: list[tuple[Job, str, dict[str, Any], str]]) -> set[int]:
+    """Record the created Volcano Jobs and move their jobs to SUBMITTED; returns the ids that
+    won. Records and transition commit together: one WAL flush per batch, and no moment where
+    a record exists for a job still ADMITTED (the reconcile would adopt it anyway). Safe to run
+    again after a deadlock or a serialization failure (:func:`conflicts_retried`): the upsert
+    and the compare-and-set find the same rows again."""
+    with transaction.atomic():
+        _records_upsert(done)
+        return jobs_transition_bulk(
+            changes=[
+                Change(
+                    job_id=job.pk,
+                    updates={"volcano_job_name": obj["metadata"]["name"]},
+                    message=f"Volcano Job {ns}/{obj['metadata']['name']} created on {job.cluster}.",
+                )
+                for job, ns, obj, _ in done
+            ],
+            expected=JobState.ADMITTED,
+            to=JobState.SUBMITTED,
+            reason="Submitted",
+        )
+
+
+def _batch_abandon(
+    jobs: list[Job], held: dict[int, float], progress: _Progress, exc: Exception
+) -> BatchOutcome:
+    """A database error after the batch claimed ``jobs``: give the claims back now and hand
+    every claimed job to the one-job path, at once or after the backoff already decided for
+    it. There a create that did reach the cluster meets its 409 and is adopted, and a job the
+    batch did move to SUBMITTED is found no longer admitted: nothing is sent twice. Left
+    alone, the claims would hold the jobs until their lease ran out (3 × the cluster timeout
+    + 5 s) and the re-drive sent them again. Best effort: if the database is still gone, the
+    lease is what frees them."""
+    log.warning(
+        "dispatch batch of %d jobs failed on the database; handing them to the one-job path: %s",
+        len(jobs),
+        exc,
+    )
+    try:
+        if not progress.creates_counted:  # nothing was sent: none of them is on the cluster
+            _nothing_sent(jobs)
+        _claims_release(j.pk for j in jobs)
+    except (DatabaseError, InterfaceError):
+        log.warning("could not give back the claims of %d jobs", len(jobs), exc_info=True)
+    later = dict(held)
+    later.update((j.pk, progress.later.get(j.pk, 0.0)) for j in jobs)
+    return BatchOutcome(later=later)

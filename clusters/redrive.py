@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from portal.celery import app
+from portal.jobs.rowlock import jobs_update
 from portal.models import Job, JobState, WorkerBeat
 from portal.workers import live_workers
 
@@ -100,13 +101,16 @@ def lost_handoffs_redrive(*, queued: int | None, now: dt.datetime | None = None)
                 result.dispatch.append(pk)
         elif last < now - (CLEANUP_GRACE if quiet else QUEUED_WAIT):
             (result.cancel if state == JobState.CANCELLING else result.evict).append(pk)
+    # Rows locked in id order (portal.jobs.rowlock): a dispatch batch may hold some of them.
     if result.dispatch:
-        Job.objects.filter(pk__in=result.dispatch, state=JobState.ADMITTED).update(
-            dispatch_next_at=now, dispatch_owner=""
+        jobs_update(
+            Job.objects.filter(pk__in=result.dispatch, state=JobState.ADMITTED),
+            dispatch_next_at=now,
+            dispatch_owner="",
         )
     for ids, state in ((result.cancel, JobState.CANCELLING), (result.evict, JobState.PREEMPTING)):
         if ids:
-            Job.objects.filter(pk__in=ids, state=state).update(dispatch_next_at=now)
+            jobs_update(Job.objects.filter(pk__in=ids, state=state), dispatch_next_at=now)
     if result.dispatch or result.cancel or result.evict:
         gone = ", ".join(sorted(result.dead_owners))
         log.info("%s%s", result.message, f" (workers gone: {gone})" if gone else "")

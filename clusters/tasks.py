@@ -34,6 +34,7 @@ from clusters import (
 )
 from clusters.models import Cluster, ClusterState
 from clusters.ratelimit import cluster_task_slot
+from portal.jobs.rowlock import jobs_update
 from portal.models import Job, JobState
 from scheduling.tasks import cycle_request
 
@@ -65,9 +66,10 @@ def _dispatch_later(job_ids: list[int], countdown: float) -> None:
     attempt is in flight keeps its lease: shortening it would let this very message send a
     second create."""
     now = timezone.now()
-    Job.objects.filter(pk__in=job_ids, state=JobState.ADMITTED).filter(
-        dispatch.unclaimed(now)
-    ).update(dispatch_next_at=now + dt.timedelta(seconds=countdown))
+    jobs_update(
+        Job.objects.filter(pk__in=job_ids, state=JobState.ADMITTED).filter(dispatch.unclaimed(now)),
+        dispatch_next_at=now + dt.timedelta(seconds=countdown),
+    )
     if len(job_ids) == 1:
         dispatch_job.apply_async((job_ids[0],), countdown=countdown)
     else:

@@ -35,6 +35,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from portal import db, hooks
+from portal.jobs.rowlock import jobs_update_rows
 from portal.jobs.state import Change, job_transition, jobs_transition_bulk
 from portal.models import (
     PREEMPTIBLE_STATES,
@@ -122,15 +123,25 @@ def _admit(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[
 
 
 def _preempt(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[int]:
+    """Each victim's own compare-and-set, in id order: the cycle's transaction holds them all
+    until it commits, and locks taken in the engine's order could meet a writer that locks
+    the same running jobs in the one global order (``portal.jobs.rowlock``)."""
+    victims = sorted(
+        (
+            (pk, p.message)
+            for p in decision.preemptions
+            if (pk := loaded.job_pk.get(p.job_id)) is not None
+        ),
+        key=lambda victim: victim[0],
+    )
     preempted = []
-    for p in decision.preemptions:
-        pk = loaded.job_pk.get(p.job_id)
-        if pk is not None and job_transition(
+    for pk, message in victims:
+        if job_transition(
             job_id=pk,
             expected=PREEMPTIBLE_STATES,
             to=JobState.PREEMPTING,
             reason="Preempted",
-            message=p.message,
+            message=message,
             now=now,
         ):
             preempted.append(pk)
@@ -236,7 +247,8 @@ def _reason_rows(decision: engine.Decision, loaded: Loaded) -> Reasons:
 
 def _write_reasons(reasons: Reasons, now: dt.datetime) -> None:
     """Notes first (one row per distinct set, kept if already there), then the reasons,
-    positions and notes keys of jobs still queued, in one statement (``portal.db``)."""
+    positions and notes keys of jobs still queued, in one statement that locks them in id
+    order (``portal.jobs.rowlock``: in the JSON's order it deadlocked with the estimates)."""
     rows = reasons.rows
     if reasons.notes:
         PendingNotes.objects.bulk_create(
@@ -245,8 +257,7 @@ def _write_reasons(reasons: Reasons, now: dt.datetime) -> None:
         )
     if not rows:
         return
-    db.update_rows(
-        Job,
+    jobs_update_rows(
         [
             {
                 "id": pk,
@@ -258,7 +269,6 @@ def _write_reasons(reasons: Reasons, now: dt.datetime) -> None:
             }
             for pk, code, message, position, key, model in rows
         ],
-        key="id",
         where={"state": JobState.QUEUED},
     )
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from portal import db, hooks
 from portal.jobs.attempts import ARCHIVED_FIELDS, attempt_archive
+from portal.jobs.rowlock import ID_ORDER
 from portal.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobEvent, JobState
 from portal.notifications import notify_job_event
 
@@ -274,12 +275,18 @@ def jobs_transition_bulk(
 def _bulk_cas_postgres(
     changes: Sequence[Change], expected: JobState, base: Mapping[str, Any], reason: str
 ) -> set[int]:
-    """One statement: the compare-and-set of every row (``UPDATE … FROM jsonb_to_recordset(%s)
-    WHERE id = v.id AND state = expected RETURNING id``) and the events of the rows that won.
+    """One statement: the compare-and-set of every row (``UPDATE … WHERE id = … AND state =
+    expected RETURNING id``) and the events of the rows that won.
 
     One JSON parameter carries every row: thousands of scalar or array parameters cost more to
     quote and parse than the update costs to run, and building JobEvent instances for
-    ``bulk_create`` cost more than the insert."""
+    ``bulk_create`` cost more than the insert.
+
+    The rows still in ``expected`` are locked first, in ascending id order, by a sub-select of
+    the same statement, and the UPDATE touches only those: alone, it locked them in its plan's
+    order (the JSON's, or the heap's), and two batches handed overlapping rows in different
+    orders deadlocked. Each locked row reads its values from the JSON object by its id, so
+    every join is on the primary key (``portal.jobs.rowlock.jobs_update_rows``)."""
     keys = sorted(changes[0].updates)
     if any(sorted(c.updates) != keys for c in changes):
         raise ValueError("every change of a bulk transition must set the same fields")
@@ -294,33 +301,32 @@ def _bulk_cas_postgres(
     ]
     assignments += [f'"{f.column}" = v."{f.column}"' for f in fields]
     record = ", ".join(
-        [
-            "id bigint",
-            "event_message text",
-            *(f'"{f.column}" {f.db_type(connection)}' for f in fields),
-        ]
+        ["event_message text", *(f'"{f.column}" {f.db_type(connection)}' for f in fields)]
     )
-    rows = [
-        {
-            "id": c.job_id,
+    by_id = {
+        str(c.job_id): {
             "event_message": c.message,
             **{f.column: c.updates[k] for f, k in zip(fields, keys, strict=True)},
         }
         for c in changes
-    ]
-    params: list[Any] = [json.dumps(rows, default=str)]
-    params += [f.get_db_prep_save(v, connection) for f, v in fixed]
+    }
+    params: list[Any] = [f.get_db_prep_save(v, connection) for f, v in fixed]
+    params += [sorted(c.job_id for c in changes), expected, json.dumps(by_id, default=str)]
     # The events: at the moment each row now carries, from ``expected`` to the new state.
-    params += [expected, expected, base["state"], reason]
+    params += [expected, base["state"], reason]
     with connection.cursor() as cur:
         cur.execute(
-            f"WITH v AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x({record})), "  # noqa: S608
-            f"won AS (UPDATE portal_job AS j SET {', '.join(assignments)} FROM v "
-            "WHERE j.id = v.id AND j.state = %s RETURNING j.id, j.state_changed_at), "
+            f"WITH won AS (UPDATE portal_job AS j SET {', '.join(assignments)} "  # noqa: S608
+            # The rows still in ``expected``, locked in the one global order.
+            f"FROM (SELECT id FROM portal_job WHERE id = ANY(%s::bigint[]) AND state = %s "
+            f"{ID_ORDER}) AS l, LATERAL jsonb_to_record(%s::jsonb -> l.id::text) AS v({record}) "
+            # Only the rows locked above, each still in ``expected`` under its lock. (No
+            # ``j.state = …`` here: a guess of one queued row put the lock in a nested loop.)
+            "WHERE j.id = l.id "
+            "RETURNING j.id, j.state_changed_at, v.event_message), "
             "events AS (INSERT INTO portal_jobevent "
             "(job_id, created_at, from_state, to_state, reason, message, actor_id) "
-            "SELECT won.id, won.state_changed_at, %s, %s, %s, v.event_message, NULL "
-            "FROM won JOIN v USING (id) ORDER BY won.id) "
+            "SELECT id, state_changed_at, %s, %s, %s, event_message, NULL FROM won ORDER BY id) "
             "SELECT id FROM won",
             params,
         )
@@ -335,6 +341,7 @@ def _bulk_cas_locked(
     rows = list(
         Job.objects.select_for_update(skip_locked=True)
         .filter(id__in=by_id, state=expected)
+        .order_by("id")  # the one lock order (portal.jobs.rowlock), where locks exist
         .only("id")
     )
     if not rows:
