@@ -30,14 +30,61 @@ RESERVED_ENV_NAMES = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES", "HOSTNAME"}
 )
 # Env is stored in plain text and shown to the whole team: refuse what looks like a credential
-# (``secret_like_env_name``). Spelled anywhere in the name, these always mean one:
-SECRET_LIKE_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|CREDENTIAL|PASSPHRASE|PRIVATE_?KEY|API_?KEY)")
+# (``secret_like_env_name``). Spelled anywhere in the name, these always mean one (``PGPASS``:
+# libpq's PGPASSWORD and PGPASSFILE; ``PASSFILE`` names a password file, as a ``*CREDENTIALS``
+# path names a key file; ``AUTHTOKEN``: ngrok's and the like):
+SECRET_LIKE_RE = re.compile(
+    r"(PASSWORD|PASSWD|SECRET|CREDENTIAL|PASSPHRASE|PRIVATE_?KEY|API_?KEY|PGPASS|PASSFILE"
+    r"|AUTHTOKEN)"
+)
 # As a whole word (between underscores), these do; ``TOKENIZERS_PARALLELISM`` does not.
-SECRET_WORDS = frozenset({"TOKEN", "CREDS", "PASS", "PAT", "HTPASSWD", "ACCESS_KEY"})
+SECRET_WORDS = frozenset(
+    {"TOKEN", "CREDS", "PASS", "PAT", "HTPASSWD", "ACCESS_KEY", "CONNECTION_STRING", "CONN_STR"}
+)
 # As the last word: ``*_KEY`` (``SSH_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``GPG_KEY``), ``*_PASS``,
-# ``*_PAT`` (a personal access token), ``*_KEY_ID`` (``AWS_ACCESS_KEY_ID``).
-SECRET_LAST_WORDS = frozenset({"KEY", "KEYS", "PASS", "PAT", "PWD", "KEY_ID"})
-# ``*_KEY`` names that name something other than a credential, and the shell's own ``PWD``.
+# ``*_PAT`` (a personal access token), ``*_KEY_ID`` (``AWS_ACCESS_KEY_ID``), ``*_AUTH``
+# (``HF_AUTH``, ``BASIC_AUTH``, ``PROXY_AUTH``: the value is the credential; ``AUTH_URL`` and
+# ``AUTH_MODE`` name something else), ``*_AUTHORIZATION`` (a header's value), ``*_DSN`` (a
+# database's connection string, password included).
+SECRET_LAST_WORDS = frozenset(
+    {"KEY", "KEYS", "PASS", "PAT", "PWD", "KEY_ID", "AUTH", "AUTHORIZATION", "DSN"}
+)
+# ``*_AUTH`` names that switch authentication on or off rather than hold it.
+AUTH_SWITCH_WORDS = frozenset({"NO", "USE", "SKIP", "DISABLE", "ENABLE", "REQUIRE", "WITH"})
+# A URL or URI naming a database, cache or broker is a connection string, and those carry the
+# password (``DATABASE_URL``, ``REDIS_URL``, ``MONGODB_URI``, ``SQLALCHEMY_DATABASE_URI``). Other
+# URLs (``MODEL_URL``, ``WANDB_BASE_URL``, ``MLFLOW_TRACKING_URI``, ``S3_ENDPOINT_URL``) do not.
+CONNECTION_URL_WORDS = frozenset(
+    {
+        "DATABASE",
+        "DB",
+        "POSTGRES",
+        "POSTGRESQL",
+        "PG",
+        "PSQL",
+        "MYSQL",
+        "MARIADB",
+        "MSSQL",
+        "SQL",
+        "SQLALCHEMY",
+        "JDBC",
+        "MONGO",
+        "MONGODB",
+        "REDIS",
+        "VALKEY",
+        "MEMCACHED",
+        "AMQP",
+        "RABBITMQ",
+        "BROKER",
+        "ELASTICSEARCH",
+        "OPENSEARCH",
+        "CLICKHOUSE",
+        "CASSANDRA",
+        "NEO4J",
+    }
+)
+# ``*_KEY`` names that name something other than a credential, and the shell's own ``PWD``;
+# Sentry's DSN, which Sentry documents as safe to make public.
 NOT_SECRET_ENV_NAMES = frozenset(
     {
         "PWD",
@@ -52,6 +99,7 @@ NOT_SECRET_ENV_NAMES = frozenset(
         "DATASET_KEY",
         "CONFIG_KEY",
         "S3_KEY",
+        "SENTRY_DSN",
     }
 )
 SECRET_STORE_HINT = (
@@ -374,6 +422,10 @@ def secret_like_env_name(name: str) -> bool:
     pairs = {"_".join(words[i : i + 2]) for i in range(len(words) - 1)}
     if SECRET_WORDS & (set(words) | pairs):
         return True
+    if words[-1] in {"URL", "URI"} and CONNECTION_URL_WORDS & set(words[:-1]):
+        return True
+    if words[-1] == "AUTH" and len(words) > 1 and words[-2] in AUTH_SWITCH_WORDS:
+        return False
     last_two = "_".join(words[-2:])
     return words[-1] in SECRET_LAST_WORDS or last_two in SECRET_LAST_WORDS
 

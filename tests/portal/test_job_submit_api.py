@@ -184,6 +184,76 @@ def test_names_that_only_resemble_secrets_are_fine(api_as, bob, catalog):
     assert response.status_code == 201, response.json()
 
 
+# Credentials by another name: an auth value, a connection string with its password in it, a
+# password file. Each is refused naming the variable and pointing at env_from_secrets.
+CREDENTIAL_FAMILIES = [
+    "HF_AUTH",
+    "BASIC_AUTH",
+    "GITHUB_AUTH_TOKEN",
+    "HTTP_AUTHORIZATION",
+    "NGROK_AUTHTOKEN",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "MONGODB_URI",
+    "SQLALCHEMY_DATABASE_URI",
+    "CELERY_BROKER_URL",
+    "PG_DSN",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "PGPASSFILE",
+    "PGPASSWORD",
+    "DB_PASSWD",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+]
+
+
+@pytest.mark.parametrize("name", CREDENTIAL_FAMILIES)
+def test_credential_families_are_refused_naming_the_variable(api_as, bob, catalog, name):
+    response = api_as(bob).post(URL, job_body(env={name: "x"}), format="json")
+    assert response.status_code == 400, name
+    (message,) = response.json()["extra"]["fields"]["env"]
+    assert message.startswith(f"{name} looks like a secret;")
+    assert "env_from_secrets" in message
+    assert Job.objects.count() == 0
+
+
+# Ordinary names that share a word with a credential's: must keep working.
+MUST_ACCEPT = [
+    "AUTHOR",
+    "AUTH_MODE",
+    "AUTH_URL",
+    "OS_AUTH_URL",
+    "NO_AUTH",
+    "OAUTHLIB_INSECURE_TRANSPORT",
+    "HF_HOME",
+    "HF_ENDPOINT",
+    "MODEL_URL",
+    "DATA_URL",
+    "WANDB_BASE_URL",
+    "S3_ENDPOINT_URL",
+    "MLFLOW_TRACKING_URI",
+    "DB_HOST",
+    "REDIS_HOST",
+    "SENTRY_DSN",
+    "BYPASS_CACHE",
+    "TOKENIZERS_PARALLELISM",
+    "MAX_NEW_TOKENS",
+    "CACHE_KEY",
+]
+
+
+def test_ordinary_names_near_the_credential_families_are_accepted(api_as, bob, catalog):
+    env = dict.fromkeys(MUST_ACCEPT, "1")
+    response = api_as(bob).post(URL, job_body(env=env), format="json")
+    assert response.status_code == 201, response.json()
+    assert set(response.json()["env"]) == set(MUST_ACCEPT)
+
+
+def test_a_connection_string_goes_through_a_secret_reference(api_as, bob, catalog):
+    refs = {"DATABASE_URL": {"secret": "warehouse", "key": "url"}}
+    response = api_as(bob).post(URL, job_body(env_from_secrets=refs), format="json")
+    assert response.status_code == 201, response.json()
+
+
 def test_a_secret_is_referenced_by_name_and_key_never_by_value(api_as, bob, catalog):
     refs = {"HF_TOKEN": {"secret": "hf-credentials", "key": "token"}}
     response = api_as(bob).post(URL, job_body(env_from_secrets=refs), format="json")
