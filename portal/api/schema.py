@@ -65,10 +65,11 @@ class PortalAutoSchema(AutoSchema):
             errors[404] = "Not found, or another team's (the two look the same)"
         if self.method in _BODY_METHODS:
             errors[413] = "The body is larger than the limit the message names"
-        # Every operation takes a token, and too many failed token attempts from one address
-        # are refused before any view runs; throttled operations add their own rates.
+        # Every operation takes a token, and failed token attempts past the limit (from one
+        # address, or for one token) are refused before any view runs; throttled operations
+        # add their own rates.
         errors[429] = (
-            "Too many requests, or too many failed token attempts from your address; retry "
-            "after the Retry-After header's seconds"
+            "Too many requests, or too many failed token attempts from your address or with "
+            "this token; retry after the Retry-After header's seconds"
         )
         return dict(sorted(errors.items()))

@@ -114,9 +114,12 @@ restore_identity_assignments(
 @pytest.fixture
 def identities(bob: Any, charlie: Any, root: Any, catalog: Any, settings: Any) -> None:
     """Bob, Charlie and Root with the API tokens the auth document names, and a registered
-    cluster to read. The submit throttle is raised: thousands of requests a minute are the
-    point here."""
+    cluster to read. The submit throttle and the token failure limit are raised: thousands of
+    requests a minute are the point here, and schemathesis's check that bad credentials are
+    refused (401) sends them by the hundred from one address, which the limit would answer
+    429 while the valid token beside them still works."""
     settings.GPUPOOL_SUBMIT_RATE = "1000000/min"
+    settings.GPUPOOL_API_AUTH_FAILURE_RATE = "1000000/min"
     Cluster.objects.create(name="east", api_url="https://k8s.example.org")
     users = {"bob": bob, "charlie": charlie, "root": root}
     for entry in json.loads(AUTH_FILE.read_text())["auth"]:

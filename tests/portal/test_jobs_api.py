@@ -163,37 +163,6 @@ def test_a_nul_in_any_query_parameter_is_a_400_not_a_database_error(client, bob,
         assert set(response.json()["extra"]["fields"]) == {"model", "team"}
 
 
-def test_failed_token_attempts_are_limited_per_address_with_a_json_429(bob, settings):
-    settings.GPUPOOL_API_AUTH_FAILURE_RATE = "3/min"
-    _token, raw = api_token_create(user=bob, name="script")
-    guesser = APIClient(REMOTE_ADDR="203.0.113.5")
-    guesser.credentials(HTTP_AUTHORIZATION="Bearer gpp_guessguess_guessguessguessguess")
-    assert [guesser.get("/api/v1/teams/").status_code for _ in range(3)] == [401] * 3
-    limited = guesser.get("/api/v1/teams/")
-    assert limited.status_code == 429
-    assert 1 <= int(limited["Retry-After"]) <= 60
-    body = limited.json()
-    assert body["message"].startswith("Too many failed API token attempts from your address.")
-    assert body["extra"] == {"fields": {}}
-    guesser.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")  # even the right one waits
-    assert guesser.get("/api/v1/teams/").status_code == 429
-    elsewhere = APIClient(REMOTE_ADDR="203.0.113.6")
-    elsewhere.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    assert elsewhere.get("/api/v1/teams/").status_code == 200
-
-
-def test_the_token_failure_limit_ends_with_its_period(bob, settings):
-    from portal.api.auth import token_failure_record, token_failures_wait
-
-    settings.GPUPOOL_API_AUTH_FAILURE_RATE = "2/min"
-    start = 1_800_000_000.0  # the start of a minute
-    for _ in range(2):
-        token_failure_record("198.51.100.4", now=start + 10)
-    assert token_failures_wait("198.51.100.4", now=start + 15) == 45
-    assert token_failures_wait("198.51.100.4", now=start + 61) is None
-    assert token_failures_wait("198.51.100.9", now=start + 15) is None
-
-
 def test_a_malformed_failure_rate_fails_at_start_up():
     import subprocess
     import sys
