@@ -31,9 +31,11 @@ __all__ = [
     "exclusive_lock",
     "insert_rows",
     "insert_with_child",
+    "insert_with_child_if",
     "on_postgresql",
     "row_format",
     "transaction_lock",
+    "transaction_lock_and_select",
     "try_transaction_lock",
     "update_rows",
     "upsert_rows",
@@ -104,6 +106,35 @@ def transaction_lock(namespace: int, key: int, *, using: str) -> None:
     if on_postgresql(conn):
         with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [namespace, key])
+
+
+def transaction_lock_and_select(
+    namespace: int, key: int, sql: str, params: Sequence[Any], *, using: str
+) -> tuple[Any, ...]:
+    """Hold the lock (``namespace``, ``key``) until the current transaction ends, then run
+    ``sql`` (a query of one row) and return its row: one round trip on PostgreSQL.
+
+    The lock and the query go as two statements of one query string, never as one statement:
+    under READ COMMITTED every statement reads a snapshot taken when it starts, so the query
+    sees all that was committed before the lock was granted, where a single statement calling
+    the lock would read a snapshot from before it waited (the very race the lock is there to
+    close). Two statements in one string need psycopg's client-side binding, Django's default;
+    with ``server_side_binding`` they go as two round trips. SQLite takes no lock (see
+    ``transaction_lock``).
+    """
+    conn = connections[using]
+    lock = "SELECT pg_advisory_xact_lock(%s, %s)"
+    with conn.cursor() as cur:
+        if not on_postgresql(conn):
+            cur.execute(sql, params)
+        elif not _client_side_binding(conn):
+            cur.execute(lock, [namespace, key])
+            cur.execute(sql, params)
+        else:
+            cur.execute(f"{lock}; {sql}", [namespace, key, *params])
+            while cur.nextset():  # the lock's row first; the query's is the last result
+                pass
+        return tuple(cur.fetchone())
 
 
 def try_transaction_lock(key: int) -> bool:
@@ -320,6 +351,104 @@ def insert_with_child(parent: Model, child: Model, *, fk: str) -> None:
     for obj in (parent, child):
         obj._state.adding, obj._state.db = False, alias
     setattr(child, fk, parent)
+
+
+def _client_side_binding(conn: Any) -> bool:
+    """Whether ``conn`` sends a query string with its values merged in (Django's default for
+    psycopg 3), which is what lets one string hold several statements."""
+    return conn.settings_dict.get("OPTIONS", {}).get("server_side_binding") is not True
+
+
+_CASTS: dict[tuple[type[Model], str, str], list[str]] = {}
+
+
+def _casts(model: type[Model], conn: Any, skip: str = "") -> list[str]:
+    """``%s::<type>`` per column of ``row_format(model, …)``: the type a value is cast to in a
+    SELECT list, where an untyped literal would be text. Character columns take text, so too
+    long a value fails on assignment as in VALUES, rather than being cut short by a cast to
+    ``varchar(n)``. Worked out once per model and vendor."""
+    key = (model, conn.vendor, skip)
+    if key not in _CASTS:
+        casts = []
+        for f in row_format(model, conn.vendor, skip)[0]:
+            db_type = f.cast_db_type(conn) or "text"
+            text = db_type.startswith(("varchar", "char"))
+            casts.append("%s::text" if text else f"%s::{db_type}")
+        _CASTS[key] = casts
+    return _CASTS[key]
+
+
+def insert_with_child_if(
+    parent: Model,
+    child: Model,
+    *,
+    fk: str,
+    lock: tuple[int, int],
+    guard: str,
+    params: Sequence[Any],
+) -> tuple[Any, ...]:
+    """Under the transaction lock ``lock``, run ``guard`` (a query of one row whose first
+    column says whether to insert) and INSERT ``parent`` and ``child`` (as
+    ``insert_with_child``) only where it says so; returns the guard's row.
+
+    PostgreSQL (client-side binding, the default): all of it in one round trip, as two
+    statements of one query string: the lock, then one statement that reads the guard and
+    inserts. Outside a transaction the statements of one string run as one (the lock lasts to
+    its end); each reads a snapshot taken when it starts, so the guard sees every commit made
+    before the lock was granted. Inside a caller's transaction it runs in a savepoint, as
+    ``insert_with_child`` does. Elsewhere: the lock, the guard and the insert one after another
+    inside ``atomic()``.
+    """
+    model, child_model = type(parent), type(child)
+    alias = router.db_for_write(model)
+    conn = connections[alias]
+    if not (on_postgresql(conn) and _client_side_binding(conn)):
+        with transaction.atomic(using=alias):
+            row = transaction_lock_and_select(*lock, guard, params, using=alias)
+            if row[0]:
+                insert_with_child(parent, child, fk=fk)
+        return row
+    link = child_model._meta.get_field(fk)
+    qn = conn.ops.quote_name
+    pk, child_fk = qn(model._meta.pk.column), qn(link.column)
+
+    def select_list(obj: Model, skip: str = "") -> tuple[str, str, list[Any]]:
+        columns, casts, values = [], [], []
+        fields_, readers = row_format(type(obj), conn.vendor, skip)
+        typed = _casts(type(obj), conn, skip)
+        for f, read, cast in zip(fields_, readers, typed, strict=True):
+            value = read(obj, conn)
+            if isinstance(value, DatabaseDefault):
+                continue
+            columns.append(qn(f.column))
+            casts.append(cast)
+            values.append(value)
+        return ", ".join(columns), ", ".join(casts), values
+
+    parent_columns, parent_casts, parent_values = select_list(parent)
+    child_columns, child_casts, child_values = select_list(child, link.attname)
+    parent_table, child_table = qn(model._meta.db_table), qn(child_model._meta.db_table)
+    sql = (
+        "SELECT pg_advisory_xact_lock(%s, %s); "  # noqa: S608 - names and placeholders only
+        f"WITH g AS ({guard}), "
+        f"p AS (INSERT INTO {parent_table} ({parent_columns}) "
+        f"SELECT {parent_casts} FROM g WHERE g.ok RETURNING {pk}), "
+        f"c AS (INSERT INTO {child_table} ({child_fk}, {child_columns}) "
+        f"SELECT p.{pk}, {child_casts} FROM p) "
+        f"SELECT g.*, (SELECT {pk} FROM p) FROM g"
+    )
+    savepoint = transaction.atomic(using=alias) if conn.in_atomic_block else nullcontext()
+    with savepoint, conn.cursor() as cursor:
+        cursor.execute(sql, [*lock, *params, *parent_values, *child_values])
+        while cursor.nextset():  # the lock's row first; the insert's is the last result
+            pass
+        *row, parent_pk = cursor.fetchone()
+    if row[0]:
+        parent.pk = parent_pk
+        for obj in (parent, child):
+            obj._state.adding, obj._state.db = False, alias
+        setattr(child, fk, parent)
+    return tuple(row)
 
 
 def insert_rows(parents: list[Model], children: list[Model], *, fk: str) -> None:

@@ -40,6 +40,16 @@ class Conflict(ApplicationError):
     status = 409
 
 
+class TooManyQueued(ApplicationError):
+    """A submit that would take a team's queue, or one member's share of it, past its limit of
+    QUEUED jobs. 429, not 409: the request is fine and nothing about the job conflicts; the
+    caller has asked for too much at once and may ask again once queued jobs start or are
+    cancelled. No Retry-After: when a place frees is the scheduler's to know, not ours.
+    """
+
+    status = 429
+
+
 # --- One error shape, for the API and for pages ----------------------------------------------
 
 

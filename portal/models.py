@@ -286,6 +286,13 @@ class Job(models.Model):
             models.Index(
                 fields=["pending_notes"], name="job_queued_by_notes", condition=Q(state="QUEUED")
             ),
+            # The submit's queue-limit counts (a team's, a member's there): every submit reads
+            # at most a limit's worth of entries, never the member's history.
+            models.Index(
+                fields=["team", "owner"],
+                name="job_queued_by_team_owner",
+                condition=Q(state="QUEUED"),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

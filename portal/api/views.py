@@ -67,6 +67,11 @@ _JOB_EXAMPLE = {
     "requires_bf16": True,
 }
 SUBMIT_EXAMPLES = [OpenApiExample("A training gang", value=_JOB_EXAMPLE, request_only=True)]
+QUEUE_FULL_OR_THROTTLED = (
+    "The team's or your queue of waiting jobs is full (the message names the limit and how "
+    "many are queued; nothing was stored), or too many submits or failed token attempts "
+    "(retry after the Retry-After header's seconds)"
+)
 BATCH_EXAMPLES = [
     OpenApiExample(
         "Two jobs",
@@ -129,6 +134,7 @@ class JobListCreateView(generics.ListAPIView):
             200: OpenApiResponse(JobSerializer, description="Replay of an earlier Idempotency-Key"),
             404: error("No such team, or you are not in it; or no such job to resubmit"),
             409: error("The Idempotency-Key was used for a different request"),
+            429: error(QUEUE_FULL_OR_THROTTLED),
         },
     )
     def post(self, request: Request) -> Response:
@@ -160,6 +166,7 @@ class JobBatchView(APIView):
             ),
             404: error("No such team, or you are not in it"),
             409: error("The Idempotency-Key was used for a different batch"),
+            429: error(QUEUE_FULL_OR_THROTTLED),
         },
     )
     def post(self, request: Request) -> Response:

@@ -11,13 +11,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, router, transaction
+from django.db import IntegrityError, connection, connections, router, transaction
 from django.utils import timezone
 
 from clusters.selectors import largest_node_gpus
 from portal import db, hooks
 from portal.access import AnyUser, require_cancel, team_for_submit
-from portal.errors import ApplicationError, Conflict, Forbidden
+from portal.errors import ApplicationError, Conflict, Forbidden, TooManyQueued
 from portal.jobs.spec import JobSpec, SpecError, SpecLimits, parse_job_spec
 from portal.jobs.state import job_transition
 from portal.models import TERMINAL_STATES, Job, JobEvent, JobState, Priority, Team
@@ -150,23 +150,48 @@ def _validate_key(key: str | None) -> str | None:
 QUEUE_LIMIT_LOCK_NAMESPACE = 0x67_70_71  # "gpq"
 
 
-def _queue_limit(team: Team) -> int | None:
-    """The team's ``max_queued_jobs``, read alongside its role by ``team_for_submit``."""
-    return getattr(team, "max_queued_jobs", None)
+@dataclass(frozen=True)
+class QueueLimits:
+    """The queued-jobs limits a submit to one team is held to; None where there is none.
+
+    Each is the team policy's value where it sets one (0 included: a closed queue), else the
+    pool-wide default (``GPUPOOL_MAX_QUEUED_JOBS_PER_TEAM`` / ``_PER_USER``, 0 meaning none).
+    """
+
+    team: int | None
+    member: int | None
+    team_from_policy: bool = True
+    member_from_policy: bool = True
+
+    def __bool__(self) -> bool:
+        return self.team is not None or self.member is not None
 
 
-def _member_queue_limit(team: Team) -> int | None:
-    """The team's ``max_queued_jobs_per_user``, read alongside its role likewise."""
-    return getattr(team, "max_queued_jobs_per_user", None)
+def _default_limit(value: int) -> int | None:
+    return value or None  # a setting of 0 switches the default off
 
 
-def _has_queue_limits(team: Team) -> bool:
-    return _queue_limit(team) is not None or _member_queue_limit(team) is not None
-
-
-def _lock_team_queue(team: Team, alias: str) -> None:
-    """Hold the team's queue-limit lock until the transaction ends (``portal.db``)."""
-    db.transaction_lock(QUEUE_LIMIT_LOCK_NAMESPACE, team.pk, using=alias)
+def queue_limits(team: Team) -> QueueLimits:
+    """The limits for ``team``: its policy's ``max_queued_jobs`` and
+    ``max_queued_jobs_per_user`` (read alongside its role by ``team_for_submit``), each falling
+    back to its setting when the policy leaves it empty. Settings are read per call, so a
+    change (or a test's override) applies at once."""
+    on_team = getattr(team, "max_queued_jobs", None)
+    on_member = getattr(team, "max_queued_jobs_per_user", None)
+    return QueueLimits(
+        team=(
+            _default_limit(settings.GPUPOOL_MAX_QUEUED_JOBS_PER_TEAM)
+            if on_team is None
+            else on_team
+        ),
+        member=(
+            _default_limit(settings.GPUPOOL_MAX_QUEUED_JOBS_PER_USER)
+            if on_member is None
+            else on_member
+        ),
+        team_from_policy=on_team is not None,
+        member_from_policy=on_member is not None,
+    )
 
 
 def _insert_job_with_event(job: Job, event: JobEvent) -> None:
@@ -179,47 +204,135 @@ def _insert_jobs_with_events(jobs: list[Job], events: list[JobEvent]) -> None:
     db.insert_rows(jobs, events, fk="job")
 
 
-def _refuse_beyond_queue_limit(
-    team: Team, user: AnyUser, adding: int, alias: str, field: str = "team"
-) -> None:
-    """Refuse a submit that would leave ``team`` with more QUEUED jobs than its limit, or the
-    submitting member with more of their own than the per-member limit; call under the team's
-    queue lock.
+# A limit that is off, in the guard's comparison.
+_NO_LIMIT = 2**31 - 1
+_ROOM_SQL: dict[tuple[str, bool], str] = {}
 
-    Counts at most ``limit`` rows (the ``(team, state)`` index, cut short by LIMIT), so a team
-    with a million queued jobs costs no more to check than one at its limit.
+
+def _room_sql(conn: Any, *, team_limited: bool) -> str:
+    """The queue check as one query of one row: (whether the submit fits, the team's QUEUED
+    jobs, the member's there). Names only, written once per database vendor: building it
+    through the ORM on every submit would cost more CPU than running it.
+
+    With a team limit, one scan of the team's queued jobs (the partial index of queued jobs by
+    team and owner), cut short at that limit, counts both: a team at its limit is refused
+    whatever the member's count, and below it the scan saw every queued job. Without one, the
+    scan is the member's own queued jobs, cut short at their limit. Either way a submit reads
+    at most a limit's worth of index entries, however long the queue or the member's history.
     """
+    key = (conn.vendor, team_limited)
+    if key not in _ROOM_SQL:
+        qn, meta = conn.ops.quote_name, Job._meta
+        table = qn(meta.db_table)
+        team, owner, state = (qn(meta.get_field(f).column) for f in ("team", "owner", "state"))
+        queued = f"SELECT {owner} FROM {table} WHERE {team} = %s AND {state} = %s"  # noqa: S608
+        if not team_limited:
+            queued += f" AND {owner} = %s"
+        _ROOM_SQL[key] = (
+            "SELECT q.n + %s <= %s AND q.own + %s <= %s AS ok, q.n, q.own FROM "  # noqa: S608
+            f"(SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE {owner} = %s) AS own "
+            f"FROM ({queued} LIMIT %s) x) q"
+        )
+    return _ROOM_SQL[key]
+
+
+def _room(
+    team: Team, user: AnyUser, limits: QueueLimits, adding: int, alias: str
+) -> tuple[str, list[Any]]:
+    """The guard's SQL and parameters for ``adding`` jobs of ``user`` into ``team``."""
+    team_limited = limits.team is not None
+    sql = _room_sql(connections[alias], team_limited=team_limited)
+    on_team = _NO_LIMIT if limits.team is None else limits.team
+    on_member = _NO_LIMIT if limits.member is None else limits.member
+    scan = [team.pk, JobState.QUEUED.value]
+    if not team_limited:
+        scan.append(user.pk)
+    cut = on_team if team_limited else on_member
+    return sql, [adding, on_team, adding, on_member, user.pk, *scan, cut]
+
+
+def _insert_within_queue_limit(job: Job, event: JobEvent, team: Team, user: AnyUser) -> None:
+    """Insert the job unless its team's (or its owner's) queue is full; raise TooManyQueued
+    when it is.
+
+    The team's lock, both counts and the insert go to the database as one query string
+    (``portal.db.insert_with_child_if``): a submit that fits costs the round trip it costs
+    without limits, plus the counting. Only a team whose limits are all off (no policy value,
+    its default 0) skips them.
+    """
+    limits = queue_limits(team)
+    if not limits:
+        _insert_job_with_event(job, event)
+        return
+    alias = router.db_for_write(Job)
+    guard, params = _room(team, user, limits, 1, alias)
+    fits, queued, own = db.insert_with_child_if(
+        job, event, fk="job", lock=(QUEUE_LIMIT_LOCK_NAMESPACE, team.pk), guard=guard, params=params
+    )
+    if not fits:
+        _refuse_beyond_queue_limit(team, user, 1, alias, limits, int(queued), int(own))
+
+
+def _check_batch_queue_limit(
+    team: Team, user: AnyUser, adding: int, alias: str, limits: QueueLimits, field: str
+) -> None:
+    """Take the team's queue lock (until the batch's transaction ends) and count its queues in
+    one round trip; refuse when the batch's ``adding`` jobs do not fit."""
+    guard, params = _room(team, user, limits, adding, alias)
+    fits, queued, own = db.transaction_lock_and_select(
+        QUEUE_LIMIT_LOCK_NAMESPACE, team.pk, guard, params, using=alias
+    )
+    if not fits:
+        _refuse_beyond_queue_limit(team, user, adding, alias, limits, int(queued), int(own), field)
+
+
+def _refuse_beyond_queue_limit(
+    team: Team,
+    user: AnyUser,
+    adding: int,
+    alias: str,
+    limits: QueueLimits,
+    queued: int,
+    own: int,
+    field: str = "team",
+) -> None:
+    """Raise the 429 for a submit of ``adding`` jobs that does not fit: the team's limit first
+    (its QUEUED jobs), else the member's (their own there), naming the limit, where it comes
+    from, how many are queued and what to do."""
     asked = "this job" if adding == 1 else f"these {adding} jobs"
-    advice = "Wait for queued jobs to start, or cancel some."
-    limit = _queue_limit(team)
-    if limit is not None:
-        queued = (
-            Job.objects.using(alias).filter(team_id=team.pk, state=JobState.QUEUED)[:limit].count()
+    advice = (
+        "Wait for queued jobs to start, or cancel some; a platform admin can raise the limit "
+        "in the team's policy."
+    )
+    if limits.team is not None and queued + adding > limits.team:
+        limit, source = limits.team, _limit_source(limits.team_from_policy)
+        queued = _all_queued(team, alias) if queued >= limit else queued
+        raise TooManyQueued(
+            f"{team.name} already has {_queued_jobs(queued)} and may have at most {limit} "
+            f"({source}); {asked} would exceed it. {advice}",
+            fields={field: [f"The team's queue is full ({queued} of {limit} queued jobs)."]},
         )
-        if queued + adding > limit:
-            raise Conflict(
-                f"{team.name} already has {_queued_jobs(queued)} and may have at most {limit}; "
-                f"{asked} would exceed it. {advice}",
-                fields={field: [f"The team's queue is full ({queued} of {limit} queued jobs)."]},
-            )
-    own_limit = _member_queue_limit(team)
-    if own_limit is not None:
-        own = (
-            Job.objects.using(alias)
-            .filter(team_id=team.pk, owner_id=user.pk, state=JobState.QUEUED)[:own_limit]
-            .count()
-        )
-        if own + adding > own_limit:
-            raise Conflict(
-                f"You already have {_queued_jobs(own)} in {team.name}, where each member may "
-                f"have at most {own_limit}; {asked} would exceed it. {advice}",
-                fields={
-                    field: [
-                        f"Your queue in this team is full ({own} of {own_limit} queued jobs "
-                        "per member)."
-                    ]
-                },
-            )
+    limit, source = limits.member or 0, _limit_source(limits.member_from_policy)
+    own = _all_queued(team, alias, owner=user) if own >= limit else own
+    raise TooManyQueued(
+        f"You already have {_queued_jobs(own)} in {team.name}, where each member may "
+        f"have at most {limit} ({source}); {asked} would exceed it. {advice}",
+        fields={
+            field: [f"Your queue in this team is full ({own} of {limit} queued jobs per member)."]
+        },
+    )
+
+
+def _all_queued(team: Team, alias: str, owner: AnyUser | None = None) -> int:
+    """Every QUEUED job of the team (or of ``owner`` there), for a refusal's message only: the
+    check's count stops at the limit, and a limit lowered below the queue would otherwise
+    read as "1 of 1" with 300 waiting."""
+    jobs = Job.objects.using(alias).filter(team_id=team.pk, state=JobState.QUEUED)
+    return (jobs if owner is None else jobs.filter(owner_id=owner.pk)).count()
+
+
+def _limit_source(from_policy: bool) -> str:
+    return "the team's policy" if from_policy else "the pool's default"
 
 
 def _queued_jobs(n: int) -> str:
@@ -275,15 +388,17 @@ def job_submit(
         if existing is not None:
             return SubmitResult(existing, created=False)
         raise _priority_refusal([("priority", team, spec.priority)])
-    if key is not None and _has_queue_limits(team):
-        # A retry of a job that was created must read as such even once the queue is full.
-        existing = _replay(user=user, key=key, spec=spec)
-        if existing is not None:
-            return SubmitResult(existing, created=False)
     now = now or timezone.now()
     job = _new_job(spec=spec, team=team, user=user, key=key, now=now)
     try:
         _insert_within_queue_limit(job, _submitted_event(job, user, now), team, user)
+    except TooManyQueued:
+        # A retry of a job that was created must read as such even once the queue is full;
+        # looked up only here, so a keyed submit that fits pays no extra query.
+        existing = _replay(user=user, key=key, spec=spec) if key is not None else None
+        if existing is None:
+            raise
+        return SubmitResult(existing, created=False)
     except IntegrityError:
         if key is None:
             raise
@@ -293,19 +408,6 @@ def job_submit(
         return SubmitResult(existing, created=False)
     _notify_jobs_changed()  # on commit: at once in autocommit, else with the caller's commit
     return SubmitResult(job, created=True)
-
-
-def _insert_within_queue_limit(job: Job, event: JobEvent, team: Team, user: AnyUser) -> None:
-    """Insert the job unless its team's (or its owner's) queue is full; a team without limits
-    pays nothing."""
-    if not _has_queue_limits(team):
-        _insert_job_with_event(job, event)
-        return
-    alias = router.db_for_write(Job)
-    with transaction.atomic(using=alias):
-        _lock_team_queue(team, alias)
-        _refuse_beyond_queue_limit(team, user, 1, alias)
-        _insert_job_with_event(job, event)
 
 
 def _parse_batch(items: Sequence[Any]) -> list[JobSpec]:
@@ -409,14 +511,13 @@ def _refuse_batch_beyond_queue_limits(
         adding[spec.team] = adding.get(spec.team, 0) + 1
         first.setdefault(spec.team, i)
     limited = sorted(
-        (teams[slug] for slug in adding if _has_queue_limits(teams[slug])),
-        key=lambda t: t.pk,
+        ((teams[slug], queue_limits(teams[slug])) for slug in adding),
+        key=lambda pair: pair[0].pk,
     )
-    for team in limited:
-        _lock_team_queue(team, alias)
-        _refuse_beyond_queue_limit(
-            team, user, adding[team.slug], alias, field=f"jobs[{first[team.slug]}].team"
-        )
+    for team, limits in limited:
+        if limits:
+            field = f"jobs[{first[team.slug]}].team"
+            _check_batch_queue_limit(team, user, adding[team.slug], alias, limits, field)
 
 
 def _replay_batch(

@@ -32,8 +32,10 @@ def test_a_submit_costs_a_fixed_handful_of_queries(api_as, bob, catalog):
     assert response.json()["owner"] == "bob"
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
     # catalog and largest node (read fresh inside the test's transaction), team + role, then
-    # the job and its event in one INSERT within a savepoint; no look-up of the owner.
-    assert statements == ["SELECT", "SELECT", "SELECT", "SAVEPOINT", "WITH", "RELEASE"]
+    # in a savepoint one query string: the team's queue lock, then the count of both queued
+    # jobs limits with the job and its event inserted where they fit; no look-up of the owner.
+    assert statements == ["SELECT", "SELECT", "SELECT", "SAVEPOINT", "SELECT", "RELEASE"]
+    assert queries.captured_queries[4]["sql"].startswith("SELECT pg_advisory_xact_lock(")
 
 
 def test_the_job_and_its_submitted_event_are_stored_together(bob, catalog):
