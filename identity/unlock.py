@@ -59,9 +59,12 @@ def _account_named(who: str) -> Any | None:
     return found[0] if len(found) == 1 else None
 
 
+MAIL_SENT_KEY = "gpupool:unlock-mail"
+
+
 def _send_link(request: HttpRequest, user: Any) -> None:
     if not cache.add(
-        f"gpupool:unlock-mail:{user.pk}", 1, settings.GPUPOOL_UNLOCK_MAIL_INTERVAL_SECONDS
+        f"{MAIL_SENT_KEY}:{user.pk}", 1, settings.GPUPOOL_UNLOCK_MAIL_INTERVAL_SECONDS
     ):
         return  # one mail per interval: the form is no way to flood someone's inbox
     uid = urlsafe_base64_encode(force_bytes(user.pk))
