@@ -97,6 +97,10 @@ def bench_env(var_dir: str) -> dict[str, str]:
         "SECRET_KEY": secrets.token_urlsafe(50),
         "GPUPOOL_SECRET_KEYS": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         "GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS": "true",
+        # The client plays the TLS-terminating proxy in front of a DEBUG=false portal (its
+        # requests say X-Forwarded-Proto: https): gunicorn and Django believe that only from
+        # a listed proxy (gunicorn.conf.py, portal/proxies.py).
+        "GPUPOOL_TRUSTED_PROXIES": "127.0.0.1",
         "SUBMIT_THROTTLE_RATE": "1000000/s",
         # A backlog of one team's 5,000 jobs may pass the default queue limits (5,000 a team,
         # 1,000 a member): switched off, so a run measures the pipeline, never a 429.

@@ -337,6 +337,10 @@ def server_env(base: dict[str, str], var_dir: str) -> dict[str, str]:
         "SECRET_KEY": secrets.token_urlsafe(50),
         "GPUPOOL_SECRET_KEYS": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         "GPUPOOL_BENCH_ENDPOINTS": "true",
+        # The client plays the TLS-terminating proxy in front of a DEBUG=false portal (its
+        # requests say X-Forwarded-Proto: https): gunicorn and Django believe that only from
+        # a listed proxy (gunicorn.conf.py, portal/proxies.py).
+        "GPUPOOL_TRUSTED_PROXIES": "127.0.0.1",
         "SUBMIT_THROTTLE_RATE": "1000000/s",
         # One team of 16 users queues far more than the default queue limits allow (5,000 a
         # team, 1,000 a member): switched off, as the throttle above, so the figures measure
