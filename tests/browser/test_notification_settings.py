@@ -33,12 +33,12 @@ def test_choose_email_events_and_add_a_team_webhook(page, live_server, alice, vi
 
     p.click("text=Webhooks of Vision")
     p.fill("#wh-name", "ci")
-    p.fill("#wh-url", "https://10.0.0.5/gpupool")
+    p.fill("#wh-url", "https://203.0.113.5/gpupool")
     p.select_option("#wh-format", "slack")
     p.click("#webhook-form button[type=submit]")
     secret = p.locator("#new-secret").inner_text()
     assert len(secret) >= 40
-    expect(p.locator("#webhooks")).to_contain_text("https://10.0.0.5/gpupool")
+    expect(p.locator("#webhooks")).to_contain_text("https://203.0.113.5/gpupool")
     hook = TeamWebhook.objects.get(team=vision)
     assert hook.format == "slack" and secret not in hook.secret
 
