@@ -10,7 +10,9 @@ and free GPUs, the cycle admits them, the dispatch creates their Volcano Jobs.
 An open-loop client submits ``--jobs`` jobs (default 5,000) at ``--arrival`` jobs/s (default
 320) in requests of ``--batch`` jobs. A job's latency runs from the moment its request was due
 to be sent (so a server that falls behind cannot hide it by slowing the client down) to the
-moment the worker recorded its Volcano Job as created. Printed: sustained jobs/s (all jobs
+moment the worker recorded its Volcano Job as created; a job counts as created only when kubesim
+holds its Volcano Job (listed back with the official client at the end), and the jobs left
+behind are printed with their state and fail the goal line. Printed: sustained jobs/s (all jobs
 over the time from the first request to the last create), p50/p90/p99/max latency, and the CPU
 seconds each part used per job, so a change can be judged on a busy machine too.
 
@@ -276,18 +278,56 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-def report(args: argparse.Namespace, sent: Sent, used: dict[str, float]) -> bool:
-    from django.db.models import Count
+def volcano_jobs_on_cluster(kubeconfig: Path) -> set[str]:
+    """The names of the Volcano Jobs kubesim holds, read back with the official client: a job
+    counts as created when its object exists on the cluster, not when a row says so."""
+    from kubernetes import client, config
 
-    from portal.models import Job, JobEvent
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+    data = api.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "gpupool", "jobs")
+    return {item["metadata"]["name"] for item in data.get("items") or []}
 
-    ids = dict(Job.objects.filter(public_id__in=list(sent.due)).values_list("public_id", "pk"))
-    by_pk = {pk: str(public_id) for public_id, pk in ids.items()}
-    created = dict(
-        JobEvent.objects.filter(job_id__in=list(by_pk), reason__in=["Submitted", "Adopted"])
+
+def created_at(by_pk: dict[int, str], on_cluster: set[str]) -> dict[int, Any]:
+    """When the dispatch recorded each job's Volcano Job (its event into SUBMITTED: the
+    submit's own event is also named "Submitted", but goes into QUEUED), for the jobs whose
+    object kubesim really holds."""
+    from portal.models import Job, JobEvent, JobState
+
+    named = dict(Job.objects.filter(pk__in=list(by_pk)).values_list("pk", "volcano_job_name"))
+    events = (
+        JobEvent.objects.filter(job_id__in=list(by_pk), to_state=JobState.SUBMITTED)
         .values_list("job_id", "created_at")
         .order_by("created_at")
     )
+    return {pk: at for pk, at in events if named.get(pk) in on_cluster}
+
+
+def print_stuck(by_pk: dict[int, str], created: dict[int, Any], on_cluster: set[str]) -> None:
+    """The jobs left behind: their state, and whether a Volcano Job exists for them."""
+    from portal.models import Job
+
+    left = Job.objects.filter(pk__in=[pk for pk in by_pk if pk not in created])
+    rows = list(left.values_list("public_id", "state", "volcano_job_name", "state_changed_at"))
+    if not rows:
+        return
+    print(f"  STUCK: {len(rows)} jobs without a Volcano Job on the cluster:")
+    for public_id, state, name, changed in rows[:10]:
+        there = "object exists" if name and name in on_cluster else "no object"
+        print(f"    {public_id} {state} since {changed:%H:%M:%S} ({there})")
+    if len(rows) > 10:
+        print(f"    … and {len(rows) - 10} more")
+
+
+def report(args: argparse.Namespace, sent: Sent, used: dict[str, float], kubeconfig: Path) -> bool:
+    from django.db.models import Count
+
+    from portal.models import Job
+
+    ids = dict(Job.objects.filter(public_id__in=list(sent.due)).values_list("public_id", "pk"))
+    by_pk = {pk: str(public_id) for public_id, pk in ids.items()}
+    on_cluster = volcano_jobs_on_cluster(kubeconfig)
+    created = created_at(by_pk, on_cluster)
     states = dict(
         Job.objects.filter(pk__in=list(by_pk))
         .values("state")
@@ -305,6 +345,8 @@ def report(args: argparse.Namespace, sent: Sent, used: dict[str, float]) -> bool
     if sent.errors:
         print(f"  WARNING: {sent.errors} jobs refused at submit, first: {sent.first_error}")
     print(f"  submitted in {sent.ended - sent.began:.2f} s; states afterwards: {states}")
+    print(f"  Volcano Jobs read back from the cluster: {len(on_cluster)}")
+    print_stuck(by_pk, created, on_cluster)
     print(f"  {calibration_line()}")
     if not latencies:
         print("  no job reached its Volcano Job")
@@ -384,7 +426,7 @@ def main() -> int:
                     _submit_all(port, tokens, jobs=jobs, batch=args.batch, arrival=args.arrival)
                 )
                 after = wait_for_creates(list(sent.due), max(120.0, jobs / 20), cpu)
-                ok = report(args, sent, cpu_used(before, after))
+                ok = report(args, sent, cpu_used(before, after), kubeconfig)
         finally:
             dispatch_bench.stop(procs)
             flush_redis()
