@@ -205,8 +205,10 @@ def _retry(job: Job, attempt: int, problem: str, retry_after: float | None = Non
     Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
         dispatch_next_at=now + dt.timedelta(seconds=delay), dispatch_owner="", **floor
     )
+    # At ``now``, the moment the Retry-After floor is counted from: the wait a user reads off
+    # the timeline (this event to the create) is never shorter than the one the cluster asked.
     job_event_record(
-        job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s"
+        job, "DispatchRetry", f"Attempt {attempt}: {problem}; retrying in {delay:.1f} s", at=now
     )
     return Outcome(done=False, message=problem, retry_in=delay)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,12 @@ class Outcome:
     woken: tuple[int, ...] = ()
 
 
-def job_event_record(job: Job, reason: str, message: str) -> None:
-    """A fact about a job that does not change its state (from_state == to_state)."""
+def job_event_record(job: Job, reason: str, message: str, *, at: dt.datetime | None = None) -> None:
+    """A fact about a job that does not change its state (from_state == to_state), at ``at``
+    (the moment the fact was decided, where times are measured from it), else now."""
     JobEvent.objects.create(
         job_id=job.pk,
-        created_at=timezone.now(),
+        created_at=at or timezone.now(),
         from_state=job.state,
         to_state=job.state,
         reason=reason[:64],

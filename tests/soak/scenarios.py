@@ -525,8 +525,12 @@ def _retry_after(world: World, tier: Tier) -> Row:
         retrying(
             lambda: list(
                 JobEvent.objects.filter(
-                    job_id__in=[j for j, _ in retries], reason__in=["Submitted", "Adopted"]
-                ).values_list("job_id", "created_at")
+                    job_id__in=[j for j, _ in retries],
+                    reason__in=["Submitted", "Adopted"],
+                    to_state="SUBMITTED",  # the create, not the submit (also "Submitted")
+                )
+                .order_by("created_at")
+                .values_list("job_id", "created_at")
             )
         )
     )
