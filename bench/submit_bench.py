@@ -344,7 +344,7 @@ def server_env(base: dict[str, str], var_dir: str) -> dict[str, str]:
         "SUBMIT_THROTTLE_RATE": "1000000/s",
         # One team of 16 users queues far more than the default queue limits allow (5,000 a
         # team, 1,000 a member): switched off, as the throttle above, so the figures measure
-        # the submit path as before. What the check adds is measured in docs/decisions.md.
+        # the submit path as before (the check's own cost is not measured here yet).
         "GPUPOOL_MAX_QUEUED_JOBS_PER_TEAM": "0",
         "GPUPOOL_MAX_QUEUED_JOBS_PER_USER": "0",
         "GPUPOOL_VAR_DIR": var_dir,

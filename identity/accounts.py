@@ -95,16 +95,17 @@ def _free_username(wanted: str) -> str:
     """``wanted`` cleaned, suffixed until no account has it (in any letter case): an external
     sign-in never takes over a local account that happens to share the name."""
     base = username_base(wanted)
-    if _username_taken(base) and settings.GPUPOOL_EXTERNAL_NAME_COLLISION == NAME_COLLISION_REFUSE:
+    if not _username_taken(base):
+        return base
+    if settings.GPUPOOL_EXTERNAL_NAME_COLLISION == NAME_COLLISION_REFUSE:
         raise SignInRefused(
             f"The name {base!r} belongs to another portal account, so this sign-in cannot "
             "make yours. Ask a platform admin to rename that account."
         )
-    name, n = base, 1
-    while _username_taken(name):
+    n = 2
+    while _username_taken(f"{base}-{n}"):
         n += 1
-        name = f"{base}-{n}"
-    return name
+    return f"{base}-{n}"
 
 
 def provider_may_manage(user: AbstractBaseUser) -> bool:

@@ -37,7 +37,6 @@ __all__ = [
     "transaction_lock",
     "transaction_lock_and_select",
     "try_transaction_lock",
-    "update_rows",
     "upsert_rows",
 ]
 
@@ -153,46 +152,6 @@ def try_transaction_lock(key: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Many rows in one statement
 # ---------------------------------------------------------------------------------------------
-def update_rows(
-    model: type[Model], rows: Sequence[dict[str, Any]], *, key: str, where: dict[str, Any]
-) -> None:
-    """``UPDATE model SET <fields> = <row's values> WHERE <key> = row[key] AND <where>`` for each
-    row (dicts with the same field names, ``key`` among them).
-
-    PostgreSQL: one statement, the rows as one ``jsonb_to_recordset`` parameter. Elsewhere: one
-    ORM update per row (the demo's few).
-    """
-    if not rows:
-        return
-    names = [name for name in rows[0] if name != key]
-    if not on_postgresql():
-        for row in rows:
-            model._default_manager.filter(**{key: row[key]}, **where).update(
-                **{name: row[name] for name in names}
-            )
-        return
-    meta = model._meta
-    qn = connection.ops.quote_name
-    fields = [meta.get_field(key), *(meta.get_field(n) for n in names)]
-    typed = ", ".join(f"{qn(f.column)} {f.db_type(connection)}" for f in fields)
-    sets = ", ".join(f"{qn(f.column)} = v.{qn(f.column)}" for f in fields[1:])
-    conditions = [f"t.{qn(fields[0].column)} = v.{qn(fields[0].column)}"]
-    column = {name: meta.get_field(name).column for name in rows[0]}
-    params: list[Any] = [
-        json.dumps([{column[k]: v for k, v in row.items()} for row in rows], default=str)
-    ]
-    for name, value in where.items():
-        field = meta.get_field(name)
-        conditions.append(f"t.{qn(field.column)} = %s")
-        params.append(field.get_db_prep_value(value, connection))
-    with connection.cursor() as cur:
-        cur.execute(
-            f"UPDATE {qn(meta.db_table)} AS t SET {sets} "  # noqa: S608 - names from the model
-            f"FROM jsonb_to_recordset(%s::jsonb) AS v({typed}) WHERE {' AND '.join(conditions)}",
-            params,
-        )
-
-
 def upsert_rows(
     model: type[Model], rows: Sequence[dict[str, Any]], *, unique: str, update: Sequence[str]
 ) -> None:

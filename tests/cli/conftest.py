@@ -22,7 +22,6 @@ from django.conf import settings
 
 from portal.tokens import api_token_create
 from tests.clusters.conftest import (  # noqa: F401  (fixtures)
-    ROOT,
     TEST_KEYS,
     WorkerProcess,
     _cluster_settings,
@@ -36,7 +35,7 @@ from tests.clusters.conftest import (  # noqa: F401  (fixtures)
     sim_config,
     watchers,
 )
-from tests.ports import HOST, free_port, wait_port
+from tests.ports import HOST, gunicorn_running
 
 SCRIPT = Path(sys.executable).parent / "gpupool"
 
@@ -46,7 +45,6 @@ def gunicorn_portal(celery_worker: WorkerProcess, tmp_path: Path) -> Iterator[st
     """The portal as deployed (``gunicorn portal.wsgi`` with gthread workers, DEBUG off) on a
     free port, on this test's database, its cluster tasks going to the test's Celery worker:
     the URL. Its log is printed when the test fails."""
-    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
@@ -61,38 +59,16 @@ def gunicorn_portal(celery_worker: WorkerProcess, tmp_path: Path) -> Iterator[st
         "DB_CONN_MAX_AGE": "0",
         "PYTHONUNBUFFERED": "1",
     }
-    log_path = tmp_path / "gunicorn.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "portal.wsgi:application",
-                "--worker-class=gthread",
-                "--workers=1",
-                "--threads=4",
-                f"--bind={HOST}:{port}",
-                "--timeout=60",
-                "--log-level=warning",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        wait_port(port, 60, proc)
-        yield f"http://{HOST}:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        print(log_path.read_text(errors="replace")[-3000:])
+    with gunicorn_running(
+        env,
+        tmp_path / "gunicorn.log",
+        "--worker-class=gthread",
+        "--workers=1",
+        "--threads=4",
+        "--timeout=60",
+        "--log-level=warning",
+    ) as url:
+        yield url
 
 
 def token_for(user: Any) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,9 +15,7 @@ from django.test import RequestFactory
 
 from portal.proxies import client_address
 from tests.clusters.conftest import TEST_KEYS, _database_url
-from tests.ports import HOST, free_port, wait_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ports import HOST, gunicorn_running
 
 pytestmark = pytest.mark.django_db
 
@@ -71,8 +68,6 @@ def test_the_client_address_is_read_from_the_right(settings, peer, forwarded, ex
 
 
 def test_a_malformed_proxy_setting_fails_at_start_up():
-    import subprocess
-    import sys
 
     result = subprocess.run(
         [sys.executable, "-c", "import django; from django.conf import settings; settings.DEBUG"],
@@ -90,10 +85,9 @@ def test_a_malformed_proxy_setting_fails_at_start_up():
 # sees the request, from the peers in its forwarded_allow_ips (gunicorn.conf.py)
 # ---------------------------------------------------------------------------------------------
 @contextmanager
-def _gunicorn(trusted: str) -> Iterator[str]:
+def _gunicorn(trusted: str, log_path: Path) -> Iterator[str]:
     """The portal under gunicorn as deployed (its config file from the repo's root), HTTPS
     required (DEBUG off), trusting ``trusted`` as proxies; the base URL."""
-    port = free_port()
     env = {
         **os.environ,
         "DEBUG": "false",
@@ -105,31 +99,16 @@ def _gunicorn(trusted: str) -> Iterator[str]:
         "DATABASE_URL": _database_url(),  # the test's database: the page reads the session
         "DB_CONN_MAX_AGE": "0",
     }
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "portal.wsgi:application", f"--bind={HOST}:{port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            wait_port(port, 60, proc)
-            yield f"http://{HOST}:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=15)
-            log.seek(0)
-            print(log.read().decode(errors="replace")[-3000:])  # shown when the test fails
+    with gunicorn_running(env, log_path) as url:
+        yield url
 
 
 @pytest.mark.parametrize(
     "header",
     [("X-Forwarded-Ssl", "on"), ("X-Forwarded-Proto", "https"), ("X-Forwarded-Protocol", "ssl")],
 )
-def test_gunicorn_believes_no_forwarded_scheme_from_an_unlisted_local_peer(header):
-    with _gunicorn(trusted="") as url:
+def test_gunicorn_believes_no_forwarded_scheme_from_an_unlisted_local_peer(header, tmp_path):
+    with _gunicorn(trusted="", log_path=tmp_path / "gunicorn.log") as url:
         response = requests.get(
             f"{url}/api/v1/jobs/", headers=dict([header]), allow_redirects=False
         )
@@ -137,8 +116,8 @@ def test_gunicorn_believes_no_forwarded_scheme_from_an_unlisted_local_peer(heade
     assert response.headers["Location"].startswith("https://")
 
 
-def test_gunicorn_believes_a_listed_proxys_forwarded_scheme():
-    with _gunicorn(trusted=HOST) as url:
+def test_gunicorn_believes_a_listed_proxys_forwarded_scheme(tmp_path):
+    with _gunicorn(trusted=HOST, log_path=tmp_path / "gunicorn.log") as url:
         response = requests.get(
             f"{url}/api/v1/jobs/", headers={"X-Forwarded-Ssl": "on"}, allow_redirects=False
         )
