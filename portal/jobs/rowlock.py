@@ -110,7 +110,13 @@ def jobs_update_rows(
     The UPDATE touches only the rows the sub-select locked, and every join in it is on the
     job table's primary key: joining the JSON's rows to the locked ones instead (two scans
     with no index, the function's row count a guess of 100) planned as a nested loop, far
-    slower than the plain update it replaces."""
+    slower than the plain update it replaces.
+
+    A field that repeats (a waiting reason's wording, shared by every job of a failure group)
+    travels once, in an array of its distinct values, and each row carries its index there
+    (:func:`_interned`): a cycle's 9,450 reasons were 3.6 MB of JSON in 8 distinct messages,
+    and parsing it cost more than the update. The JSON's keys are short aliases for the same
+    reason."""
     if not rows:
         return 0
     if not db.on_postgresql():
@@ -124,32 +130,64 @@ def jobs_update_rows(
     qn = connection.ops.quote_name
     names = [name for name in rows[0] if name != "id"]
     fields = [meta.get_field(name) for name in names]
-    typed = ", ".join(f"{qn(f.column)} {f.db_type(connection)}" for f in fields)
-    sets = ", ".join(f"{qn(f.column)} = v.{qn(f.column)}" for f in fields)
+    columns = [[row[name] for row in rows] for name in names]
+    set_params: list[Any] = []
+    typed, sets = [], []
+    for k, (field, values) in enumerate(zip(fields, columns, strict=True)):
+        db_type = field.db_type(connection)
+        distinct = _interned(values)
+        if distinct is None:
+            typed.append(f"c{k} {db_type}")
+            sets.append(f"{qn(field.column)} = v.c{k}")
+            continue
+        index = {value: i for i, value in enumerate(distinct, start=1)}
+        columns[k] = [index[value] for value in values]
+        typed.append(f"c{k} integer")
+        sets.append(f"{qn(field.column)} = (%s::{db_type}[])[v.c{k}]")
+        set_params.append(distinct)
     # bigint[] like the column: a list of small ints arrives as smallint[], and a comparison
     # across types cannot use a hash of the array (each row then scanned it through).
     conditions = ["id = ANY(%s::bigint[])"]
-    params: list[Any] = [sorted(row["id"] for row in rows)]
+    where_params: list[Any] = [sorted(row["id"] for row in rows)]
     for name, value in where.items():
         field = meta.get_field(name)
         conditions.append(f"{qn(field.column)} = %s")
-        params.append(field.get_db_prep_value(value, connection))
+        where_params.append(field.get_db_prep_value(value, connection))
     skip = " SKIP LOCKED" if skip_locked else ""
     table = qn(meta.db_table)
+    aliases = [f"c{k}" for k in range(len(fields))]
     by_id = {
-        str(row["id"]): {f.column: row[n] for n, f in zip(names, fields, strict=True)}
-        for row in rows
+        str(row["id"]): dict(zip(aliases, values, strict=True))
+        for row, values in zip(rows, zip(*columns, strict=True), strict=True)
     }
-    params.append(json.dumps(by_id, default=str))
+    params = [*set_params, *where_params, json.dumps(by_id, default=str)]
     with connection.cursor() as cur:
         cur.execute(
-            f"UPDATE {table} AS t SET {sets} "  # noqa: S608 - names from the model
+            f"UPDATE {table} AS t SET {', '.join(sets)} "  # noqa: S608 - names from the model
             f"FROM (SELECT id FROM {table} WHERE {' AND '.join(conditions)} {ID_ORDER}{skip}) "
-            f"AS l, LATERAL jsonb_to_record(%s::jsonb -> l.id::text) AS v({typed}) "
+            f"AS l, LATERAL jsonb_to_record(%s::jsonb -> l.id::text) AS v({', '.join(typed)}) "
             "WHERE t.id = l.id",
             params,
         )
         return int(cur.rowcount)
+
+
+INTERN_AT_MOST = 0.25
+"""A string field travels as an index into its distinct values when there are at most this
+share of distinct values among the rows (a reason's wording, a notes key, a model)."""
+
+
+def _interned(values: Sequence[Any]) -> list[str] | None:
+    """The distinct values of a column of strings (``None`` among them allowed), in first-seen
+    order, when they repeat enough to be worth sending once; otherwise None."""
+    if len(values) < 8 or not any(isinstance(v, str) for v in values):
+        return None
+    if not all(v is None or isinstance(v, str) for v in values):
+        return None
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) > INTERN_AT_MOST * len(values):
+        return None
+    return distinct
 
 
 # PostgreSQL ended the transaction to break a deadlock, or because a concurrent one changed
