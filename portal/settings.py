@@ -157,6 +157,9 @@ DATABASES = {
 DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("DB_CONN_MAX_AGE", 60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend, its per-request health check asked of the socket first, not of the
+    # server (a SELECT 1 per request): portal/pgbackend/base.py.
+    DATABASES["default"]["ENGINE"] = "portal.pgbackend"
     # A database host that does not answer (down, a failover) fails a request within seconds
     # (a 503, portal/outages.py) instead of holding it for the system's TCP timeout.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
