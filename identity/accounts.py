@@ -167,9 +167,10 @@ def _linked_account(identity: ExternalIdentity, email: str, who: str) -> Abstrac
 
 
 def disable_account(user: AbstractBaseUser) -> bool:
-    """Switch an account off (gone or disabled at the provider): sessions and API tokens stop
-    working at once, since both check ``is_active`` on every request. An account with a local
-    password is left alone: no provider may lock out the break-glass admin."""
+    """Switch an account off (gone or disabled at the provider): sessions stop working at once,
+    since they check ``is_active`` on every request, and API tokens within the seconds a web
+    process remembers one (``GPUPOOL_API_TOKEN_CACHE_SECONDS``, portal/tokens.py). An account
+    with a local password is left alone: no provider may lock out the break-glass admin."""
     if not user.is_active or not provider_may_manage(user):
         return False
     user.is_active = False

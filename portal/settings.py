@@ -322,6 +322,9 @@ GPUPOOL_MAX_REPLICAS = env_int("GPUPOOL_MAX_REPLICAS", 512, minimum=1)
 # Upper bound on a job's retry budget (Volcano maxRetry: gang restarts after evictions).
 GPUPOOL_MAX_RETRY = env_int("GPUPOOL_MAX_RETRY", 10)
 GPUPOOL_API_TOKEN_DAYS = env_int("GPUPOOL_API_TOKEN_DAYS", 90, minimum=1)
+# Seconds a process remembers a token that authenticated (no look-up query on the next
+# requests); a revocation in another process applies within them. 0: look up every request.
+GPUPOOL_API_TOKEN_CACHE_SECONDS = env_int("GPUPOOL_API_TOKEN_CACHE_SECONDS", 5)
 # Per-user submit rate (DRF rate syntax), counted in the default cache.
 GPUPOOL_SUBMIT_RATE = env.str("SUBMIT_THROTTLE_RATE", default="600/min")
 GPUPOOL_BATCH_MAX = env_int("GPUPOOL_BATCH_MAX", 1000, minimum=1)

@@ -14,6 +14,7 @@ from authlib.oidc.core import CodeIDToken
 from django.contrib.auth import get_user_model
 from joserfc.errors import BadSignatureError, ExpiredTokenError, InvalidClaimError
 
+from identity.accounts import disable_account
 from identity.models import ExternalIdentity, GroupRule, MembershipAudit, ProviderMembership
 from identity.providers import client_for, provider_named
 from identity.views import SESSION_OIDC
@@ -200,7 +201,7 @@ def test_a_disabled_account_loses_session_tokens_and_sign_in(client, oidc_settin
     _, raw = api_token_create(user=user, name="ci")
     assert client.get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
 
-    User.objects.filter(pk=user.pk).update(is_active=False)
+    assert disable_account(user)  # as the provider's sync does
     assert client.get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
     assert client.get("/jobs/").status_code == 302  # the session is gone: to the login page
     response = sign_in(client, "wes")
