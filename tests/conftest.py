@@ -24,15 +24,19 @@ def _fast_password_hashing(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_api_token_failures_from_earlier_tests() -> None:
-    """Every test calls from 127.0.0.1: one test's bad tokens must not count in the next's
-    period (the count lives in the shared cache, not in the rolled-back database)."""
+def _no_counts_from_earlier_tests() -> None:
+    """Every test calls from 127.0.0.1, and user ids come back after a flush: one test's bad
+    tokens or submits must not count in the next's period (the counts live in the shared
+    cache, not in the rolled-back database)."""
     from django.core.cache import cache
 
     from portal.api.auth import FAILURES_KEY
+    from portal.api.throttles import THROTTLE_KEY, _local
 
+    _local.clear()
     if hasattr(cache, "delete_pattern"):  # django-redis; the local-memory cache is per process
         cache.delete_pattern(f"{FAILURES_KEY}:*")
+        cache.delete_pattern(f"{THROTTLE_KEY}:*")
 
 
 @pytest.fixture
