@@ -15,7 +15,9 @@ What it does, all by itself and cleaned up afterwards:
    asyncio thread writing pre-built requests, so the client costs little of the 2 cores it
    shares with the server) against the bare endpoint and ``POST /api/v1/jobs/`` in alternating
    rounds of the same length and cap, then ``POST /api/v1/jobs/`` with an ``Idempotency-Key``;
-4. submits 1,000-job batches to ``POST /api/v1/jobs/batch/``;
+4. submits 1,000-job batches to ``POST /api/v1/jobs/batch/``, then offers ``POST
+   /api/v1/jobs/`` at 100 requests a second, open loop, for the latency a user sees below
+   saturation (its p99 is the goal's; the closed-loop rounds' p99 is queueing at saturation);
 5. with ``--million``: times ``GET /api/v1/jobs/`` (first page, a cursor page from the middle of
    the table, a filtered page, a small old team's page, a platform admin's page) at ~1,000 jobs,
    inserts 999,000 more with one ``INSERT … SELECT generate_series``, and times them again.
@@ -63,7 +65,8 @@ CLIENTS = 16
 HOST = "127.0.0.1"
 BROKER_DB = 15  # a Redis db of the bench's own: nothing consumes it; new keys are removed after
 GOAL_RATIO = 0.5
-GOAL_P99_MS = 50.0
+GOAL_P99_MS = 50.0  # at OFFERED_PER_S, open loop
+OFFERED_PER_S = 100.0
 GOAL_BATCH_JOBS_PER_S = 5000.0
 
 SUBMIT_BODY: dict[str, Any] = {
@@ -234,6 +237,58 @@ async def _drive(
     began = time.perf_counter()
     await asyncio.gather(*(client(m) for m in make_request))
     run.elapsed_s = time.perf_counter() - began
+    return run
+
+
+async def _drive_offered(
+    name: str,
+    port: int,
+    make_request: Sequence[Callable[[int], bytes]],
+    *,
+    per_s: float,
+    seconds: float,
+    expect: frozenset[int],
+) -> Run:
+    """Offer ``per_s`` requests a second for ``seconds``, spread over one connection per
+    ``make_request`` entry (staggered), whatever the answers' pace: an open loop. Each latency
+    runs from the request's scheduled time, so a request held up behind a slow one counts its
+    wait too (no coordinated omission)."""
+    run = Run(name)
+    clients = len(make_request)
+    interval = clients / per_s
+    count = int(seconds * per_s / clients)
+    start = time.perf_counter() + 0.1
+
+    async def client(k: int, make: Callable[[int], bytes]) -> None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            for i in range(count):
+                scheduled = start + (k / clients + i) * interval
+                await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+                writer.write(make(i))
+                status, body, _keep_alive = await _read_response(reader)
+                run.latencies_ns.append(int((time.perf_counter() - scheduled) * 1e9))
+                if status not in expect:
+                    run.errors += 1
+                    run.first_error = run.first_error or f"{status}: {body[:300]!r}"
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client(k, m) for k, m in enumerate(make_request)))
+    run.elapsed_s = time.perf_counter() - began
+    return run
+
+
+def drive_offered(*args: Any, **kwargs: Any) -> Run:
+    """:func:`_drive_offered`, with the server's CPU over it."""
+    before = SERVER_CPU.sample()
+    run = asyncio.run(_drive_offered(*args, **kwargs))
+    after = SERVER_CPU.sample()
+    run.python_cpu_s = SERVER_CPU.used(before, after, "python")
+    run.postgres_cpu_s = SERVER_CPU.used(before, after, "postgres")
     return run
 
 
@@ -540,6 +595,23 @@ def bench_single(port: int, tokens: list[str], plan: Plan) -> tuple[Run, Run, Ru
     return bare, submit, keyed
 
 
+def bench_offered(port: int, tokens: list[str], plan: Plan) -> Run:
+    """POST /api/v1/jobs/ at ``OFFERED_PER_S`` a second, open loop: the latency a user sees
+    on a busy day, not at the server's saturation (the closed-loop rounds' p99)."""
+    body = json.dumps(SUBMIT_BODY).encode()
+    path = "/api/v1/jobs/"
+    requests = [http_request("POST", path, port=port, token=t, body=body) for t in tokens]
+    clients = [lambda _n, r=r: r for r in requests]
+    return drive_offered(
+        "offered",
+        port,
+        clients,
+        per_s=OFFERED_PER_S,
+        seconds=plan.rounds * plan.round_s * 2,
+        expect=frozenset({201}),
+    )
+
+
 def bench_batch(port: int, tokens: list[str], plan: Plan) -> Run:
     body = json.dumps({"jobs": [{**SUBMIT_BODY, "name": f"sweep-{i}"} for i in range(1000)]})
     requests = [
@@ -666,7 +738,9 @@ def _verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
-def print_submit(bare: Run, submit: Run, keyed: Run, batch: Run, *, title: str) -> None:
+def print_submit(
+    bare: Run, submit: Run, keyed: Run, batch: Run, offered: Run, *, title: str
+) -> None:
     print(title)
     print(
         f"  {'endpoint':<40} {'requests':>9} {'jobs/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
@@ -677,6 +751,7 @@ def print_submit(bare: Run, submit: Run, keyed: Run, batch: Run, *, title: str) 
         ("POST /api/v1/jobs/", submit),
         ("POST /api/v1/jobs/ + Idempotency-Key", keyed),
         ("POST /api/v1/jobs/batch/ (1,000 jobs)", batch),
+        (f"POST /api/v1/jobs/ at {OFFERED_PER_S:.0f}/s offered", offered),
     ]
     for label, run in rows:
         print(
@@ -686,14 +761,15 @@ def print_submit(bare: Run, submit: Run, keyed: Run, batch: Run, *, title: str) 
             f"{run.cpu_ms_per_item(run.postgres_cpu_s):>8.2f}"
         )
     ratio = submit.per_s / bare.per_s if bare.per_s else 0.0
-    p99 = submit.percentile_ms(0.99)
+    p99 = offered.percentile_ms(0.99)
     bare_cpu = bare.cpu_ms_per_item(bare.python_cpu_s + bare.postgres_cpu_s)
     submit_cpu = submit.cpu_ms_per_item(submit.python_cpu_s + submit.postgres_cpu_s)
     if submit_cpu > 0:  # what the throughput ratio would be on two cores of its own
         print(f"  submit/bare by server CPU per job: {bare_cpu / submit_cpu:.2f}")
     print(
         f"  submit/bare {ratio:.2f} (goal >= {GOAL_RATIO}: {_verdict(ratio >= GOAL_RATIO)}); "
-        f"submit p99 {p99:.1f} ms (goal < {GOAL_P99_MS:.0f}: {_verdict(p99 < GOAL_P99_MS)}); "
+        f"submit p99 at {OFFERED_PER_S:.0f}/s {p99:.1f} ms "
+        f"(goal < {GOAL_P99_MS:.0f}: {_verdict(p99 < GOAL_P99_MS)}); "
         f"batch {batch.per_s:,.0f} jobs/s "
         f"(goal >= {GOAL_BATCH_JOBS_PER_S:,.0f}: {_verdict(batch.per_s >= GOAL_BATCH_JOBS_PER_S)})"
     )
@@ -752,12 +828,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 bare, submit, keyed = bench_single(port, fixture.tokens, plan)
                 batch = bench_batch(port, fixture.tokens, plan)
-                _check_errors(bare, submit, keyed, batch)
+                offered = bench_offered(port, fixture.tokens, plan)
+                _check_errors(bare, submit, keyed, batch, offered)
                 print_submit(
                     bare,
                     submit,
                     keyed,
                     batch,
+                    offered,
                     title=f"  (batch: {plan.batch_clients} clients, {plan.batches} batches)",
                 )
                 if args.million:
