@@ -18,8 +18,9 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, connections, models, router, transaction
 from django.db.models import Field, Model
@@ -241,6 +242,70 @@ def _reader(f: Field[Any, Any], vendor: str) -> Reader:
         return f.get_db_prep_save(getattr(obj, f.attname), conn)
 
     return prepared
+
+
+M = TypeVar("M", bound=Model)
+
+
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class _BuildPlan:
+    """How :func:`model_build` fills a model's fields."""
+
+    names: dict[str, tuple[str, bool]]
+    """Each field's name and attname -> (attname, whether a value by that name is an object)."""
+    static: dict[str, Any]
+    """attname -> default, for the fields whose default is one immutable value."""
+    dynamic: list[tuple[str, str, Callable[[], Any]]]
+    """(attname, name, default maker) for the others (``uuid4``, ``dict``, ``now``…)."""
+
+
+@functools.cache
+def _build_plan(model: type[Model]) -> _BuildPlan:
+    names: dict[str, tuple[str, bool]] = {}
+    static: dict[str, Any] = {}
+    dynamic: list[tuple[str, str, Callable[[], Any]]] = []
+    for f in model._meta.concrete_fields:
+        names[f.attname] = (f.attname, False)
+        names[f.name] = (f.attname, f.is_relation)
+        default = f.default if f.has_default() else f.get_default()
+        if not callable(default) and isinstance(default, _IMMUTABLE):
+            static[f.attname] = default
+        else:
+            dynamic.append((f.attname, f.name, f.get_default))
+    return _BuildPlan(names, static, dynamic)
+
+
+def model_build(model: type[M], **values: Any) -> M:
+    """``model(**values)``, unsaved, without ``Model.__init__``'s per-field descriptor work.
+
+    A batch of 1,000 jobs builds 2,000 instances of models with up to 63 fields, and
+    ``__init__`` was a third of the batch's CPU. This sets the same attributes: each field's
+    default (callables such as ``uuid4`` run per instance), then the values given, a relation
+    given as an object by its name as its id plus the cached object, as the related descriptor
+    does. No ``pre_init``/``post_init`` signals are sent (no app here listens to them for the
+    models built this way)."""
+    plan = _build_plan(model)
+    obj = model.__new__(model)
+    state = obj._state = models.base.ModelState()
+    attrs = obj.__dict__
+    attrs.update(plan.static)
+    for attname, name, make in plan.dynamic:
+        if attname not in values and name not in values:
+            attrs[attname] = make()
+    for name, value in values.items():
+        try:
+            attname, by_object = plan.names[name]
+        except KeyError:
+            raise TypeError(f"{model.__name__}() got an unexpected keyword '{name}'") from None
+        if by_object:
+            attrs[attname] = None if value is None else value.pk
+            state.fields_cache[name] = value
+        else:
+            attrs[attname] = value
+    return obj
 
 
 @functools.cache

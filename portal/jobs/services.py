@@ -84,7 +84,8 @@ def _fingerprint(spec: JobSpec) -> str:
 
 
 def _new_job(*, spec: JobSpec, team: Team, user: AnyUser, key: str | None, now: dt.datetime) -> Job:
-    return Job(
+    return db.model_build(
+        Job,
         team=team,
         owner=user,  # the object, not its id: serializing the new job then needs no query
         state=JobState.QUEUED,
@@ -97,7 +98,8 @@ def _new_job(*, spec: JobSpec, team: Team, user: AnyUser, key: str | None, now: 
 
 
 def _submitted_event(job: Job, user: AnyUser, now: dt.datetime) -> JobEvent:
-    return JobEvent(
+    return db.model_build(
+        JobEvent,
         job=job,
         created_at=now,
         from_state="",
