@@ -22,6 +22,9 @@ Dispatch (``ADMITTED → SUBMITTED``)
     a duplicate hand-off that finds a live claim ends without sending anything. Nothing else
     shortens or takes over a live claim: a wake when the cluster answers again, a deferral
     for a busy cluster and the reconcile leave it alone, and a batch claims only free rows.
+    An attempt that dies on the database (PostgreSQL restarting, a lost connection) gives its
+    claim back itself, on a fresh connection, so the job is sent again within seconds rather
+    than at the end of the lease; a create it may have sent is adopted on its 409.
 
 The manifest comes from ``clusters.manifests``, taking a job off its cluster (cancel,
 eviction) is ``clusters.teardown``.
@@ -33,13 +36,14 @@ import datetime as dt
 import logging
 import random
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -410,7 +414,13 @@ def _claims_release(job_ids: Iterable[int]) -> None:
 
 
 def job_dispatch(*, job_id: int) -> Outcome:
-    """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED."""
+    """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED.
+
+    A database error once the job is claimed (PostgreSQL restarting, a lost connection, a
+    lock or statement timeout) ends the attempt, and the claim is given back at once
+    (:func:`_claim_abandon`): the job is retried within a second or so instead of waiting out
+    the lease. A create that may have reached the cluster is adopted on the retry's 409.
+    """
     job = job_for_task(job_id)
     if job is None or job.state != JobState.ADMITTED:
         return Outcome(done=True, message="not admitted")
@@ -421,6 +431,27 @@ def job_dispatch(*, job_id: int) -> Outcome:
     claimed = _claim_alone(job)
     if claimed is not None:
         return claimed
+    progress = _AttemptProgress()
+    try:
+        return _dispatch_claimed(job, progress)
+    except (OperationalError, InterfaceError) as exc:
+        outcome = _claim_abandon(job, progress, exc)
+        if outcome is None:
+            raise  # the original error: the claim is left to its lease
+        return outcome
+
+
+@dataclass
+class _AttemptProgress:
+    """How far a claimed one-job attempt got, for :func:`_claim_abandon`: ``unsent`` while
+    the claim's count of a create that may reach the cluster can still be taken back (no
+    create sent yet, and not taken back already)."""
+
+    unsent: bool = True
+
+
+def _dispatch_claimed(job: Job, progress: _AttemptProgress) -> Outcome:
+    """The claimed part of :func:`job_dispatch`: the create and what its answer calls for."""
     attempt = job.dispatch_attempts + 1
     if job.cluster is None or job.gpu_model is None:
         return _fail(job, "DispatchFailed", "The job was admitted without a cluster or GPU model.")
@@ -432,8 +463,13 @@ def job_dispatch(*, job_id: int) -> Outcome:
     try:
         client = cluster_client(job.cluster)
     except ClusterUnavailable as exc:
+        # Settled before the statement: a decrement that fails half-way is not made twice.
+        progress.unsent = False
         _nothing_sent([job])
         return _wait_for_cluster(job, f"cluster {job.cluster.name} is unavailable: {exc}")
+    # From here the create may reach the cluster: the claim's count stays unless the answer
+    # proves otherwise (``changed_nothing``).
+    progress.unsent = False
     try:
         created = client.create_job(namespace, manifest)
     except KubeError as exc:
@@ -455,6 +491,91 @@ def job_dispatch(*, job_id: int) -> Outcome:
             return Outcome(done=False, message=exc.message, retry_in=1.0)
         return _fail(job, "SubmitRejected", f"The cluster refused the job: {exc.message}")
     return _submitted(job, namespace, created, uid, adopted=False)
+
+
+def _claim_abandon(job: Job, progress: _AttemptProgress, exc: Exception) -> Outcome | None:
+    """A claimed one-job attempt died on the database: give its claim back and ask for a
+    retry, or None (the caller raises the original error) when the claim could not be given
+    back or the job's attempts are spent.
+
+    Left alone, the claim would hold the job for its whole lease (3 × the cluster timeout +
+    5 s): the worker still beats, so neither a redelivery nor the re-drive may take it over.
+    Given back, the job is due again after a backoff (``dispatch_next_at``, so the re-drive
+    reads a scheduled retry, and sends the job itself if the retry's message is lost).
+    Nothing is sent twice: a create this attempt sent is met by a 409 on the retry and
+    adopted (same submission UID), and a job this attempt did move on is no longer ADMITTED,
+    so the give-back finds nothing (and the retry ends at once). The claim's count of a
+    create that may have reached the cluster is taken back only if none was sent.
+
+    The attempt counts against the job's attempts (unlike a cluster outage), which sets the
+    backoff: a database error that comes back every time (a row someone keeps locked) is
+    retried less and less often, and once the attempts are spent it is raised and the job
+    left to the re-drive's pace, never a loop of creates a second apart. A database error
+    never fails the job: it is not the job's fault.
+    """
+    attempt = job.dispatch_attempts + 1
+    retry = attempt < settings.GPUPOOL_DISPATCH_MAX_ATTEMPTS
+    delay = backoff_seconds(attempt) if retry else 0.0
+    due = timezone.now() + dt.timedelta(seconds=delay)
+    unsent = progress.unsent
+    log.warning("dispatch of job %s failed on the database; giving its claim back: %s", job.pk, exc)
+
+    def give_back() -> bool:
+        released = Job.objects.filter(
+            pk=job.pk, state=JobState.ADMITTED, dispatch_owner=worker_name()
+        ).update(dispatch_owner="", dispatch_next_at=due)
+        if released and unsent:
+            _nothing_sent([job])
+        return bool(released)
+
+    if not after_a_database_error(give_back, what=f"the claim of job {job.pk}") or not retry:
+        return None
+    return Outcome(
+        done=False,
+        message=f"the database failed ({type(exc).__name__}); retrying in {delay:.1f} s",
+        retry_in=delay,
+    )
+
+
+T = TypeVar("T")
+
+# Pauses between tries to write what a dispatch that lost its database must leave behind (its
+# claims given back): a restart of PostgreSQL is back within seconds (8 s in the soak,
+# docs/reliability.md). No try starts later than DATABASE_BACK_SECONDS after the first (a host
+# that does not answer costs a whole connect timeout per try); the task's worker slot waits,
+# with nothing it could do without a database. Past these, the claims' lease frees the jobs.
+DATABASE_BACK_WAITS = (0.0, 0.5, 1.0, 2.0, 4.0, 4.0)
+DATABASE_BACK_SECONDS = 12.0
+
+
+def after_a_database_error(write: Callable[[], T], *, what: str) -> T | None:
+    """Run ``write`` in a transaction right after a database error, on a fresh connection
+    where the one that failed is unusable; its result, or None if the database did not
+    answer in time (:data:`DATABASE_BACK_WAITS`). Never raises a database error: the caller
+    still holds the original one.
+
+    Django drops a dead connection only when a transaction's rollback fails on it; a
+    statement outside a transaction (an upsert, a compare-and-set) leaves it in place, and
+    every statement after it fails again (``the connection is closed``) until the task ends.
+    Inside a caller's transaction the connection is the caller's to keep, so ``write`` gets
+    one try there, in a savepoint.
+    """
+    own = not connection.in_atomic_block
+    give_up = time.monotonic() + DATABASE_BACK_SECONDS
+    for wait in DATABASE_BACK_WAITS if own else (0.0,):
+        if wait:
+            if time.monotonic() + wait > give_up:
+                break
+            time.sleep(wait)
+        try:
+            if own:
+                connection.close_if_unusable_or_obsolete()
+            with transaction.atomic():
+                return write()
+        except (DatabaseError, InterfaceError):
+            log.debug("could not write %s yet", what, exc_info=True)
+    log.warning("could not write %s: the database does not answer; its lease frees it", what)
+    return None
 
 
 QUEUE_REPAIR = "QueueRepair"
@@ -814,19 +935,21 @@ def _batch_abandon(
     it. There a create that did reach the cluster meets its 409 and is adopted, and a job the
     batch did move to SUBMITTED is found no longer admitted: nothing is sent twice. Left
     alone, the claims would hold the jobs until their lease ran out (3 × the cluster timeout
-    + 5 s) and the re-drive sent them again. Best effort: if the database is still gone, the
-    lease is what frees them."""
+    + 5 s) and the re-drive sent them again. Best effort, on a fresh connection (the one that
+    failed may be dead: :func:`after_a_database_error`): if the database is still gone after
+    a few seconds, the lease is what frees them."""
     log.warning(
         "dispatch batch of %d jobs failed on the database; handing them to the one-job path: %s",
         len(jobs),
         exc,
     )
-    try:
+
+    def give_back() -> None:
         if not progress.creates_counted:  # nothing was sent: none of them is on the cluster
             _nothing_sent(jobs)
         _claims_release(j.pk for j in jobs)
-    except (DatabaseError, InterfaceError):
-        log.warning("could not give back the claims of %d jobs", len(jobs), exc_info=True)
+
+    after_a_database_error(give_back, what=f"the claims of {len(jobs)} jobs")
     later = dict(held)
     later.update((j.pk, progress.later.get(j.pk, 0.0)) for j in jobs)
     return BatchOutcome(later=later)
