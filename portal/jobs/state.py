@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import DateTimeField, F, Subquery, Value
-from django.db.models.functions import Greatest
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from portal import db, hooks
@@ -88,14 +88,18 @@ def _check_edges(expected: tuple[JobState, ...], to: JobState) -> None:
         raise IllegalTransition(f"no transition from {', '.join(illegal)} to {to}")
 
 
-def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
-    """Timestamps that follow from the target state, so callers cannot forget them."""
+def _timestamp_updates(to: JobState, moment: Any) -> dict[str, Any]:
+    """Timestamps that follow from the target state, so callers cannot forget them.
+
+    ``moment`` is what the row's ``state_changed_at`` becomes (see
+    :func:`_not_before_the_last_change`): a state's own timestamp is the moment of its event,
+    so it never precedes the timestamps of the states before it."""
     if to in TERMINAL_STATES:
-        return {"finished_at": now}
+        return {"finished_at": moment}
     if to == S.ADMITTED:
         # A new admission is a new dispatch: attempts spent on an earlier run do not count.
         return {
-            "admitted_at": now,
+            "admitted_at": moment,
             "dispatch_attempts": 0,
             "dispatch_next_at": None,
             "dispatch_not_before": None,
@@ -103,7 +107,7 @@ def _timestamp_updates(to: JobState, now: dt.datetime) -> dict[str, Any]:
             "creates_unsure": 0,
         }
     if to == S.RUNNING:
-        return {"started_at": now}
+        return {"started_at": moment}
     if to == S.QUEUED:
         # Requeued (after preemption): the reservation is gone, the place in line is kept.
         # The run that ended is archived first (``attempt_archive``), so nothing is lost.
@@ -146,8 +150,8 @@ def job_transition(
         raise ValueError(f"job_transition cannot set {sorted(unknown)}")
     now = now or timezone.now()
     fields = {
-        **_timestamp_updates(to, now),
-        **extra,
+        **_timestamp_updates(to, _not_before_the_last_change(now)),
+        **_not_before_the_earlier_states(extra),
         "state": to,
         "state_changed_at": _not_before_the_last_change(now),
     }
@@ -166,7 +170,7 @@ def job_transition(
             before = (
                 Job.objects.select_for_update(of=("self",))
                 .filter(id=job_id, state__in=expected_states)
-                .values("state", *(ARCHIVED_FIELDS if archiving else ()))
+                .values("state", "state_changed_at", *(ARCHIVED_FIELDS if archiving else ()))
                 .first()
             )
             if before is None:
@@ -176,7 +180,9 @@ def job_transition(
         if not won:
             return False
         if archiving and before is not None:
-            attempt_archive(job_id=job_id, before=before, reason=reason, message=message, now=now)
+            # The run ends at the requeue's moment, as the row (locked) now carries it.
+            ended = max(now, before["state_changed_at"])
+            attempt_archive(job_id=job_id, before=before, reason=reason, message=message, now=ended)
         event = JobEvent.objects.create(
             job_id=job_id,
             # The moment the row now carries: never before the event of the state it left.
@@ -193,18 +199,56 @@ def job_transition(
 
 
 def _not_before_the_last_change(now: dt.datetime) -> Greatest:
-    """``now``, or the job's last change if that is later.
+    """``now``, or the job's last change if that is later: the moment of a change, which its
+    event and the state's own timestamp (``admitted_at``, ``started_at``, ``finished_at``)
+    all carry.
 
-    Events of one job must read in causal order. A caller's clock can be behind the change it
+    A job's timeline must read in causal order. A caller's clock can be behind the change it
     follows: the scheduling cycle reads ``now`` before it loads the queue, so a submit that
-    commits in between was stamped after the cycle's ``now``, and its "Admitted" came out a
-    few milliseconds before its "Submitted". The row decides, under its own lock.
+    commits in between was stamped after the cycle's ``now``, and its "Admitted" (and its
+    ``admitted_at``) came out a few milliseconds before its "Submitted" (and its
+    ``submitted_at``): a negative queue wait, and an audit replaying events that saw more
+    jobs at once than the quota holds. Workers on other hosts have clocks of their own, too.
+
+    Why here, in SQL, and not by leaving late submits out of the cycle's snapshot: the row
+    decides, under its own lock, for every writer at once (the cycle, the dispatcher, the
+    watcher, a cancel), whatever clock its caller read; a filter on the snapshot would mend
+    the cycle alone, and hold back a job that is ready for one more cycle. The price is that
+    a batch admitted at one ``now`` may carry a few later ``admitted_at``s (those submitted
+    during the load), each the moment of its own event.
     """
     return Greatest(Value(now, output_field=DateTimeField()), F("state_changed_at"))
 
 
+# For each timestamp a caller may set itself (a cluster's own time: when the pods started or
+# ended), the ones of the states before it, the latest set one first.
+_EARLIER_TIMESTAMPS: Mapping[str, tuple[str, ...]] = {
+    "admitted_at": ("submitted_at",),
+    "started_at": ("admitted_at", "submitted_at"),
+    "finished_at": ("started_at", "admitted_at", "submitted_at"),
+}
+
+
+def _not_before_the_earlier_states(updates: Mapping[str, Any]) -> dict[str, Any]:
+    """``updates``, with each timestamp a caller set itself raised to the latest of the
+    states before it, as the row holds them under its lock.
+
+    A cluster's clock is not the portal's, and Kubernetes times have whole seconds: a job
+    whose pods started and ended within a second (or a cluster a second behind) reported an
+    end before its start, or a start before its admission."""
+    fields = dict(updates)
+    for name, earlier in _EARLIER_TIMESTAMPS.items():
+        value = fields.get(name)
+        if isinstance(value, dt.datetime):
+            floor = Coalesce(*earlier) if len(earlier) > 1 else F(earlier[0])
+            fields[name] = Greatest(Value(value, output_field=DateTimeField()), floor)
+    return fields
+
+
 # The changes the cycle and the dispatcher make by the thousand; no one is notified of them.
 BULK_TARGETS = frozenset({S.ADMITTED, S.SUBMITTED})
+# The fields a bulk change sets to its moment (``_not_before_the_last_change``).
+_MOMENTS = frozenset({"state_changed_at", "admitted_at", "started_at", "finished_at"})
 
 
 @dataclass(frozen=True)
@@ -251,13 +295,14 @@ def jobs_transition_bulk(
         if db.on_postgresql():
             won = _bulk_cas_postgres(changes, expected, base, reason)
         else:
-            won = _bulk_cas_locked(changes, expected, base)
+            moments = _bulk_cas_locked(changes, expected, base)
+            won = set(moments)
             by_id = {c.job_id: c for c in changes}
             JobEvent.objects.bulk_create(
                 [
                     JobEvent(
                         job_id=job_id,
-                        created_at=now,
+                        created_at=moments[job_id],
                         from_state=expected,
                         to_state=to,
                         reason=reason,
@@ -292,12 +337,13 @@ def _bulk_cas_postgres(
         raise ValueError("every change of a bulk transition must set the same fields")
     fields = [Job._meta.get_field(k) for k in keys]
     fixed = [(Job._meta.get_field(k), v) for k, v in base.items() if k not in changes[0].updates]
-    # state_changed_at never goes back (see _not_before_the_last_change); the events take it.
+    # state_changed_at never goes back (see _not_before_the_last_change); the events and the
+    # state's own timestamp (admitted_at) take the same moment.
     assignments = [
-        f'"{f.column}" = GREATEST(%s, j."{f.column}")'
-        if f.name == "state_changed_at"
+        f'"{f.column}" = GREATEST(%s, j."state_changed_at")'
+        if f.name in _MOMENTS and value is not None
         else f'"{f.column}" = %s'
-        for f, _ in fixed
+        for f, value in fixed
     ]
     assignments += [f'"{f.column}" = v."{f.column}"' for f in fields]
     record = ", ".join(
@@ -335,25 +381,33 @@ def _bulk_cas_postgres(
 
 def _bulk_cas_locked(
     changes: Sequence[Change], expected: JobState, base: Mapping[str, Any]
-) -> set[int]:
-    """Portable path (SQLite in the demo): lock the rows still in ``expected``, then update."""
+) -> dict[int, dt.datetime]:
+    """Portable path (SQLite in the demo): lock the rows still in ``expected``, then update;
+    returns each updated row's moment (``_not_before_the_last_change``, taken in Python from
+    the row as locked)."""
     by_id = {c.job_id: c for c in changes}
     rows = list(
         Job.objects.select_for_update(skip_locked=True)
         .filter(id__in=by_id, state=expected)
         .order_by("id")  # the one lock order (portal.jobs.rowlock), where locks exist
-        .only("id")
+        .only("id", "state_changed_at")
     )
     if not rows:
-        return set()
+        return {}
     update_fields = set(base)
+    moments: dict[int, dt.datetime] = {}
     for row in rows:
-        values = {**base, **by_id[row.pk].updates}
+        moment = max(base["state_changed_at"], row.state_changed_at)
+        moments[row.pk] = moment
+        values = {
+            **{k: moment if k in _MOMENTS and v is not None else v for k, v in base.items()},
+            **by_id[row.pk].updates,
+        }
         update_fields |= set(values)
         for name, value in values.items():
             setattr(row, name, value)
     Job.objects.bulk_update(rows, sorted(update_fields), batch_size=500)
-    return {row.pk for row in rows}
+    return moments
 
 
 # ---------------------------------------------------------------------------------------------
