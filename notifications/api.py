@@ -67,6 +67,17 @@ class DeliverySerializer(serializers.ModelSerializer):
         help_text='The last failure as a category ("connection refused", "HTTP 500"), never '
         "the remote's words; empty if none",
     )
+    idempotency_key = serializers.UUIDField(
+        source="key",
+        read_only=True,
+        help_text="The same on every try: a webhook's Idempotency-Key, an e-mail's Message-ID "
+        "(<key@host>)",
+    )
+    retried_after_interruption = serializers.BooleanField(
+        read_only=True,
+        help_text="A worker stopped while sending it, and it was sent again with the same "
+        "idempotency key (it may have arrived twice); retries_in_doubt counts those",
+    )
 
     class Meta:
         model = Delivery
@@ -79,6 +90,9 @@ class DeliverySerializer(serializers.ModelSerializer):
             "webhook",
             "state",
             "attempts",
+            "idempotency_key",
+            "retries_in_doubt",
+            "retried_after_interruption",
             "error",
             "error_status",
             "last_error",

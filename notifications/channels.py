@@ -14,6 +14,7 @@ import json
 import socket
 import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from django.conf import settings
@@ -23,7 +24,7 @@ from urllib3.exceptions import NameResolutionError
 from clusters.secrets import CredentialsUnreadable, text_open
 from clusters.urlcheck import LOCAL, PRIVATE, UnresolvableHostError, UnsafeUrlError, check_api_url
 from notifications.models import Channel, Delivery, DeliveryError, TeamWebhook
-from notifications.signing import DELIVERY_HEADER, signature_headers
+from notifications.signing import DELIVERY_HEADER, IDEMPOTENCY_HEADER, signature_headers
 from portal.models import Notification
 
 
@@ -86,12 +87,14 @@ def _link(notification: Notification) -> str:
     return f"{base}/notifications/"
 
 
-def notification_payload(notification: Notification, delivery_id: int) -> dict[str, Any]:
-    """The JSON body of a webhook: the same fields for every event kind."""
+def notification_payload(notification: Notification, delivery: Delivery) -> dict[str, Any]:
+    """The JSON body of a webhook: the same fields for every event kind. ``idempotency_key``
+    repeats the header for receivers that keep bodies, not headers."""
     job = notification.job
     return {
         "id": f"notification-{notification.pk}",
-        "delivery": delivery_id,
+        "delivery": delivery.pk,
+        "idempotency_key": str(delivery.key),
         "type": notification.kind,
         "created_at": notification.created_at.isoformat(),
         "title": notification.title,
@@ -116,6 +119,15 @@ def slack_payload(notification: Notification) -> dict[str, Any]:
     return {"text": f"{text}\n<{_link(notification)}|Open in gpupool>"}
 
 
+def message_id(delivery: Delivery) -> str:
+    """The e-mail's ``Message-ID``: the delivery's key at the portal's host name, the same on
+    every try, so that a mail client shows a message sent again after a worker stopped
+    mid-send as one. Not Django's default (``make_msgid``), which is new on each send and
+    names the sending worker's host."""
+    host = urlsplit(settings.SITE_URL).hostname or "gpupool.invalid"
+    return f"<{delivery.key}@{host}>"
+
+
 def email_send(delivery: Delivery) -> None:
     notification = delivery.notification
     address = delivery.user.email
@@ -131,8 +143,7 @@ def email_send(delivery: Delivery) -> None:
         body=body,
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[address],
-        # One id per delivery: a mail client shows a duplicate as one message, if one ever came.
-        headers={"Message-ID": f"<delivery-{delivery.pk}@gpupool>"},
+        headers={"Message-ID": message_id(delivery)},
         connection=get_connection(timeout=settings.EMAIL_TIMEOUT),
     )
     try:
@@ -163,13 +174,14 @@ def webhook_send(delivery: Delivery) -> None:
     payload = (
         slack_payload(notification)
         if delivery.channel == Channel.SLACK
-        else notification_payload(notification, delivery.pk)
+        else notification_payload(notification, delivery)
     )
     body = json.dumps(payload, separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "gpupool-webhook/1",
         DELIVERY_HEADER: str(delivery.pk),
+        IDEMPOTENCY_HEADER: str(delivery.key),
         **signature_headers(secret, body),
     }
     try:

@@ -8,6 +8,8 @@ whatever the number of hook calls, sweeps or workers (``docs/notifications.md``)
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -79,7 +81,8 @@ class DeliveryState(models.TextChoices):
     SENDING = "sending", "Sending"  # a worker holds it until lease_until
     SENT = "sent", "Sent"
     FAILED = "failed", "Failed"  # every try failed, or it cannot be sent (no address)
-    UNKNOWN = "unknown", "Unknown"  # a worker died mid-send: never sent again (at most once)
+    # A worker died mid-send and no retry is left for it: it may or may not have arrived.
+    UNKNOWN = "unknown", "Unknown"
 
 
 class DeliveryError(models.TextChoices):
@@ -100,12 +103,17 @@ class DeliveryError(models.TextChoices):
     SECRET = "secret", "webhook secret unreadable"
     NO_EMAIL = "no_email", "your account has no email address"
     MAIL = "mail", "mail server refused or did not answer"
+    # A send in doubt: its worker died between the claim and the record. Sent again under
+    # the same idempotency id (``Delivery.key``) while a retry is left for it ...
     WORKER_STOPPED = (
         "worker_stopped",
-        (
-            "the worker stopped while sending; not sent again, so that it never arrives twice "
-            "(it may have arrived once)"
-        ),
+        "the worker stopped while sending (it may have arrived); sent again with the same id",
+    )
+    # ... and recorded as this when none is (an e-mail or Slack message gets one retry; a
+    # signed webhook as many as its tries).
+    IN_DOUBT = (
+        "in_doubt",
+        "the worker stopped while sending and no retry is left (it may have arrived)",
     )
     OTHER = "other", "failed"
 
@@ -115,6 +123,12 @@ class Delivery(models.Model):
 
     ``recipient`` is ``user:<id>`` for an email, ``webhook:<id>`` for a team webhook; ``user``
     is whose notification it is (the delivery log on their settings page).
+
+    ``key`` is the delivery's idempotency id, the same on every try: a webhook's
+    ``Idempotency-Key`` header and body field, an e-mail's ``Message-ID``. It is what makes
+    sending a delivery in doubt again safe (a receiver drops a key it has processed, a mail
+    client folds a second message with the same id), so it is random rather than the row's
+    id, which a restored or another installation would hand out again.
     """
 
     notification = models.ForeignKey(
@@ -131,7 +145,18 @@ class Delivery(models.Model):
     state = models.CharField(
         max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
     )
+    key = models.UUIDField(
+        default=uuid.uuid4,
+        unique=True,
+        editable=False,
+        help_text="The idempotency id: Idempotency-Key of a webhook, Message-ID of an e-mail",
+    )
     attempts = models.PositiveSmallIntegerField(default=0)
+    retries_in_doubt = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Times it was sent again after a worker stopped mid-send (the earlier try "
+        "may have arrived too, under the same idempotency id)",
+    )
     next_attempt_at = models.DateTimeField()
     lease_until = models.DateTimeField(null=True, blank=True)
     error = models.CharField(max_length=16, choices=DeliveryError.choices, blank=True)
@@ -168,3 +193,9 @@ class Delivery(models.Model):
         if self.error == DeliveryError.HTTP and self.error_status is not None:
             return f"HTTP {self.error_status}"
         return str(DeliveryError(self.error).label)
+
+    @property
+    def retried_after_interruption(self) -> bool:
+        """Whether it was sent again after an interrupted send: its receiver may have it twice
+        (with one idempotency id), which the delivery log must be able to say."""
+        return self.retries_in_doubt > 0

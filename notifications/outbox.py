@@ -6,13 +6,21 @@ job's transition. If the process dies between the commit and the fan-out, the sw
 the recent notifications that have no delivery yet (the unique constraint makes a second
 fan-out a no-op).
 
-Sending is at most once (``docs/decisions.md``)::
+Sending is at least once, each message under one idempotency id (``docs/decisions.md``)::
 
     pending --claim (UPDATE … WHERE state='pending', lease)--> sending --send ok--> sent
-       ^                                                         |  send failed
-       +------ next_attempt_at = now + backoff × 2^(n-1) --------+  (or failed: last try,
-                                                                      or nothing can help)
-    sending, lease expired (the worker died mid-send) --sweep--> unknown, never sent again
+       ^  ^                                                      |  send failed
+       |  +---- next_attempt_at = now + backoff × 2^(n-1) -------+  (or failed: last try,
+       |                                                             or nothing can help)
+       +-- sweep: sending, lease expired (the worker died mid-send: in doubt), a retry left
+    sending, lease expired, no retry left --sweep--> unknown (it may have arrived)
+
+A send in doubt may have arrived, so sending it again is safe only because every try carries
+the same id (``Delivery.key``: a webhook's ``Idempotency-Key``, an e-mail's ``Message-ID``).
+A receiver can drop a signed webhook's key it has processed, so such a webhook in doubt is
+retried while it has tries left; a mail client may only fold the duplicate in its view, and
+Slack reads no key at all, so an e-mail or a Slack message in doubt is retried once
+(:data:`PEOPLE_RETRIES_IN_DOUBT`). ``retries_in_doubt`` counts them for the delivery log.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from collections.abc import Iterable
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from notifications.channels import SendError, channel_send
@@ -35,6 +43,10 @@ from portal.models import Notification
 log = logging.getLogger(__name__)
 
 FAN_OUT_WINDOW = dt.timedelta(hours=6)
+# An e-mail or a Slack message in doubt is sent again this many times at most: people read
+# them, a second copy is folded by the mail clients that thread on Message-ID and shown twice
+# by the others (and by Slack); a third would be noise.
+PEOPLE_RETRIES_IN_DOUBT = 1
 DELIVER_TASK = "notifications.deliver"
 # Kinds about one team's jobs or quota that a team webhook may receive.
 TEAM_KINDS = frozenset(
@@ -143,7 +155,8 @@ def backoff_seconds(attempts: int) -> int:
 
 def delivery_claim(pk: int, *, now: dt.datetime | None = None) -> Delivery | None:
     """Take the delivery for one send if it is due and nobody holds it: a compare-and-set, so
-    of two workers (a duplicated message, the sweep and a retry) only one sends."""
+    of two workers (a duplicated message, the sweep and a retry) only one sends. Its
+    ``lease_until``, as stored, is the claim's fencing token (:func:`_record`)."""
     now = now or timezone.now()
     lease = now + dt.timedelta(seconds=settings.GPUPOOL_NOTIFY_LEASE_SECONDS)
     taken = Delivery.objects.filter(
@@ -154,8 +167,19 @@ def delivery_claim(pk: int, *, now: dt.datetime | None = None) -> Delivery | Non
     return Delivery.objects.select_related("notification__job__team", "user", "webhook").get(pk=pk)
 
 
+def _record(delivery: Delivery, **fields: object) -> int:
+    """Write a send's outcome if this claim still holds the row. A worker that outlived its
+    lease may find the row given to the sweep (in doubt, pending again) and claimed anew: its
+    late outcome must not end the new claim's send, so the update matches the claim's own
+    lease as well as the state."""
+    return Delivery.objects.filter(
+        pk=delivery.pk, state=DeliveryState.SENDING, lease_until=delivery.lease_until
+    ).update(lease_until=None, **fields)
+
+
 def delivery_send(pk: int, *, now: dt.datetime | None = None) -> str | None:
-    """Claim, send, record. Returns the new state (None: not claimed, nothing done)."""
+    """Claim, send, record. Returns the new state (None: not claimed, or no longer this
+    claim's to record: the sweep took it as in doubt, and its retry decides)."""
     delivery = delivery_claim(pk, now=now)
     if delivery is None:
         return None
@@ -177,32 +201,85 @@ def delivery_send(pk: int, *, now: dt.datetime | None = None) -> str | None:
             exc.error.value,
             exc.detail[:2000],
         )
-        Delivery.objects.filter(pk=pk, state=DeliveryState.SENDING).update(
+        recorded = _record(
+            delivery,
             state=state,
             attempts=attempts,
-            lease_until=None,
             error=exc.error,
             error_status=exc.status,
             next_attempt_at=timezone.now() + dt.timedelta(seconds=backoff_seconds(attempts)),
         )
-        return str(state)
-    Delivery.objects.filter(pk=pk, state=DeliveryState.SENDING).update(
-        state=DeliveryState.SENT, attempts=attempts, lease_until=None, sent_at=timezone.now()
-    )
-    return str(DeliveryState.SENT)
+    else:
+        state = DeliveryState.SENT
+        recorded = _record(delivery, state=state, attempts=attempts, sent_at=timezone.now())
+    if not recorded:
+        log.warning("delivery %s outlived its lease; its retry in doubt records it", pk)
+        return None
+    return str(state)
+
+
+def _retry_left_in_doubt(channel: str, attempts: int, retries_in_doubt: int) -> bool:
+    """Whether a delivery whose worker died mid-send (that try counted in ``attempts``) is
+    sent again: a signed webhook while it has tries left, its receiver can drop the repeated
+    key; an e-mail or a Slack message :data:`PEOPLE_RETRIES_IN_DOUBT` times, as a mail client
+    can only fold it and Slack reads no key."""
+    if attempts >= settings.GPUPOOL_NOTIFY_MAX_ATTEMPTS:
+        return False
+    return channel == Channel.WEBHOOK or retries_in_doubt < PEOPLE_RETRIES_IN_DOUBT
+
+
+def deliveries_in_doubt_resolve(*, now: dt.datetime | None = None) -> tuple[list[int], int]:
+    """Deliveries still ``sending`` past their lease (the worker died between the claim and
+    the record, so the message may or may not have arrived): pending again, due now, where a
+    retry is left, else ``unknown``. Returns the ids to send again and the count given up.
+
+    The rows are locked (skipping those another sweep holds) so that two sweeps count a
+    retry once; a worker that is only late finds the row no longer its claim (``_record``)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        stuck = list(
+            Delivery.objects.select_for_update(skip_locked=True)
+            .filter(state=DeliveryState.SENDING, lease_until__lt=now)
+            .values_list("pk", "channel", "attempts", "retries_in_doubt")
+        )
+        again = [
+            pk
+            for pk, channel, attempts, in_doubt in stuck
+            if _retry_left_in_doubt(channel, attempts + 1, in_doubt)
+        ]
+        given_up = sorted({pk for pk, *_ in stuck} - set(again))
+        Delivery.objects.filter(pk__in=again).update(
+            state=DeliveryState.PENDING,
+            attempts=F("attempts") + 1,
+            retries_in_doubt=F("retries_in_doubt") + 1,
+            lease_until=None,
+            next_attempt_at=now,
+            error=DeliveryError.WORKER_STOPPED,
+            error_status=None,
+        )
+        Delivery.objects.filter(pk__in=given_up).update(
+            state=DeliveryState.UNKNOWN,
+            attempts=F("attempts") + 1,
+            lease_until=None,
+            error=DeliveryError.IN_DOUBT,
+            error_status=None,
+        )
+    if stuck:
+        log.warning(
+            "deliveries in doubt (worker stopped mid-send): sent again %s, given up %s",
+            again,
+            given_up,
+        )
+    return again, len(given_up)
 
 
 def deliveries_sweep(*, now: dt.datetime | None = None) -> dict[str, int]:
-    """The periodic repair: deliveries whose worker died mid-send become ``unknown`` (never
-    sent again), recent notifications without an outbox row are fanned out, and due
-    deliveries whose message was lost are enqueued again."""
+    """The periodic repair: deliveries whose worker died mid-send are sent again or, with no
+    retry left, become ``unknown`` (:func:`deliveries_in_doubt_resolve`), recent
+    notifications without an outbox row are fanned out, and due deliveries whose message was
+    lost are enqueued again."""
     now = now or timezone.now()
-    abandoned = Delivery.objects.filter(state=DeliveryState.SENDING, lease_until__lt=now).update(
-        state=DeliveryState.UNKNOWN,
-        lease_until=None,
-        error=DeliveryError.WORKER_STOPPED,
-        error_status=None,
-    )
+    retried, abandoned = deliveries_in_doubt_resolve(now=now)
     missing = list(
         Notification.objects.filter(
             created_at__gte=now - FAN_OUT_WINDOW, deliveries__isnull=True
@@ -214,8 +291,14 @@ def deliveries_sweep(*, now: dt.datetime | None = None) -> dict[str, int]:
     stale = now - dt.timedelta(seconds=settings.GPUPOOL_NOTIFY_SWEEP_INTERVAL)
     due = list(
         Delivery.objects.filter(
-            Q(next_attempt_at__lte=stale) | Q(pk__in=fanned), state=DeliveryState.PENDING
+            Q(next_attempt_at__lte=stale) | Q(pk__in=fanned) | Q(pk__in=retried),
+            state=DeliveryState.PENDING,
         ).values_list("pk", flat=True)[:1000]
     )
     deliveries_enqueue(due)
-    return {"abandoned": abandoned, "fanned_out": len(fanned), "enqueued": len(due)}
+    return {
+        "retried_in_doubt": len(retried),
+        "abandoned": abandoned,
+        "fanned_out": len(fanned),
+        "enqueued": len(due),
+    }

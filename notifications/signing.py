@@ -5,6 +5,7 @@ Headers on every webhook request::
     X-Gpupool-Timestamp: 1733331234            (Unix seconds when it was sent)
     X-Gpupool-Signature: v1=<64 hex digits>    (HMAC-SHA256(secret, "1733331234." + body))
     X-Gpupool-Delivery: 8812                   (the same on every try of one delivery)
+    Idempotency-Key: 0b6f…                     (a UUID, the same on every try of one delivery)
 
 A receiver recomputes the signature over the raw body, compares in constant time, and refuses
 a timestamp older (or newer) than a few minutes: a captured request replayed later fails,
@@ -21,6 +22,9 @@ import time
 TIMESTAMP_HEADER = "X-Gpupool-Timestamp"
 SIGNATURE_HEADER = "X-Gpupool-Signature"
 DELIVERY_HEADER = "X-Gpupool-Delivery"
+# The name of the IETF draft (draft-ietf-httpapi-idempotency-key-header) that our own REST API
+# reads on a job submit: a receiver that processes each key once can take every retry.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 TOLERANCE_SECONDS = 300
 
 

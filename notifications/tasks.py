@@ -15,7 +15,8 @@ from notifications.outbox import backoff_seconds, deliveries_sweep, delivery_sen
 def deliver(self: Any, delivery_id: int) -> str | None:
     """Send one delivery; a failure that may pass is retried by Celery after the delivery's
     backoff (BACKOFF × 2^(tries-1)). ``acks_late`` is off on purpose: a worker killed
-    mid-send must not get the message back (the lease and the sweep decide, at most once)."""
+    mid-send must not get the message back from the broker, whose redelivery counts nothing;
+    the lease and the sweep decide whether a send in doubt is made again, and how often."""
     state = delivery_send(delivery_id)
     if state == DeliveryState.PENDING:
         attempts = Delivery.objects.filter(pk=delivery_id).values_list("attempts", flat=True)

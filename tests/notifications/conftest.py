@@ -4,6 +4,7 @@ that checks the webhook signature, both on 127.0.0.1, each in a thread of the te
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -19,6 +20,7 @@ from aiosmtpd.controller import Controller
 
 from notifications.signing import (
     DELIVERY_HEADER,
+    IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     signature_verify,
@@ -40,10 +42,18 @@ class _Inbox:
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.recipients: list[list[str]] = []
+        # When set: keep the message, then wait for it before answering (a sender killed
+        # meanwhile leaves a message that arrived but was never confirmed to it).
+        self.hold: threading.Event | None = None
+        self.arrived = threading.Event()
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.recipients.append(list(envelope.rcpt_tos))
         self.messages.append(message_from_bytes(envelope.original_content))
+        self.arrived.set()
+        hold = self.hold
+        if hold is not None:  # in a thread: the server's event loop keeps serving others
+            await asyncio.to_thread(hold.wait, 30)
         return "250 Message accepted for delivery"
 
 
@@ -55,6 +65,22 @@ class SmtpServer:
     @property
     def messages(self) -> list[Message]:
         return self.inbox.messages
+
+    @property
+    def arrived(self) -> threading.Event:
+        return self.inbox.arrived
+
+    def hold(self) -> threading.Event:
+        """From now on each message is kept, then answered only once the event returned is
+        set (or after 30 s)."""
+        self.inbox.hold = threading.Event()
+        return self.inbox.hold
+
+    def release(self) -> None:
+        """Answer the held message, and hold no more."""
+        if self.inbox.hold is not None:
+            self.inbox.hold.set()
+        self.inbox.hold = None
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Message]:
         deadline = time.monotonic() + timeout
@@ -80,6 +106,8 @@ def smtp_server(settings: Any) -> Iterator[SmtpServer]:
     try:
         yield SmtpServer(port, inbox)
     finally:
+        if inbox.hold is not None:
+            inbox.hold.set()
         controller.stop()
 
 
@@ -132,7 +160,13 @@ def receiver() -> Iterator[Receiver]:
             )
             headers = {
                 k: self.headers.get(k, "")
-                for k in (TIMESTAMP_HEADER, SIGNATURE_HEADER, DELIVERY_HEADER, "Content-Type")
+                for k in (
+                    TIMESTAMP_HEADER,
+                    SIGNATURE_HEADER,
+                    DELIVERY_HEADER,
+                    IDEMPOTENCY_HEADER,
+                    "Content-Type",
+                )
             }
             state.received.append(Received(headers, body, ok))
             state.arrived.set()
