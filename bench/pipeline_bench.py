@@ -14,7 +14,10 @@ moment the worker recorded its Volcano Job as created; a job counts as created o
 holds its Volcano Job (listed back with the official client at the end), and the jobs left
 behind are printed with their state and fail the goal line. Printed: sustained jobs/s (all jobs
 over the time from the first request to the last create), p50/p90/p99/max latency, and the CPU
-seconds each part used per job, so a change can be judged on a busy machine too.
+seconds each part used per job, so a change can be judged on a busy machine too. Then its floor,
+measured in the same run: the same Volcano Jobs created straight through the official client
+from as many threads as the workers have, with no portal at all, and the pipeline's ratios to it
+(jobs/s, and the portal's CPU per job against the client's per bare create).
 
 Why batches by default: on this 2-core machine one ``POST /api/v1/jobs/`` costs several ms of
 gunicorn CPU (DRF, auth, throttle, validation; ``bench/submit_bench.py`` prints it), so single
@@ -319,7 +322,68 @@ def print_stuck(by_pk: dict[int, str], created: dict[int, Any], on_cluster: set[
         print(f"    … and {len(rows) - 10} more")
 
 
-def report(args: argparse.Namespace, sent: Sent, used: dict[str, float], kubeconfig: Path) -> bool:
+@dataclass
+class Floor:
+    """The bare cost of the pipeline's result: the same Volcano Jobs created straight through
+    the official client, measured in the same run."""
+
+    creates: int
+    per_s: float
+    client_ms: float
+    kubesim_ms: float
+
+
+def bare_creates(kubeconfig: Path, *, count: int, threads: int, kubesim_pid: int) -> Floor:
+    """Create ``count`` copies of the spec of a Volcano Job the pipeline created, under new
+    names, from ``threads`` threads of this process: what the pipeline's result costs with no
+    portal at all. The CPU per create is this process's (the client) and kubesim's."""
+    import copy
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client, config
+
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+    group, version, namespace, plural = "batch.volcano.sh", "v1alpha1", "gpupool", "jobs"
+    listed = api.list_namespaced_custom_object(group, version, namespace, plural, limit=1)
+    template = listed["items"][0]
+    template.pop("status", None)
+    template["metadata"] = {}  # no labels: nothing of the portal's watches these
+    bodies = []
+    for i in range(count):
+        body = copy.deepcopy(template)
+        body["metadata"]["name"] = f"floor-{i}"
+        bodies.append(body)
+    cpu = Cpu({"kubesim": [kubesim_pid]})
+    before, c0, t0 = cpu.sample(), time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(
+            pool.map(
+                lambda b: api.create_namespaced_custom_object(group, version, namespace, plural, b),
+                bodies,
+            )
+        )
+    wall, client_s = time.perf_counter() - t0, time.process_time() - c0
+    kubesim_s = cpu_used(before, cpu.sample()).get("kubesim", 0.0)
+    return Floor(count, count / wall, client_s * 1e3 / count, kubesim_s * 1e3 / count)
+
+
+def print_floor(floor: Floor, rate: float, portal_ms: float) -> None:
+    print(
+        f"  floor: {floor.creates:,} bare creates of the same Volcano Job through the official "
+        f"client: {floor.per_s:,.0f}/s, CPU ms per create: client {floor.client_ms:.2f}   "
+        f"kubesim {floor.kubesim_ms:.2f}"
+    )
+    print(
+        f"  pipeline / floor: jobs/s {rate / floor.per_s:.2f}; portal CPU per job (gunicorn, "
+        f"workers, postgres) {portal_ms:.2f} ms = {portal_ms / floor.client_ms:.1f} x the "
+        "client's per bare create"
+    )
+
+
+def report(
+    args: argparse.Namespace, sent: Sent, used: dict[str, float], kubeconfig: Path
+) -> tuple[bool, float, float]:
+    """Print the run's figures; (every job created, jobs/s, portal CPU ms per job)."""
     from django.db.models import Count
 
     from portal.models import Job
@@ -350,7 +414,7 @@ def report(args: argparse.Namespace, sent: Sent, used: dict[str, float], kubecon
     print(f"  {calibration_line()}")
     if not latencies:
         print("  no job reached its Volcano Job")
-        return False
+        return False, 0.0, 0.0
     finish = max(at.timestamp() for at in created.values())
     elapsed = finish - sent.began
     rate = len(latencies) / elapsed
@@ -375,7 +439,8 @@ def report(args: argparse.Namespace, sent: Sent, used: dict[str, float], kubecon
         f"  goal >= {GOAL_JOBS_PER_S:.0f} jobs/s, p50 < {GOAL_P50_S:.0f} s, "
         f"p99 < {GOAL_P99_S:.0f} s, every job created: {'ok' if ok else 'MISSED'}"
     )
-    return len(latencies) == count
+    portal = sum(used.get(p, 0.0) for p in ("gunicorn", "workers", "postgres"))
+    return len(latencies) == count, rate, portal * 1e3 / len(latencies)
 
 
 def main() -> int:
@@ -426,7 +491,15 @@ def main() -> int:
                     _submit_all(port, tokens, jobs=jobs, batch=args.batch, arrival=args.arrival)
                 )
                 after = wait_for_creates(list(sent.due), max(120.0, jobs / 20), cpu)
-                ok = report(args, sent, cpu_used(before, after), kubeconfig)
+                ok, rate, portal_ms = report(args, sent, cpu_used(before, after), kubeconfig)
+                if rate:
+                    floor = bare_creates(
+                        kubeconfig,
+                        count=min(jobs, 2000),
+                        threads=args.workers * args.concurrency,
+                        kubesim_pid=kubesim.pid,
+                    )
+                    print_floor(floor, rate, portal_ms)
         finally:
             dispatch_bench.stop(procs)
             flush_redis()
