@@ -66,3 +66,32 @@ def test_a_built_event_saves_and_reads_back(bob):
 def test_an_unknown_field_is_refused_as_the_constructor_does():
     with pytest.raises(TypeError, match="unexpected keyword 'colour'"):
         model_build(Job, colour="red")
+
+
+def test_a_row_inserted_with_its_empty_values_written_as_literals_reads_back_the_same(bob):
+    """``insert_with_child`` writes NULL, '', 0, true and false into the SQL itself."""
+    from portal.db import insert_with_child
+
+    now = timezone.now()
+    job = model_build(
+        Job,
+        team=TeamFactory(),
+        owner=bob,
+        name="literals",
+        image="i:1",
+        cpu_millicores=0,  # 0
+        memory_mib=1024,
+        max_runtime_seconds=60,
+        requires_bf16=True,  # true
+        allow_fallback=False,  # false
+        pending_reason="",  # ''
+        port=None,  # NULL
+        state=JobState.QUEUED,
+        state_changed_at=now,
+        submitted_at=now,
+    )
+    event = model_build(JobEvent, created_at=now, to_state="QUEUED", reason="Submitted")
+    insert_with_child(job, event, fk="job")
+    stored = Job.objects.get(pk=job.pk)
+    assert _fields(stored) == _fields(job)
+    assert JobEvent.objects.get(job=job).reason == "Submitted"
