@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Subquery
 from django.utils import timezone
 
 from portal.models import Job, JobEvent
@@ -34,12 +35,17 @@ class Outcome:
 
 def job_event_record(job: Job, reason: str, message: str, *, at: dt.datetime | None = None) -> None:
     """A fact about a job that does not change its state (from_state == to_state), at ``at``
-    (the moment the fact was decided, where times are measured from it), else now."""
+    (the moment the fact was decided, where times are measured from it), else now.
+
+    The state is the row's as the event is inserted, read by the insert itself, not the
+    caller's copy: a dispatch that made an inference job's endpoint still held the job it
+    loaded ADMITTED, and its ``Endpoint`` event said ADMITTED on a job already RUNNING."""
+    state_now = Subquery(Job.objects.filter(pk=job.pk).values("state")[:1])
     JobEvent.objects.create(
         job_id=job.pk,
         created_at=at or timezone.now(),
-        from_state=job.state,
-        to_state=job.state,
+        from_state=state_now,
+        to_state=state_now,
         reason=reason[:64],
         message=message,
     )

@@ -57,7 +57,7 @@ from clusters.services import (
     ClusterUnavailable,
     cluster_client,
 )
-from clusters.serving import endpoint_ready_apply
+from clusters.serving import endpoint_ready_apply, serving_withdraw
 from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import TERMINAL_STATES, Job, JobState
 
@@ -266,14 +266,27 @@ def job_status_apply(
             phase=view.phase, uid=view.uid or record.uid, seen_at=now
         )
     if gone and (view is None or view.phase not in TERMINAL_PHASES):
-        return _vanished_apply(job, view, record, now)
+        return _endpoint_withdrawn(job, _vanished_apply(job, view, record, now))
     assert view is not None
     was_running = job.state == S.RUNNING
     if (view.phase in RUNNING_PHASES or view.phase in TERMINAL_PHASES) and job.state == S.SUBMITTED:
         _start(job, view, now)
     if view.phase in TERMINAL_PHASES:
-        return _end_apply(job, view, record, now)
+        return _endpoint_withdrawn(job, _end_apply(job, view, record, now))
     return _phase_note(job, view, record, was_running=was_running)
+
+
+def _endpoint_withdrawn(job: Job, outcome: StatusOutcome) -> StatusOutcome:
+    """An inference job that ended loses its Service and Ingress as its end is seen (the
+    watch's latency), whichever way it ended; returns ``outcome``.
+
+    Only a cancel or a preemption used to delete them at once (``clusters.teardown``): an
+    ended Volcano Job stays for its logs, so its owner reference keeps them too, and a job
+    that succeeded or failed kept a reachable endpoint until the next cluster reconcile. A
+    failed delete is left to that reconcile (``serving_reconcile``)."""
+    if job.serves:
+        serving_withdraw(job=job)
+    return outcome
 
 
 def _stop_apply(job: Job, *, gone: bool, now: dt.datetime) -> StatusOutcome:
@@ -284,11 +297,11 @@ def _stop_apply(job: Job, *, gone: bool, now: dt.datetime) -> StatusOutcome:
         if not gone:
             return StatusOutcome.CANCELLING
         cancelling_end(job_id=job.pk, message="The Volcano Job was deleted.", now=now)
-        return StatusOutcome.CANCELLED
+        return _endpoint_withdrawn(job, StatusOutcome.CANCELLED)
     if not gone:
         return StatusOutcome.PREEMPTING
     preempting_end(job_id=job.pk, now=now)
-    return StatusOutcome.REQUEUED
+    return _endpoint_withdrawn(job, StatusOutcome.REQUEUED)
 
 
 def _vanished_apply(

@@ -5,6 +5,7 @@ page and in the REST view, and the objects deleted when the job is cancelled or 
 from __future__ import annotations
 
 import pytest
+from django.db.models import F
 
 from clusters import volcano
 from clusters.tasks import cluster_reconcile_and_enqueue
@@ -121,14 +122,28 @@ def test_on_an_ingress_cluster_the_job_gets_its_host_and_a_finished_job_loses_bo
     endpoint = _endpoint(api_as, bob, job)
     assert (endpoint["url"], endpoint["kind"]) == (f"https://{host}", "ingress")
 
-    # The server exits 0: the job succeeds, and the next reconcile takes its endpoint down
-    # (an ended Volcano Job stays for its logs, so the owner reference alone would not).
+    # The endpoint event is on the timeline in the state the job was in when it was made,
+    # not the ADMITTED the dispatcher had loaded.
+    endpoint_event = JobEvent.objects.get(job_id=job.pk, reason="Endpoint")
+    state_then = (
+        JobEvent.objects.filter(job_id=job.pk, id__lt=endpoint_event.pk)
+        .exclude(from_state=F("to_state"))
+        .order_by("-id")
+        .values_list("to_state", flat=True)
+        .first()
+    )
+    assert (endpoint_event.from_state, endpoint_event.to_state) == (state_then, state_then)
+    assert state_then in (JobState.SUBMITTED, JobState.RUNNING)
+
+    # The server exits 0: the job succeeds, and its endpoint goes with the watch's news, not
+    # at the next reconcile (an ended Volcano Job stays for its logs, so the owner reference
+    # alone would keep the Service and the Ingress).
     sim.advance(10)
     wait_state(job, JobState.SUCCEEDED)
-    assert sim.get("services", name, NS) is not None
-    cluster_reconcile_and_enqueue(cluster=ingress_cluster)
-    assert sim.get("services", name, NS) is None
-    assert sim.get("ingresses", name, NS) is None
+    assert wait_for(lambda: sim.get("services", name, NS) is None, timeout=5)
+    assert wait_for(lambda: sim.get("ingresses", name, NS) is None, timeout=5)
+    removed = JobEvent.objects.get(job_id=job.pk, reason="EndpointRemoved")
+    assert (removed.from_state, removed.to_state) == (JobState.SUCCEEDED, JobState.SUCCEEDED)
     assert _endpoint(api_as, bob, job) == {
         "url": None,
         "kind": None,
@@ -153,3 +168,21 @@ def test_a_service_the_api_server_refuses_once_is_made_by_the_reconcile(
     cluster_reconcile_and_enqueue(cluster=cluster)
     assert sim.get("services", _service_name(job), NS) is not None
     assert Job.objects.get(pk=job.pk).endpoint_url.endswith(":8000")
+
+
+def test_an_inference_job_stopped_at_its_max_runtime_loses_its_service_as_the_watch_sees_it(
+    sim, cluster, admit, watchers
+):
+    """Whichever way the job ends: here the kubelet stops its server at the max runtime
+    (activeDeadlineSeconds) and the job FAILS."""
+    watchers.start(cluster)
+    job = _inference(admit, cluster, max_runtime_seconds=60)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    assert wait_for(lambda: sim.get("services", _service_name(job), NS))
+    sim.advance(3)
+    wait_state(job, JobState.RUNNING)
+    sim.advance(65)
+    wait_state(job, JobState.FAILED)
+    assert wait_for(lambda: sim.get("services", _service_name(job), NS) is None, timeout=5)
+    assert wait_for(lambda: Job.objects.get(pk=job.pk).endpoint_url == "", timeout=5)
