@@ -52,7 +52,10 @@ __all__ = [
     "InventoryResult",
     "hami_devices",
     "inventory_sync",
+    "node_ready",
     "node_rows_from",
+    "node_schedulable",
+    "node_trouble",
     "shared_memory_mib",
 ]
 
@@ -215,14 +218,18 @@ def _is_gpu_resource(name: str) -> bool:
     return name in WHOLE_GPU_RESOURCES or name.startswith(MIG_PREFIX)
 
 
-def _ready(node: dict[str, Any]) -> bool:
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """Whether the node's Ready condition is True (False for NotReady and for Unknown, the
+    kubelet silent)."""
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return False
 
 
-def _schedulable(node: dict[str, Any], *, tolerate_gpu_taint: bool) -> bool:
+def node_schedulable(node: Mapping[str, Any], *, tolerate_gpu_taint: bool) -> bool:
+    """Whether the scheduler may place new replicas here: not cordoned, and no NoSchedule or
+    NoExecute taint the portal's pods do not tolerate."""
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return False
@@ -233,6 +240,30 @@ def _schedulable(node: dict[str, Any], *, tolerate_gpu_taint: bool) -> bool:
             continue
         return False
     return True
+
+
+def node_trouble(node: Mapping[str, Any], *, tolerate_gpu_taint: bool = True) -> str:
+    """Why a portal replica can no longer run on ``node``, or "" when it can
+    (``clusters.node_failure`` moves the jobs off such a node).
+
+    Its Ready condition is not True (NotReady, or Unknown when the kubelet stopped reporting);
+    it is cordoned (``spec.unschedulable``, how ``kubectl drain`` starts: its evictions
+    follow); or it carries a ``NoExecute`` taint the portal's pods do not tolerate (the node
+    lifecycle controller's ``node.kubernetes.io/unreachable``). A ``NoSchedule`` taint alone
+    is not trouble: it keeps new pods away and leaves running ones be.
+    """
+    spec = node.get("spec") or {}
+    if not node_ready(node):
+        return "is NotReady"
+    if spec.get("unschedulable"):
+        return "was cordoned (drain)"
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") != "NoExecute":
+            continue
+        if tolerate_gpu_taint and taint.get("key") == GPU_TAINT:
+            continue
+        return f"has the taint {taint.get('key')}:NoExecute"
+    return ""
 
 
 def _pod_gpu_requests(pod: dict[str, Any]) -> dict[str, int]:
@@ -308,8 +339,8 @@ def node_rows_from(
         parent = catalog.whole(labels, gpu_label)
         product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT) or labels.get(gpu_label, "")
         mig = {r: _count(allocatable.get(r, 0)) for r in resources if r.startswith(MIG_PREFIX)}
-        ready = _ready(node)
-        schedulable = _schedulable(node, tolerate_gpu_taint=tolerate_gpu_taint)
+        ready = node_ready(node)
+        schedulable = node_schedulable(node, tolerate_gpu_taint=tolerate_gpu_taint)
         taints = list((node.get("spec") or {}).get("taints") or [])
         if shared is not None:
             # The node's devices are split between pods: one row of GiB, and no whole GPUs.
@@ -364,6 +395,10 @@ class InventoryResult:
     rows: int = 0
     unknown: int = 0
     removed: int = 0
+    troubled: dict[str, str] = field(default_factory=dict)
+    """GPU node → why a replica can no longer run there (:func:`node_trouble`): the caller
+    moves the jobs planned there (``clusters.node_failure``), the backstop of the nodes
+    watch."""
 
 
 _FIELDS = (
@@ -450,7 +485,19 @@ def inventory_sync(*, cluster: Cluster) -> InventoryResult:
     node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk)
     unknown = sum(1 for r in rows if r.model_pk is None)
     gpu_nodes = len({r.name for r in rows})
+    troubled = {
+        name: trouble
+        for node in nodes
+        if (name := str((node.get("metadata") or {}).get("name") or ""))
+        and (trouble := node_trouble(node, tolerate_gpu_taint=cluster.tolerate_gpu_taint))
+    }
     message = f"{gpu_nodes} GPU nodes ({len(rows)} GPU resources, {unknown} unknown products)"
     return InventoryResult(
-        ok=True, message=message, nodes=gpu_nodes, rows=len(rows), unknown=unknown, removed=removed
+        ok=True,
+        message=message,
+        nodes=gpu_nodes,
+        rows=len(rows),
+        unknown=unknown,
+        removed=removed,
+        troubled=troubled,
     )

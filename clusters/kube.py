@@ -406,6 +406,9 @@ class KubeClient:
     def list_nodes(self) -> list[dict[str, Any]]:
         return self._list("listing nodes", self.core.list_node)
 
+    def list_nodes_with_version(self) -> tuple[list[dict[str, Any]], str]:
+        return self._list_rv("listing nodes", self.core.list_node)
+
     def list_pods(
         self, *, label_selector: str | None = None, field_selector: str | None = None
     ) -> list[dict[str, Any]]:
@@ -857,17 +860,19 @@ class KubeClient:
         timeout_seconds: int = 300,
         stop: threading.Event | None = None,
     ) -> Iterator[WatchEvent]:
-        """Events after ``resource_version`` (``jobs`` or ``pods``, all namespaces).
+        """Events after ``resource_version`` (``jobs`` or ``pods``, all namespaces; ``nodes``).
 
         Ends when the server closes the stream (``timeout_seconds``) or ``stop`` is set.
-        Raises :class:`KubeError` with ``gone`` for 410 (the version is too old: relist).
+        Raises :class:`KubeError` with ``gone`` for 410 (the version is too old: relist). An
+        empty ``label_selector`` follows every object (nodes carry no portal label).
         """
         kwargs: dict[str, Any] = {
-            "label_selector": label_selector,
             "watch": True,
             "allow_watch_bookmarks": True,
             "timeout_seconds": timeout_seconds,
         }
+        if label_selector:
+            kwargs["label_selector"] = label_selector
         if resource_version:
             kwargs["resource_version"] = resource_version
         if resource == "jobs":
@@ -875,6 +880,8 @@ class KubeClient:
             args: tuple[Any, ...] = (JOB_GROUP, JOB_VERSION, JOB_PLURAL)
         elif resource == "pods":
             fn, args = self.core.list_pod_for_all_namespaces, ()
+        elif resource == "nodes":
+            fn, args = self.core.list_node, ()
         else:
             raise ValueError(f"cannot watch {resource!r}")
         what = f"watching {resource}"

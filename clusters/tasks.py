@@ -26,6 +26,7 @@ from clusters import (
     deadlines,
     dispatch,
     inventory,
+    node_failure,
     queues,
     reconcile,
     redrive,
@@ -158,6 +159,11 @@ def sync_inventory(cluster_id: int) -> str:
             return "cluster busy: the next sync reads it"
         result = inventory.inventory_sync(cluster=cluster)
     if result.ok:
+        # The backstop of the nodes watch: jobs on nodes in trouble move now, not after the
+        # unschedulable bound (``clusters.node_failure``).
+        evict_job_enqueue_many(
+            node_failure.node_failure_requeue(cluster=cluster, troubled=result.troubled)
+        )
         _request_cycle()
     return result.message
 

@@ -34,11 +34,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
+from clusters.node_failure import node_failure_requeue, node_rows_mark
 from clusters.observed import job_view, pod_view
 from clusters.services import ClusterUnavailable, cluster_client
 from clusters.status import job_status_apply, pods_apply
+from clusters.tasks import evict_job_enqueue_many
 from portal.logs import log_context
 from portal.models import Job, JobState
 
@@ -46,7 +49,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ResourceWatcher", "WatchSupervisor", "watch_lease_take"]
 
-RESOURCES = ("jobs", "pods")
+# Nodes too: a node that fails under a job moves the job within a second
+# (``clusters.node_failure``), where the inventory's sync would take up to a minute.
+RESOURCES = ("jobs", "pods", "nodes")
 # A lease is renewed every RENEW_EVERY_SECONDS by the supervisor of a live watcher process, so
 # one whose process died is taken over this long after its last renewal at most.
 LEASE_SECONDS = 6
@@ -108,6 +113,8 @@ class ResourceWatcher:
         self.events = 0
         self.relists = 0
         self._pods_seen: dict[str, tuple[str, frozenset[str]]] = {}
+        # Node name → (trouble, schedulable): a node's heartbeats change nothing we act on.
+        self._nodes_seen: dict[str, tuple[str, bool]] = {}
         # Job events that came before their job was recorded SUBMITTED: the latest per job.
         self._early: dict[uuid.UUID, tuple[float, WatchEvent]] = {}
         self._early_lock = threading.Lock()
@@ -170,7 +177,7 @@ class ResourceWatcher:
         try:
             for event in self.client.watch(
                 self.resource,
-                label_selector=volcano.managed_selector(),
+                label_selector=self._selector(),
                 resource_version=version,
                 timeout_seconds=self.watch_timeout,
                 stop=self.stop,
@@ -206,11 +213,18 @@ class ResourceWatcher:
             )
         )
 
+    def _selector(self) -> str:
+        """Nodes carry no portal label: their watch follows every node."""
+        return "" if self.resource == "nodes" else volcano.managed_selector()
+
     def _relist(self, cluster: Cluster) -> str:
         """Apply the current state of every object, and return the list's resourceVersion."""
         assert self.client is not None
         selector = volcano.managed_selector()
-        if self.resource == "jobs":
+        if self.resource == "nodes":
+            items, version = self.client.list_nodes_with_version()
+            self._nodes_seen.clear()
+        elif self.resource == "jobs":
             items, version = self.client.list_jobs_with_version(label_selector=selector)
         else:
             items, version = self.client.list_pods_with_version(label_selector=selector)
@@ -253,7 +267,35 @@ class ResourceWatcher:
             .first()
         )
 
+    def _apply_node(self, cluster: Cluster, event: WatchEvent) -> None:
+        """A node's health onto its inventory rows, and its jobs off it when it is in trouble
+        (``clusters.node_failure``); only when what we act on changed."""
+        node = event.object
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        if event.type == "DELETED":
+            trouble, schedulable = "was deleted", False
+        else:
+            trouble = node_trouble(node, tolerate_gpu_taint=cluster.tolerate_gpu_taint)
+            schedulable = node_schedulable(node, tolerate_gpu_taint=cluster.tolerate_gpu_taint)
+        if self._nodes_seen.get(name) == (trouble, schedulable):
+            return
+        self._nodes_seen[name] = (trouble, schedulable)
+        node_rows_mark(
+            cluster=cluster,
+            name=name,
+            ready=event.type != "DELETED" and node_ready(node),
+            schedulable=schedulable,
+            taints=list((node.get("spec") or {}).get("taints") or []),
+        )
+        if trouble:
+            evict_job_enqueue_many(node_failure_requeue(cluster=cluster, troubled={name: trouble}))
+
     def _apply(self, cluster: Cluster, event: WatchEvent) -> None:
+        if self.resource == "nodes":
+            self._apply_node(cluster, event)
+            return
         if self.resource == "jobs":
             view = job_view(event.object)
             if view is None:

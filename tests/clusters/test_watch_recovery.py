@@ -63,7 +63,7 @@ def _held_by(cluster: Any, proc: subprocess.Popen[bytes]) -> bool:
     return (
         len(holders) == 1
         and f":{proc.pid}:" in next(iter(holders))
-        and len(ClusterWatch.objects.filter(cluster=cluster)) == 2
+        and len(ClusterWatch.objects.filter(cluster=cluster)) == 3  # jobs, pods, nodes
     )
 
 

@@ -1,0 +1,147 @@
+"""A node that fails under a running job moves the job to a healthy node within seconds.
+
+Each replica is pinned to its planned node, so a job whose node went NotReady (or was cordoned
+for a drain) used to wait, RUNNING, for the unschedulable bound (ten minutes) before it was
+requeued, and the requeue used up one of its allowed requeues. Now the nodes watch ends the
+attempt at once: PREEMPTING (reason ``NodeFailure``), its Volcano Job deleted, QUEUED with its
+submit time and its attempt history kept, and the next cycle places it on the healthy node.
+
+End to end on kubesim over HTTPS: the real watchers (jobs, pods, nodes), the real Celery
+worker (eviction, dispatch), the real scheduling cycle; kubesim's clock is frozen, so every
+wait here is the portal's own reaction time, never a timer of the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clusters import volcano
+from clusters.node_failure import NODE_FAILURE_REASON
+from portal.jobs.attempts import job_attempts
+from portal.jobs.services import job_submit
+from portal.models import Job, JobEvent, JobState
+from scheduling.cycle import run_cycle
+from scheduling.models import GpuModel, Quota
+from tests.clusters.conftest import two_a100, wait_deleted, wait_for, wait_state
+from tests.conftest import job_body
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+S = JobState
+
+
+@pytest.fixture
+def sim_config() -> dict[str, Any]:
+    return two_a100(defaultDurationSeconds=3600)
+
+
+@pytest.fixture
+def quota(vision: Any) -> None:
+    Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=16)
+
+
+def _bound(sim: Any, job: Job) -> list[str]:
+    name = volcano.volcano_job_name(str(job.public_id))
+    return sorted(
+        p["spec"]["nodeName"]
+        for p in sim.job_pods("gpupool", name)
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+def _running_on_one_node(sim: Any, cluster: Any, bob: Any) -> tuple[Job, str]:
+    """A job of 8 GPUs, admitted by the cycle, dispatched by the worker, RUNNING on one of the
+    two 8-GPU nodes; the other node is free."""
+    job = job_submit(user=bob, data=job_body(replicas=1, gpus_per_replica=8)).job
+    assert run_cycle().admitted == [job.pk]
+    wait_state(job, S.SUBMITTED)
+    sim.advance(3)
+    wait_state(job, S.RUNNING)
+    job.refresh_from_db()
+    assert _bound(sim, job) == job.node_plan and len(job.node_plan) == 1
+    return job, job.node_plan[0]
+
+
+def _moved_and_running_elsewhere(sim: Any, job: Job, failed: str) -> Job:
+    """The portal ends the attempt, requeues the job, and runs it on the other node."""
+    wait_state(job, S.PREEMPTING, S.QUEUED, S.ADMITTED, S.SUBMITTED, S.RUNNING, timeout=10)
+    wait_deleted(sim, job, S.QUEUED, S.ADMITTED, S.SUBMITTED, S.RUNNING)
+
+    def placed() -> bool:
+        if Job.objects.get(pk=job.pk).state == S.QUEUED:
+            run_cycle()  # the worker's cycle may have placed it already
+        return Job.objects.get(pk=job.pk).state in (S.SUBMITTED, S.RUNNING)
+
+    assert wait_for(placed), f"job stayed {Job.objects.get(pk=job.pk).state}"
+    sim.advance(3)
+    wait_state(job, S.RUNNING)
+    job.refresh_from_db()
+    other = {"a100-0": "a100-1", "a100-1": "a100-0"}[failed]
+    assert job.node_plan == [other]
+    assert wait_for(lambda: _bound(sim, job) == [other])
+    return job
+
+
+def _entered(job: Job, state: JobState) -> JobEvent:
+    """The one event that moved the job into ``state`` from a running attempt (facts noted
+    meanwhile stay in it; the submit's QUEUED comes from nothing)."""
+    return JobEvent.objects.exclude(from_state__in=(state, "")).get(job_id=job.pk, to_state=state)
+
+
+def _requeue_not_counted(job: Job, submitted_at: Any) -> None:
+    """Submit time and attempt history kept; the requeue spent none of the user's budget."""
+    assert job.submitted_at == submitted_at
+    stop = _entered(job, S.PREEMPTING)
+    assert stop.reason == NODE_FAILURE_REASON
+    assert "counts against neither its retries nor its requeues" in stop.message
+    requeued = _entered(job, S.QUEUED)
+    assert requeued.reason == "Requeued"
+    assert job.preemption_count == 0
+    attempts = job_attempts(job)
+    assert [(a.number, a.current) for a in attempts] == [(1, False), (2, True)]
+    assert attempts[0].end_reason == "Requeued" and attempts[0].started_at is not None
+
+
+def test_a_job_on_a_node_that_goes_not_ready_runs_on_the_free_node_in_seconds(
+    sim, cluster, quota, bob, watchers
+):
+    watchers.start(cluster, "jobs", "pods", "nodes")
+    job, node = _running_on_one_node(sim, cluster, bob)
+    submitted_at = job.submitted_at
+
+    sim.node_not_ready(node)
+    job = _moved_and_running_elsewhere(sim, job, node)
+    _requeue_not_counted(job, submitted_at)
+    stop = _entered(job, S.PREEMPTING)
+    assert f"node {node} is NotReady" in stop.message
+
+
+def test_a_job_on_a_node_cordoned_for_a_drain_runs_on_the_free_node_in_seconds(
+    sim, cluster, quota, bob, watchers
+):
+    watchers.start(cluster, "jobs", "pods", "nodes")
+    job, node = _running_on_one_node(sim, cluster, bob)
+    submitted_at = job.submitted_at
+
+    sim.cordon(node)
+    job = _moved_and_running_elsewhere(sim, job, node)
+    _requeue_not_counted(job, submitted_at)
+    stop = _entered(job, S.PREEMPTING)
+    assert f"node {node} was cordoned (drain)" in stop.message
+
+
+def test_the_inventory_sync_moves_a_job_off_a_node_that_failed_while_no_watch_ran(
+    sim, cluster, quota, bob, watchers
+):
+    from clusters.tasks import sync_inventory
+
+    watchers.start(cluster)  # jobs and pods only: the node's change is not seen as it happens
+    job, node = _running_on_one_node(sim, cluster, bob)
+    sim.node_not_ready(node, mode="fail")
+    sim.advance(1)
+    assert Job.objects.get(pk=job.pk).state == S.RUNNING
+    sync_inventory(cluster.pk)  # the beat's task, run here: no slot is awaited
+    job = _moved_and_running_elsewhere(sim, job, node)
+    _requeue_not_counted(job, job.submitted_at)
