@@ -141,3 +141,65 @@ def test_events_of_a_job_that_ran_before_its_dispatch_was_recorded_apply_once_it
     wait_state(job, JobState.SUCCEEDED, timeout=10)
     reasons = list(job.events.order_by("created_at", "id").values_list("reason", flat=True))
     assert reasons[-3:] == ["Adopted", "Running", "Succeeded"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A watcher that takes over catches up by itself
+# ---------------------------------------------------------------------------------------------
+def test_a_watcher_that_takes_over_lists_and_ends_a_job_that_finished_while_none_watched(
+    sim, cluster, admit, watchers
+):
+    """The killed watcher had seen the job's end while its dispatch was not yet recorded, kept
+    that event in memory and saved a version past it: replaying from the stored version
+    brings nothing back. Its successor lists first and applies what it finds, without waiting
+    for the periodic reconcile."""
+    (first,) = watchers.start(cluster, "jobs")
+    job = admit(cluster, command=["sh", "-c", "sleep 5"])
+    _, manifest = job_manifest(Job.objects.select_related("cluster", "gpu_model", "team").get(
+        pk=job.pk))  # fmt: skip
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", "gpupool", "jobs", manifest
+    )
+    api.close()
+    sim.advance(3)
+    sim.advance(10)
+    assert wait_for(lambda: first._early, timeout=10)  # seen, and kept in memory only
+    watchers.stop()  # the watcher dies; the version it got to stays on the row
+    assert ClusterWatch.objects.get(cluster=cluster, resource="jobs").resource_version
+    assert job_dispatch(job_id=job.pk).done  # recorded SUBMITTED (adopted) while none watches
+    assert Job.objects.get(pk=job.pk).state == JobState.SUBMITTED
+
+    (successor,) = watchers.start(cluster, "jobs")
+    wait_state(job, JobState.SUCCEEDED, timeout=10)  # no reconcile runs
+    assert successor.lists == 1
+    reasons = list(job.events.order_by("created_at", "id").values_list("reason", flat=True))
+    assert reasons[-2:] == ["Running", "Succeeded"]
+
+
+def test_a_watch_that_broke_lists_on_resume_and_catches_up(sim, cluster, admit, watchers):
+    """A watch that fails (a frozen API server's read timeout, a 5xx) is resumed with a list:
+    a Volcano Job deleted while its events were lost fails its job within the watcher's
+    backoff, not at the next reconcile."""
+    (jobs_watcher,) = watchers.start(cluster, "jobs", timeout=1)
+    job = admit(cluster)
+    assert job_dispatch(job_id=job.pk).done
+    wait_state(job, JobState.SUBMITTED)
+    assert wait_for(lambda: jobs_watcher.lists == 1)
+    # Its events are lost from now on, and its next watch request fails.
+    sim.faults.drop_watch_events(resource="jobs", count=-1)
+    broken = sim.faults.add(verb="watch", resource="jobs", status=500, count=1)
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    k8s.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", "gpupool", "jobs", _name(job)
+    )
+    api.close()
+    wait_state(job, JobState.FAILED, timeout=15)
+    assert broken.hits == 1 and jobs_watcher.lists >= 2
+    assert job.events.filter(reason="VolcanoJobDeleted").exists()
+
+
+def _name(job: Any) -> str:
+    from clusters import volcano
+
+    return volcano.volcano_job_name(str(job.public_id))
