@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.soak import scenarios  # noqa: E402
+from tests.soak import scenarios, stack_faults  # noqa: E402
 from tests.soak.harness import World  # noqa: E402
 
 # What the stack runs with besides the production defaults, and why.
@@ -46,6 +46,7 @@ SCENARIOS: dict[str, Callable[[World, scenarios.Tier], object]] = {
     "postgres-restart": scenarios.postgres_restart,
     "cluster-faults": scenarios.cluster_faults,
     "quota-race": scenarios.quota_race,
+    "web-kills": stack_faults.web_kills,
 }
 
 HEADER = (
