@@ -45,8 +45,12 @@ SCENARIOS: dict[str, Callable[[World, scenarios.Tier], object]] = {
     "redis-restart": scenarios.redis_restart,
     "postgres-restart": scenarios.postgres_restart,
     "cluster-faults": scenarios.cluster_faults,
+    "node-failures": scenarios.node_failures,
     "quota-race": scenarios.quota_race,
     "web-kills": stack_faults.web_kills,
+    "two-schedulers": stack_faults.two_schedulers,
+    "postgres-limit": stack_faults.postgres_limit,
+    "slow-cluster": stack_faults.slow_cluster,
 }
 
 HEADER = (

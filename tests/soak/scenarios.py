@@ -47,12 +47,13 @@ class Tier:
     freeze_seconds: float
     race_jobs: int
     converge_timeout: float
+    node_faults: int = 1  # running jobs moved off a failed node, per kind of failure
 
 
 SHORT = Tier("short", submits=50, clients=10, kills_per_point=1, watcher_kills=1, faults_each=4,
              freeze_seconds=6, race_jobs=20, converge_timeout=90)  # fmt: skip
 FULL = Tier("full", submits=500, clients=50, kills_per_point=25, watcher_kills=3, faults_each=100,
-            freeze_seconds=30, race_jobs=60, converge_timeout=240)  # fmt: skip
+            freeze_seconds=30, race_jobs=60, converge_timeout=240, node_faults=3)  # fmt: skip
 
 
 @dataclass
@@ -612,6 +613,97 @@ def _restarted_empty(world: World, tier: Tier) -> Row:
     return row
 
 
+NODE_FAILURE_GOAL_S = 30.0
+
+
+def node_failures(world: World, tier: Tier) -> list[Row]:
+    """A GPU node goes NotReady, then another is cordoned for a drain, under a running 8-GPU
+    job while free nodes of its model wait: the seconds from the node's change to the job
+    Running on another node (the portal's nodes watch requeues it in its place; goal under
+    30 s), its submit time kept."""
+    return [_node_fault(world, tier, "NotReady"), _node_fault(world, tier, "cordoned")]
+
+
+def _node_fault(world: World, tier: Tier, how: str) -> Row:
+    from portal.models import Job, JobEvent
+
+    sim = world.sim
+    assert sim is not None
+    row = Row(f"node {how} under running 8-GPU jobs (free nodes wait)")
+    team = TEAMS[0]
+    submits = Submits()
+    for serial in range(tier.node_faults):
+        world.submit(team, serial, 70_000 + serial, submits, seconds=600, gpus=8)
+    ids = list(submits.accepted)
+    row.jobs = len(ids)
+
+    def states() -> dict[str, tuple[str, list[str], Any]]:
+        return {
+            str(u): (s, list(p or []), t)
+            for u, s, p, t in retrying(
+                lambda: list(
+                    Job.objects.filter(public_id__in=ids).values_list(
+                        "public_id", "state", "node_plan", "submitted_at"
+                    )
+                )
+            )
+        }
+
+    deadline = time.monotonic() + tier.converge_timeout
+    while time.monotonic() < deadline and any(s != "RUNNING" for s, _, _ in states().values()):
+        time.sleep(0.2)
+    seconds: list[float] = []
+    failed: list[str] = []
+    for job_id in ids:
+        state, plan, submitted_at = states()[job_id]
+        if state != "RUNNING" or not plan:
+            row.problems.append(f"job {job_id} never ran ({state})")
+            continue
+        node = plan[0]
+        began = time.monotonic()
+        (sim.node_not_ready if how == "NotReady" else sim.cordon)(node)
+        failed.append(node)
+        row.faults += 1
+        moved = False
+        while time.monotonic() - began < tier.converge_timeout:
+            state, now_plan, now_submitted = states()[job_id]
+            if state == "RUNNING" and now_plan and node not in now_plan:
+                moved = True
+                break
+            time.sleep(0.1)
+        if not moved:
+            row.problems.append(f"job {job_id} still {state} on {now_plan} after {how} {node}")
+            continue
+        seconds.append(time.monotonic() - began)
+        if now_submitted != submitted_at:
+            row.problems.append(f"job {job_id} lost its submit time")
+        reasons = retrying(
+            lambda job_id=job_id: list(
+                JobEvent.objects.filter(job__public_id=job_id, to_state="PREEMPTING")
+                .exclude(from_state="PREEMPTING")
+                .values_list("reason", flat=True)
+            )
+        )
+        if reasons != ["NodeFailure"]:
+            row.problems.append(f"job {job_id} stopped for {reasons}, not once for NodeFailure")
+    if seconds:
+        row.converge_s = max(seconds)
+        figures = ", ".join(f"{s:.1f}" for s in seconds)
+        met = "met" if max(seconds) < NODE_FAILURE_GOAL_S else "MISSED"
+        row.notes.append(
+            f"{how} to Running elsewhere: {figures} s (goal < {NODE_FAILURE_GOAL_S:.0f} s: {met})"
+        )
+    # The operator mends the nodes; the jobs are cancelled so the next scenario has the pool.
+    for node in failed:
+        (sim.node_ready if how == "NotReady" else sim.uncordon)(node)
+    for serial, job_id in enumerate(ids):
+        token = world.tokens[team][serial % len(world.tokens[team])]
+        world.request("POST", f"/api/v1/jobs/{job_id}/cancel/", token, {})
+    converge(world, Row(""), ids, since=time.monotonic(), timeout=tier.converge_timeout)
+    _deaths(world, row)
+    return row
+
+
 def quota_race(world: World, tier: Tier) -> Row:
     """N concurrent 1-GPU submits to a team with 8 GPUs and no borrowing."""
     row = Row(f"quota race: {tier.race_jobs} submits, {RACE_GPUS}-GPU team")
@@ -662,6 +754,7 @@ __all__ = [
     "Row",
     "Tier",
     "cluster_faults",
+    "node_failures",
     "postgres_restart",
     "quota_race",
     "redis_restart",
