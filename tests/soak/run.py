@@ -46,7 +46,6 @@ SCENARIOS: dict[str, Callable[[World, scenarios.Tier], object]] = {
     "postgres-restart": scenarios.postgres_restart,
     "cluster-faults": scenarios.cluster_faults,
     "node-failures": scenarios.node_failures,
-    "node-failures": scenarios.node_failures,
     "quota-race": scenarios.quota_race,
     "web-kills": stack_faults.web_kills,
     "two-schedulers": stack_faults.two_schedulers,
