@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from clusters import volcano
+from clusters.inventory import node_trouble
 from clusters.node_failure import NODE_FAILURE_REASON
 from portal.jobs.attempts import job_attempts
 from portal.jobs.services import job_submit
@@ -26,8 +27,6 @@ from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
 from tests.clusters.conftest import two_a100, wait_deleted, wait_for, wait_state
 from tests.conftest import job_body
-
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
 S = JobState
 
@@ -104,6 +103,42 @@ def _requeue_not_counted(job: Job, submitted_at: Any) -> None:
     assert attempts[0].end_reason == "Requeued" and attempts[0].started_at is not None
 
 
+def _node(ready: str = "True", **spec: Any) -> dict[str, Any]:
+    return {"spec": spec, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(
+    ("node", "trouble"),
+    [
+        (_node(), ""),
+        (_node("False"), "is NotReady"),
+        (_node("Unknown", taints=[UNREACHABLE]), "is NotReady"),
+        ({"spec": {}, "status": {}}, "is NotReady"),
+        (_node(unschedulable=True), "was cordoned (drain)"),
+        (_node(taints=[UNREACHABLE]), "has the taint node.kubernetes.io/unreachable:NoExecute"),
+        (_node(taints=[{"key": "nvidia.com/gpu", "effect": "NoExecute"}]), ""),
+        (_node(taints=[{"key": "maintenance", "effect": "NoSchedule"}]), ""),
+    ],
+    ids=[
+        "a Ready node is fine",
+        "NotReady",
+        "Unknown: the kubelet stopped reporting",
+        "no Ready condition at all",
+        "cordoned, as a drain starts",
+        "an untolerated NoExecute taint evicts",
+        "the GPU taint the portal's pods tolerate",
+        "NoSchedule keeps new pods away, running ones stay",
+    ],
+)
+def test_what_makes_a_node_unfit_for_a_running_replica(node, trouble):
+    assert node_trouble(node) == trouble
+
+
+@pytest.mark.usefixtures("celery_worker")
+@pytest.mark.django_db(transaction=True)
 def test_a_job_on_a_node_that_goes_not_ready_runs_on_the_free_node_in_seconds(
     sim, cluster, quota, bob, watchers
 ):
@@ -118,6 +153,8 @@ def test_a_job_on_a_node_that_goes_not_ready_runs_on_the_free_node_in_seconds(
     assert f"node {node} is NotReady" in stop.message
 
 
+@pytest.mark.usefixtures("celery_worker")
+@pytest.mark.django_db(transaction=True)
 def test_a_job_on_a_node_cordoned_for_a_drain_runs_on_the_free_node_in_seconds(
     sim, cluster, quota, bob, watchers
 ):
@@ -132,6 +169,8 @@ def test_a_job_on_a_node_cordoned_for_a_drain_runs_on_the_free_node_in_seconds(
     assert f"node {node} was cordoned (drain)" in stop.message
 
 
+@pytest.mark.usefixtures("celery_worker")
+@pytest.mark.django_db(transaction=True)
 def test_the_inventory_sync_moves_a_job_off_a_node_that_failed_while_no_watch_ran(
     sim, cluster, quota, bob, watchers
 ):
