@@ -93,6 +93,7 @@ class Keyed:
     ids_by_key: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     given_up: list[str] = field(default_factory=list)
     retries: int = 0
+    refusal: str = ""  # the first 4xx body, to say why
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -123,9 +124,11 @@ def submit_until_answered(
         if answer is not None:
             into.answers.record(answer, key)
         if answer is not None and answer.status != 503:
-            if answer.status in (200, 201):
-                with into.lock:
+            with into.lock:
+                if answer.status in (200, 201):
                     into.ids_by_key[key].add(answer.json()["id"])
+                elif 400 <= answer.status < 500 and not into.refusal:
+                    into.refusal = answer.body[:300].decode(errors="replace")
             return answer
         if time.monotonic() > deadline:
             with into.lock:
@@ -187,7 +190,7 @@ def _judge_keys(world: World, row: Row, seen: Keyed) -> list[str]:
     row.notes.append(f"{seen.retries} retries under the same key")
     refused = sum(n for code, n in seen.answers.statuses.items() if 400 <= code < 500)
     if refused:  # every request here is valid and its key new or retried with the same body
-        row.problems.append(f"{refused} answers 4xx")
+        row.problems.append(f"{refused} answers 4xx, e.g. {seen.refusal}")
     row.lost += missing_rows(world, seen.answers)
     doubled = seen.doubled_keys
     stored = retrying(
@@ -569,7 +572,9 @@ def _keyed_burst(world: World, count: int, model: str, into: Keyed) -> None:
                 serial = next(serials, None)
             if serial is None:
                 return
-            body = {**job_body(team, 80_000 + serial, seconds=8), "gpu_models": [model]}
+            body = job_body(team, 80_000 + serial, seconds=8)
+            del body["min_gpu_memory_gib"]  # a list of models or constraints, not both
+            body["gpu_models"] = [model]
             submit_until_answered(world, token, body, into)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(TEAMS))]
@@ -628,6 +633,7 @@ def slow_cluster(world: World, tier: Tier) -> Row:
         slow_row = Row("")
         slow_ids = _judge_keys(world, slow_row, slow)
         _merge(row, slow_row, "slow cluster")
+        row.notes.insert(1, f"slow cluster's {slow_row.notes[0]}")
         row.jobs = len(fast_ids) + len(slow_ids)
         converge(truth, row, fast_ids + slow_ids, since=began, timeout=tier.converge_timeout)
         row.faults = len(sim.faults.records())
