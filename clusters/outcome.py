@@ -13,6 +13,7 @@ from django.db.models import Subquery
 from django.utils import timezone
 
 from portal.models import Job, JobEvent
+from portal.notifications import RESTART_FACTS, RESUMED_FACT, notify_job_fact
 
 MAX_BACKOFF_SECONDS = 60.0
 # A server's Retry-After is honoured up to this: a misconfigured proxy answering "a day" must
@@ -41,7 +42,7 @@ def job_event_record(job: Job, reason: str, message: str, *, at: dt.datetime | N
     caller's copy: a dispatch that made an inference job's endpoint still held the job it
     loaded ADMITTED, and its ``Endpoint`` event said ADMITTED on a job already RUNNING."""
     state_now = Subquery(Job.objects.filter(pk=job.pk).values("state")[:1])
-    JobEvent.objects.create(
+    event = JobEvent.objects.create(
         job_id=job.pk,
         created_at=at or timezone.now(),
         from_state=state_now,
@@ -49,6 +50,8 @@ def job_event_record(job: Job, reason: str, message: str, *, at: dt.datetime | N
         reason=reason[:64],
         message=message,
     )
+    if reason in RESTART_FACTS or reason == RESUMED_FACT:
+        notify_job_fact(event)  # it changes the job's status (RESTARTING): its owner hears of it
 
 
 def backoff_seconds(attempt: int, retry_after: float | None = None) -> float:

@@ -107,6 +107,8 @@ def notification_payload(notification: Notification, delivery: Delivery) -> dict
             "name": job.name,
             "team": job.team.slug,
             "state": job.state,
+            # RESTARTING for a RUNNING job whose pods wait to be placed again (Job.status).
+            "status": job.status,
         },
     }
 

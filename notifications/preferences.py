@@ -16,7 +16,8 @@ from portal.errors import ApplicationError
 
 # kind -> what it means, in the settings page's words
 EVENTS: dict[str, str] = {
-    "job.running": "A job of mine started",
+    "job.running": "A job of mine started (or runs again after a restart)",
+    "job.restarting": "A job of mine is restarting: its pods were stopped and wait for nodes",
     "job.succeeded": "A job of mine succeeded",
     "job.failed": "A job of mine failed (with the reason)",
     "job.preempted": "A job of mine was preempted",

@@ -62,7 +62,7 @@ class JobState(models.TextChoices):
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-# Volcano phases of a job that ran and now waits for its pods again (``Job.shown_state``).
+# Volcano phases of a job that ran and now waits for its pods again (``Job.status``).
 RESTARTING_PHASES = frozenset({"Pending", "Restarting"})
 ACTIVE_STATES = frozenset(set(JobState) - TERMINAL_STATES)
 # Admitted onto a cluster and not yet given back: the job's node plan counts against its
@@ -354,15 +354,52 @@ class Job(models.Model):
         return f"curl -sS {self.endpoint_url}{self.readiness_path or '/'}"
 
     @property
-    def shown_state(self) -> str:
-        """The state as pages show it. A RUNNING job whose Volcano Job went back to Pending (its
-        gang restarted after an eviction or a lost node) is RESTARTING: it keeps its GPUs and
-        its state for the books, but its pods are not running."""
+    def status(self) -> str:
+        """What the job is doing now, in one word: its state, or RESTARTING for a RUNNING job
+        whose Volcano Job went back to Pending (its gang restarted after an eviction or a lost
+        node and waits to be placed again). The job page, REST (``status``, next to
+        ``state``), the CLI and the notifications all show this one value, with
+        :attr:`status_reason` beside it.
+
+        Why a status derived from the cluster's record and not a state of the machine: the
+        job still holds its GPUs and its admission, so for the books (quota, the usage
+        ledger, the capacity rule, the max runtime counted from ``started_at``, a reclaim's
+        choice of victims) it is running; a RESTARTING state would have to be added to
+        every one of those, and a RUNNING edge out of it would restart ``started_at``. A user
+        filtering ``state=RUNNING`` gets every job that holds GPUs, restarting or not, and
+        reads what each is doing in ``status``, the way ``kubectl get pods`` shows a pod of
+        phase Running as ``CrashLoopBackOff``.
+        """
         if self.state == JobState.RUNNING:
             record = getattr(self, "volcano", None)  # the cluster's record, when there is one
             if record is not None and record.phase in RESTARTING_PHASES:
                 return "RESTARTING"
         return str(self.state)
+
+    # The templates' older name for it.
+    shown_state = status
+
+    @property
+    def status_reason(self) -> str:
+        """Why the job is in its :attr:`status`, in words a user can act on: the cycle's
+        reason for a queued job, what stopped its pods for a restarting one ("" otherwise)."""
+        if self.state == JobState.QUEUED:
+            return self.pending_reason
+        if self.status != "RESTARTING":
+            return ""
+        record = self.volcano
+        problems = [
+            str(entry.get("problem"))
+            for _, entry in sorted((record.pods or {}).items(), key=lambda kv: int(kv[0]))
+            if isinstance(entry, dict) and entry.get("problem")
+        ]
+        reason = (
+            "Its pods were stopped (evicted, or their node was lost) and wait to be placed "
+            f"again; the job keeps its GPUs. Restarts allowed: {self.max_retry}."
+        )
+        if problems:
+            reason += f" Last seen: {'; '.join(problems[:3])}."
+        return reason
 
 
 class PendingNotes(models.Model):

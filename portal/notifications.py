@@ -2,7 +2,8 @@
 
 ``job_transition`` calls :func:`notify_job_event` for every event it records, inside its
 transaction; only the changes a job's owner would want to hear of become a ``Notification``
-(started, succeeded, failed, preempted or requeued, cancelled by someone else). Delivery
+(started, succeeded, failed, preempted or requeued, cancelled by someone else), and
+:func:`notify_job_fact` of a RUNNING job's restart (RESTARTING, then running again). Delivery
 beyond the bell (email, webhooks) hangs off :data:`portal.hooks.notifications_created`: each
 listener gets the new notifications' ids once they are committed, and keeps its own record of
 what it sent, so that a retried delivery never sends twice and the in-portal list stays the
@@ -62,6 +63,54 @@ def notify_job_event(event: JobEvent) -> Notification | None:
     if notice is None:
         return None
     kind, title = notice
+    created = Notification.objects.create(
+        user_id=owner_id,
+        job_id=event.job_id,
+        event=event,
+        kind=kind,
+        title=title[:200],
+        message=event.message,
+        created_at=event.created_at,
+    )
+    hooks.notifications_created.fire_on_commit([created.pk])
+    return created
+
+
+# Facts of a RUNNING job's restart (``clusters.status``): its status is RESTARTING from the
+# first, RUNNING again from the last; the owner hears of both, as of any state change.
+RESTART_FACTS = frozenset({"VolcanoRestarting", "PodsPending"})
+RESUMED_FACT = "Resumed"
+
+
+def notify_job_fact(event: JobEvent) -> Notification | None:
+    """Tell the job's owner that their RUNNING job is restarting (its pods were stopped and wait
+    to be placed again) or running again: the status the job page, REST and the CLI show
+    (``Job.status``), so a notification never says less than the page.
+
+    One notice per restart: a restart is noted as ``VolcanoRestarting`` and then
+    ``PodsPending``, or only one of them when the watch saw one phase; the second is not
+    news, and "running again" follows a "restarting" notice only."""
+    if event.reason not in RESTART_FACTS and event.reason != RESUMED_FACT:
+        return None
+    row = Job.objects.filter(pk=event.job_id).values_list("owner_id", "name", "state").first()
+    if row is None or row[2] != JobState.RUNNING:
+        return None
+    owner_id, name, _ = row
+    last = (
+        Notification.objects.filter(job_id=event.job_id, kind__startswith="job.")
+        .order_by("-created_at", "-id")
+        .values_list("kind", flat=True)
+        .first()
+    )
+    restarting = last == "job.restarting"
+    if event.reason == RESUMED_FACT:
+        if not restarting:
+            return None
+        kind, title = "job.running", f"{name} is running again"
+    else:
+        if restarting:
+            return None
+        kind, title = "job.restarting", f"{name} is restarting; it keeps its GPUs"
     created = Notification.objects.create(
         user_id=owner_id,
         job_id=event.job_id,

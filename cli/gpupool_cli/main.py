@@ -194,7 +194,8 @@ def _only_team() -> str | None:
 
 
 def job_wait(job_id: str, interval: float, quiet: bool) -> dict[str, Any]:
-    """Poll the job until it ends, telling each state change on stderr."""
+    """Poll the job until it ends, telling each change of its status (RESTARTING included,
+    with its reason) on stderr."""
     state = None
     while True:
         try:
@@ -202,12 +203,15 @@ def job_wait(job_id: str, interval: float, quiet: bool) -> dict[str, Any]:
         except KeyboardInterrupt:
             click.echo(f"\nstopped waiting; the job goes on: gpupool show {job_id}", err=True)
             raise
-        if job["state"] != state:
-            state = job["state"]
+        status = job.get("status") or job["state"]
+        if status != state:
+            state = status
             if not quiet:
-                reason = job.get("pending_reason") if state == "QUEUED" else ""
+                reason = job.get("status_reason") or (
+                    job.get("pending_reason") if state == "QUEUED" else ""
+                )
                 click.echo(f"{job_id}: {state}" + (f" ({reason})" if reason else ""), err=True)
-        if state in TERMINAL_STATES:
+        if job["state"] in TERMINAL_STATES:
             return job
         try:
             time.sleep(interval)
@@ -391,7 +395,9 @@ JOB_COLUMNS = [
     ("NAME", lambda j: j["name"]),
     ("TEAM", lambda j: j["team"]),
     ("OWNER", lambda j: j["owner"]),
-    ("STATE", lambda j: j["state"]),
+    # What the job does now, as the job page shows it: RESTARTING is a RUNNING job whose pods
+    # wait to be placed again (an older portal sends no status: its state then).
+    ("STATE", lambda j: j.get("status") or j["state"]),
     ("GPUS", _gpus),
     ("MODEL", lambda j: j.get("gpu_model")),
     ("SUBMITTED", lambda j: when(j.get("submitted_at"))),
@@ -482,7 +488,7 @@ def show(job_id: str, as_json: bool) -> None:
         ("name", job["name"]),
         ("team", job["team"]),
         ("owner", job["owner"]),
-        ("state", job["state"]),
+        ("state", job.get("status") or job["state"]),
         ("kind", job.get("kind")),
         ("image", job.get("image")),
         ("command", shlex.join(job.get("command") or []) or None),
@@ -500,8 +506,8 @@ def show(job_id: str, as_json: bool) -> None:
     ]
     if job.get("position"):
         items.append(("position", job["position"]))
-    if job.get("pending_reason"):
-        items.append(("reason", job["pending_reason"]))
+    if job.get("status_reason") or job.get("pending_reason"):
+        items.append(("reason", job.get("status_reason") or job["pending_reason"]))
     if isinstance(blocker, dict) and blocker.get("message"):
         items.append(("blocked by", blocker["message"]))
     if isinstance(estimate, dict) and estimate.get("source"):

@@ -302,6 +302,18 @@ class JobSerializer(serializers.ModelSerializer):
     position = serializers.IntegerField(source="queue_position", read_only=True, allow_null=True)
     blocker = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
+    status = serializers.CharField(
+        read_only=True,
+        help_text="What the job is doing now, as the job page, the CLI and the notifications "
+        "show it: the state, or RESTARTING for a RUNNING job whose pods were stopped "
+        "(evicted, node lost) and wait to be placed again; it keeps its GPUs, so `state` "
+        "stays RUNNING (see Job.status)",
+    )
+    status_reason = serializers.CharField(
+        read_only=True,
+        help_text="Why it is in that status: the pending reason of a QUEUED job, what "
+        "stopped a RESTARTING one's pods; '' otherwise",
+    )
 
     class Meta:
         model = Job
@@ -337,6 +349,8 @@ class JobSerializer(serializers.ModelSerializer):
             "readiness_path",
             "endpoint",
             "state",
+            "status",
+            "status_reason",
             "submitted_at",
             "admitted_at",
             "started_at",

@@ -299,3 +299,38 @@ def test_completion_scripts(cli, shell):
     result = cli(None, "completion", shell)
     assert result.exit_code == 0
     assert "_GPUPOOL_COMPLETE" in result.stdout
+
+
+def test_ls_show_and_the_api_say_restarting_for_a_running_job_whose_pods_wait_again(
+    cli,
+    bob,
+    vision,
+    kubesim_cluster,  # noqa: F811
+):
+    """The CLI shows the job's status as the page does: RUNNING for the books, RESTARTING
+    while its Volcano Job is Pending again after a restart, with what stopped its pods."""
+    from django.utils import timezone
+
+    from clusters.models import VolcanoJobRecord
+
+    cluster = kubesim_cluster("east")
+    job = JobFactory(owner=bob, team=vision, name="restarts", state=JobState.RUNNING,
+                     cluster=cluster, max_retry=2)  # fmt: skip
+    VolcanoJobRecord.objects.create(
+        job=job, cluster=cluster, namespace="gpupool", name="gp-restarts", submission_uid="u",
+        phase="Pending", created_at=timezone.now(),
+        pods={"0": {"pod": "p-0", "node": "", "phase": "Pending",
+                    "problem": "unschedulable: 1 node(s) had untolerated taint"}},
+    )  # fmt: skip
+    row = next(line for line in cli(bob, "ls").stdout.splitlines() if "restarts" in line)
+    assert "RESTARTING" in row.split() and "RUNNING" not in row.split()
+    shown = cli(bob, "show", str(job.public_id)).stdout.splitlines()
+    assert any(line.split() == ["state:", "RESTARTING"] for line in shown)
+    reason = next(line for line in shown if line.startswith("reason:"))
+    assert "wait to be placed again" in reason and "untolerated taint" in reason
+    data = json.loads(cli(bob, "show", str(job.public_id), "--json").stdout)
+    assert (data["state"], data["status"]) == ("RUNNING", "RESTARTING")
+    VolcanoJobRecord.objects.filter(job=job).update(phase="Running")
+    shown = cli(bob, "show", str(job.public_id)).stdout.splitlines()
+    assert any(line.split() == ["state:", "RUNNING"] for line in shown)
+    assert not any(line.startswith("reason:") for line in shown)

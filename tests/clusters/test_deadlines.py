@@ -237,7 +237,7 @@ def test_an_unschedulable_gang_is_requeued_with_its_place_then_fails_after_the_b
 # Restarts and evictions
 # ---------------------------------------------------------------------------------------------
 def test_a_job_evicted_by_a_lost_node_shows_restarting_and_its_retry_budget(
-    sim, cluster, admit, watchers, client, bob
+    sim, cluster, admit, watchers, client, bob, api_as
 ):
     watchers.start(cluster)
     job = _submitted(cluster, admit, replicas=2, gpus_per_replica=8, max_retry=2,
@@ -257,6 +257,16 @@ def test_a_job_evicted_by_a_lost_node_shows_restarting_and_its_retry_budget(
     assert Job.objects.get(pk=job.pk).state == S.RUNNING  # the books: it keeps its GPUs
     page = _page(client, bob, job)
     assert "RESTARTING" in page and "state-running" not in page
+    # REST says what the page says, with a reason; so do the owner's notifications (once).
+    view = api_as(bob).get(f"/api/v1/jobs/{job.public_id}/").json()
+    assert (view["state"], view["status"]) == ("RUNNING", "RESTARTING")
+    assert "wait to be placed again" in view["status_reason"]
+    assert "wait to be placed again" in page
+    listed = api_as(bob).get("/api/v1/jobs/").json()["results"]
+    assert [j["status"] for j in listed if j["id"] == str(job.public_id)] == ["RESTARTING"]
+    notices = list(job.notifications.order_by("id").values_list("kind", "title"))
+    assert notices[-1] == ("job.restarting", f"{job.name} is restarting; it keeps its GPUs")
+    assert [k for k, _ in notices].count("job.restarting") == 1
 
     sim.node_ready("a100-0")
     sim.advance(3)
@@ -265,6 +275,12 @@ def test_a_job_evicted_by_a_lost_node_shows_restarting_and_its_retry_budget(
     assert "again after restart 1 of 2" in resumed[0].message
     page = _page(client, bob, job)
     assert "RESTARTING" not in page and "RUNNING" in page
+    view = api_as(bob).get(f"/api/v1/jobs/{job.public_id}/").json()
+    assert (view["state"], view["status"], view["status_reason"]) == ("RUNNING", "RUNNING", "")
+    assert job.notifications.order_by("-id").values_list("kind", "title").first() == (
+        "job.running",
+        f"{job.name} is running again",
+    )
 
 
 def test_a_restarted_gang_that_cannot_be_placed_again_is_requeued(sim, cluster, admit, watchers):

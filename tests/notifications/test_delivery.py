@@ -122,6 +122,7 @@ def test_a_team_webhook_is_signed_and_a_receiver_verifies_it(
         "name": "bert",
         "team": "vision",
         "state": "FAILED",
+        "status": "FAILED",
     }
     assert got.headers["X-Gpupool-Delivery"] == str(delivery.pk)
     # The receiver's replay check: the same request ten minutes later is refused, and so is a

@@ -207,3 +207,61 @@ def test_events_of_a_job_keep_causal_order_when_the_caller_read_its_clock_first(
     assert timeline[1][1] >= timeline[0][1]
     job.refresh_from_db()
     assert job.state_changed_at == timeline[1][1]
+
+
+# ---------------------------------------------------------------------------------------------
+# RESTARTING: a status of a RUNNING job, not a state of the machine (Job.status says why)
+# ---------------------------------------------------------------------------------------------
+def _with_record(state: JobState, phase: str | None) -> Job:
+    from django.utils import timezone
+
+    from clusters.models import Cluster, VolcanoJobRecord
+
+    cluster, _ = Cluster.objects.get_or_create(name="east", defaults={"api_url": "https://k.test"})
+    job = JobFactory(state=state, cluster=cluster)
+    if phase is not None:
+        VolcanoJobRecord.objects.create(
+            job=job, cluster=cluster, namespace="gpupool", name=f"gp-{job.pk}",
+            submission_uid="u", phase=phase, created_at=timezone.now(),
+        )  # fmt: skip
+    return Job.objects.select_related("volcano").get(pk=job.pk)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("state", "phase", "status"),
+    [
+        (S.RUNNING, "Pending", "RESTARTING"),
+        (S.RUNNING, "Restarting", "RESTARTING"),
+        (S.RUNNING, "Running", "RUNNING"),
+        (S.RUNNING, None, "RUNNING"),
+        (S.SUBMITTED, "Pending", "SUBMITTED"),
+        (S.CANCELLING, "Pending", "CANCELLING"),
+        (S.PREEMPTING, "Restarting", "PREEMPTING"),
+    ],
+    ids=[
+        "running whose gang waits again is restarting",
+        "running whose gang is being restarted is restarting",
+        "running and running is running",
+        "running without a record yet is running",
+        "submitted and pending is only submitted",
+        "a cancel under way says so",
+        "a preemption under way says so",
+    ],
+)
+def test_the_status_everyone_shows_is_the_state_or_restarting(state, phase, status):
+    job = _with_record(state, phase)
+    assert job.status == status
+    assert ("wait to be placed again" in job.status_reason) == (status == "RESTARTING")
+
+
+@pytest.mark.django_db
+def test_restarting_is_not_a_state_and_a_restarting_job_leaves_by_runnings_edges():
+    """It holds its GPUs and its start: every way out of RUNNING is open to it, and none of
+    them is new; the machine has no RESTARTING state to keep in step with the books."""
+    assert "RESTARTING" not in JobState.values
+    for to in (S.SUCCEEDED, S.FAILED, S.PREEMPTING, S.CANCELLING):
+        job = _with_record(S.RUNNING, "Pending")
+        assert job.status == "RESTARTING"
+        assert job_transition(job_id=job.pk, expected=S.RUNNING, to=to, reason="Test")
+        assert Job.objects.select_related("volcano").get(pk=job.pk).status == to
