@@ -246,17 +246,18 @@ def node_trouble(node: Mapping[str, Any], *, tolerate_gpu_taint: bool = True) ->
     """Why a portal replica can no longer run on ``node``, or "" when it can
     (``clusters.node_failure`` moves the jobs off such a node).
 
-    Its Ready condition is not True (NotReady, or Unknown when the kubelet stopped reporting);
-    it is cordoned (``spec.unschedulable``, how ``kubectl drain`` starts: its evictions
-    follow); or it carries a ``NoExecute`` taint the portal's pods do not tolerate (the node
-    lifecycle controller's ``node.kubernetes.io/unreachable``). A ``NoSchedule`` taint alone
-    is not trouble: it keeps new pods away and leaves running ones be.
+    Its Ready condition is not True (NotReady, or Unknown when the kubelet stopped reporting),
+    or it carries a ``NoExecute`` taint the portal's pods do not tolerate (the node lifecycle
+    controller's ``node.kubernetes.io/unreachable``). A cordon (``spec.unschedulable``) or a
+    ``NoSchedule`` taint alone is not trouble: it keeps new pods away and evicts nothing, and
+    an admin cordons a node precisely so that its jobs may finish before maintenance. Such a
+    node is only left out of new placements (:func:`node_schedulable`); a job planned there
+    moves once its pods are evicted and its gang restarts
+    (``clusters.node_failure.restarting_job_replan``).
     """
     spec = node.get("spec") or {}
     if not node_ready(node):
         return "is NotReady"
-    if spec.get("unschedulable"):
-        return "was cordoned (drain)"
     for taint in spec.get("taints") or []:
         if taint.get("effect") != "NoExecute":
             continue

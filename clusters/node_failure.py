@@ -8,8 +8,7 @@ requeued the job, spending one of its allowed requeues, while the job showed RUN
 
 So the portal follows the nodes themselves. A node is *in trouble* when a replica can no
 longer run there (``clusters.inventory.node_trouble``): its Ready condition is not True
-(NotReady, or Unknown when the kubelet stopped reporting), it is cordoned
-(``spec.unschedulable``, the first step of ``kubectl drain``), it carries a ``NoExecute`` taint
+(NotReady, or Unknown when the kubelet stopped reporting), it carries a ``NoExecute`` taint
 the portal's pods do not tolerate (the node lifecycle controller's
 ``node.kubernetes.io/unreachable``), or it was deleted. Every job holding GPUs with a replica
 planned there ends its attempt at once (:func:`node_failure_requeue`): PREEMPTING with reason
@@ -17,6 +16,17 @@ planned there ends its attempt at once (:func:`node_failure_requeue`): PREEMPTIN
 attempt archived and ``submitted_at`` kept, so it is at the head of its line (its team's jobs
 submitted after it come after it) and the next cycle, which sees the node unusable in the same
 breath (:func:`node_rows_mark`), places it on healthy nodes.
+
+A cordon (``spec.unschedulable``) is not trouble by itself. It evicts nothing: an admin
+cordons a node precisely to let its jobs finish before maintenance, and ending a multi-hour
+training run that has no checkpoint would throw its work away. A cordoned node is only left
+out of new placements (its rows are ``schedulable=False``). The job moves when its pods do
+go: a ``kubectl drain`` evicts them, Volcano restarts the gang (``Restarting``, then
+``Pending``), and the new pods, pinned to the cordoned node, could only wait there. The status
+path (``clusters.status``, the watch of Volcano Jobs and the reconcile) calls
+:func:`restarting_job_replan` for a gang that restarts; it checks the job's planned nodes in
+the books and sends a job with one that takes no new pods through the same
+:func:`node_failure_requeue`.
 
 Why end the attempt rather than re-pin the running Volcano Job: a Volcano Job's pod template
 cannot be changed while it exists (the affinity of its pods is fixed at creation), so a new
@@ -31,9 +41,9 @@ The requeue is the cluster's fault, not the job's: its reason is neither ``Preem
 counts in ``preemption_count``) nor ``Unschedulable`` (whose requeues are bounded), and the
 new attempt is a new Volcano Job whose ``retryCount`` starts again from zero.
 
-Two paths call it: the nodes watch (``clusters.watch``, within a second of the change) and the
+Three paths call it: the nodes watch (``clusters.watch``, within a second of the change), the
 inventory sync (``clusters.tasks.sync_inventory``, every minute, the backstop for a watch that
-was down).
+was down), and a restarting gang whose planned node is cordoned (:func:`restarting_job_replan`).
 Both are compare-and-sets through ``job_transition``, so they can meet without harm.
 """
 
@@ -56,12 +66,16 @@ __all__ = [
     "NODE_FAILURE_REASON",
     "node_failure_requeue",
     "node_rows_mark",
+    "planned_nodes_unfit",
+    "restarting_job_replan",
 ]
 
 S = JobState
 NODE_FAILURE_REASON = "NodeFailure"
 # A job in one of these states holds GPUs on its planned nodes and is not already stopping.
 MOVABLE_STATES = (S.ADMITTED, S.SUBMITTED, S.RUNNING)
+# The taint ``kubectl cordon`` adds with ``spec.unschedulable``.
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
 
 
 def node_rows_mark(
@@ -77,17 +91,22 @@ def node_rows_mark(
 
 
 def node_failure_requeue(
-    *, cluster: Cluster, troubled: Mapping[str, str], now: dt.datetime | None = None
+    *,
+    cluster: Cluster,
+    troubled: Mapping[str, str],
+    now: dt.datetime | None = None,
+    job_ids: list[int] | None = None,
 ) -> list[int]:
-    """End the attempt of every job on ``cluster`` with a replica planned on a troubled node
-    (name → what is wrong with it); returns the ids now PREEMPTING, whose Volcano Jobs the
-    caller has deleted (``clusters.tasks.evict_job_enqueue_many``)."""
+    """End the attempt of every job on ``cluster`` (or of ``job_ids`` only) with a replica
+    planned on a troubled node (name → what is wrong with it); returns the ids now PREEMPTING,
+    whose Volcano Jobs the caller has deleted (``clusters.tasks.evict_job_enqueue_many``)."""
     if not troubled:
         return []
     now = now or timezone.now()
-    rows = Job.objects.filter(cluster_id=cluster.pk, state__in=MOVABLE_STATES).values_list(
-        "pk", "state", "node_plan"
-    )
+    jobs = Job.objects.filter(cluster_id=cluster.pk, state__in=MOVABLE_STATES)
+    if job_ids is not None:
+        jobs = jobs.filter(pk__in=job_ids)
+    rows = jobs.values_list("pk", "state", "node_plan")
     moved: list[int] = []
     for pk, state, plan in rows:
         hit = {i: n for i, n in enumerate(plan or []) if n in troubled}
@@ -120,3 +139,57 @@ def node_failure_requeue(
             ", ".join(sorted(troubled)),
         )
     return moved
+
+
+def planned_nodes_unfit(*, cluster_id: int, plan: list[str] | None) -> dict[str, str]:
+    """The nodes of ``plan`` where a restarted replica cannot be placed again, by the books
+    (name → why): gone from the inventory, not Ready, or taking no new pods (cordoned, or a
+    ``NoSchedule`` taint the portal's pods do not tolerate)."""
+    names = sorted({n for n in plan or [] if n})
+    if not names:
+        return {}
+    rows: dict[str, tuple[bool, bool, list[Any]]] = {}
+    for name, ready, schedulable, taints in Node.objects.filter(
+        cluster_id=cluster_id, name__in=names
+    ).values_list("name", "ready", "schedulable", "taints"):
+        was = rows.get(name, (True, True, []))
+        rows[name] = (was[0] and ready, was[1] and schedulable, list(taints or []))
+    unfit: dict[str, str] = {}
+    for name in names:
+        if name not in rows:
+            unfit[name] = "is gone from the cluster"
+            continue
+        ready, schedulable, taints = rows[name]
+        if not ready:
+            unfit[name] = "is NotReady"
+        elif not schedulable:
+            cordoned = any(t.get("key") == CORDON_TAINT for t in taints if isinstance(t, dict))
+            unfit[name] = (
+                "is cordoned (drain) and its pods were evicted"
+                if cordoned
+                else "takes no new pods (a NoSchedule taint) and its pods were evicted"
+            )
+    return unfit
+
+
+def restarting_job_replan(*, job: Job, now: dt.datetime | None = None) -> bool:
+    """A job whose gang restarted (its pods evicted, Volcano ``Restarting`` or ``Pending``
+    again) moves at once when a planned node takes no new pods: its new pods, pinned there,
+    could only wait. Returns whether the job was stopped (its Volcano Job deletion enqueued).
+
+    This is what makes a cordon safe: the cordon alone leaves the job running; the drain that
+    follows it restarts the gang, and this sends the job elsewhere."""
+    if job.state not in MOVABLE_STATES or job.cluster_id is None:
+        return False
+    unfit = planned_nodes_unfit(cluster_id=job.cluster_id, plan=job.node_plan)
+    if not unfit:
+        return False
+    cluster = Cluster.objects.filter(pk=job.cluster_id).first()
+    if cluster is None:
+        return False
+    # Only this job: the others on a cordoned node keep running until their own pods go.
+    moved = node_failure_requeue(cluster=cluster, troubled=unfit, now=now, job_ids=[job.pk])
+    from clusters.tasks import evict_job_enqueue_many  # tasks imports the status path
+
+    evict_job_enqueue_many(moved)
+    return job.pk in moved

@@ -10,7 +10,10 @@ Volcano phase → portal state
     ``Pending`` keeps SUBMITTED. ``Running`` and ``Completing`` mean RUNNING. ``Completed`` is
     SUCCEEDED; ``Failed`` and ``Terminated`` are FAILED, with Volcano's reason and the last
     pod-level problem in the message. ``Restarting``, ``Aborting``, ``Aborted`` and
-    ``Terminating`` are noted on the timeline and change nothing. Any other phase is logged
+    ``Terminating`` are noted on the timeline and change nothing, except that a gang that
+    restarts (``Restarting``, or ``Pending`` again) while a planned node takes no new pods (a
+    drain: cordon, then evictions) moves at once
+    (``clusters.node_failure.restarting_job_replan``). Any other phase is logged
     and treated as not finished. A Volcano Job that disappears while the portal did not ask
     for it fails the job with that reason; one that disappears while the job is CANCELLING or
     PREEMPTING completes the cancel or the requeue.
@@ -43,6 +46,7 @@ from clusters.deadlines import MAX_RUNTIME_REASON
 from clusters.kube import KubeError
 from clusters.manifests import submission_uid
 from clusters.models import VolcanoJobRecord
+from clusters.node_failure import restarting_job_replan
 from clusters.observed import (
     KNOWN_PHASES,
     NOTED_PHASES,
@@ -273,7 +277,12 @@ def job_status_apply(
         _start(job, view, now)
     if view.phase in TERMINAL_PHASES:
         return _endpoint_withdrawn(job, _end_apply(job, view, record, now))
-    return _phase_note(job, view, record, was_running=was_running)
+    outcome = _phase_note(job, view, record, was_running=was_running)
+    if outcome == StatusOutcome.RESTARTING or view.phase == "Restarting":
+        # Its pods went (a drain's evictions): new ones, pinned to a node that takes no new
+        # pods (cordoned), could only wait there, so the job moves now.
+        restarting_job_replan(job=job, now=now)
+    return outcome
 
 
 def _endpoint_withdrawn(job: Job, outcome: StatusOutcome) -> StatusOutcome:

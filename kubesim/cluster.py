@@ -269,6 +269,10 @@ class KubeSim:
         """Mark the node unschedulable."""
         self.sim.cordon(name, True)
 
+    def drain(self, name: str) -> None:
+        """Cordon the node and evict its pods, as ``kubectl drain`` does."""
+        self.sim.drain(name)
+
     def uncordon(self, name: str) -> None:
         """Make the node schedulable again."""
         self.sim.cordon(name, False)
@@ -475,6 +479,7 @@ class KubeSim:
                 "not-ready": lambda: self.node_not_ready(name, body.get("mode", "evict")),
                 "ready": lambda: self.node_ready(name),
                 "cordon": lambda: self.cordon(name),
+                "drain": lambda: self.drain(name),
                 "uncordon": lambda: self.uncordon(name),
             }
             if action not in actions:

@@ -681,6 +681,18 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             )
             self.settle()
 
+    def drain(self, name: str) -> None:
+        """``kubectl drain``: cordon the node, then evict each of its pods (a graceful delete
+        through the eviction API; Volcano sees PodEvicted)."""
+        self.cordon(name, True)
+        with self.lock:
+            node = self.scheduler.nodes.get(name)
+            for key in sorted(node.pods) if node is not None else []:
+                pod = self.pods.get(key)
+                if pod is not None and not pod.deleting:
+                    self.delete_pod(pod, grace=self.settings.pod_termination_seconds, evicted=True)
+            self.settle()
+
     def _node(self, name: str) -> dict[str, Any]:
         obj = self.store.get(self.types.nodes, "", name)
         if obj is None:

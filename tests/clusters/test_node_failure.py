@@ -1,10 +1,12 @@
 """A node that fails under a running job moves the job to a healthy node within seconds.
 
-Each replica is pinned to its planned node, so a job whose node went NotReady (or was cordoned
-for a drain) used to wait, RUNNING, for the unschedulable bound (ten minutes) before it was
-requeued, and the requeue used up one of its allowed requeues. Now the nodes watch ends the
-attempt at once: PREEMPTING (reason ``NodeFailure``), its Volcano Job deleted, QUEUED with its
-submit time and its attempt history kept, and the next cycle places it on the healthy node.
+Each replica is pinned to its planned node, so a job whose node went NotReady (or whose pods
+a drain evicted from a cordoned node) used to wait, RUNNING, for the unschedulable bound (ten
+minutes) before it was requeued, and the requeue used up one of its allowed requeues. Now the
+nodes watch ends the attempt at once: PREEMPTING (reason ``NodeFailure``), its Volcano Job
+deleted, QUEUED with its submit time and its attempt history kept, and the next cycle places it
+on the healthy node.
+A cordon alone stops nothing: the job runs on, and moves only once the drain evicts its pods.
 
 End to end on kubesim over HTTPS: the real watchers (jobs, pods, nodes), the real Celery
 worker (eviction, dispatch), the real scheduling cycle; kubesim's clock is frozen, so every
@@ -13,12 +15,14 @@ wait here is the portal's own reaction time, never a timer of the cluster.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from clusters import volcano
 from clusters.inventory import node_trouble
+from clusters.models import Node
 from clusters.node_failure import NODE_FAILURE_REASON
 from portal.jobs.attempts import job_attempts
 from portal.jobs.services import job_submit
@@ -117,7 +121,7 @@ UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
         (_node("False"), "is NotReady"),
         (_node("Unknown", taints=[UNREACHABLE]), "is NotReady"),
         ({"spec": {}, "status": {}}, "is NotReady"),
-        (_node(unschedulable=True), "was cordoned (drain)"),
+        (_node(unschedulable=True), ""),
         (_node(taints=[UNREACHABLE]), "has the taint node.kubernetes.io/unreachable:NoExecute"),
         (_node(taints=[{"key": "nvidia.com/gpu", "effect": "NoExecute"}]), ""),
         (_node(taints=[{"key": "maintenance", "effect": "NoSchedule"}]), ""),
@@ -127,7 +131,7 @@ UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
         "NotReady",
         "Unknown: the kubelet stopped reporting",
         "no Ready condition at all",
-        "cordoned, as a drain starts",
+        "cordoned: evicts nothing, the job may finish",
         "an untolerated NoExecute taint evicts",
         "the GPU taint the portal's pods tolerate",
         "NoSchedule keeps new pods away, running ones stay",
@@ -153,20 +157,50 @@ def test_a_job_on_a_node_that_goes_not_ready_runs_on_the_free_node_in_seconds(
     assert f"node {node} is NotReady" in stop.message
 
 
+def _cordoned_and_still_running(sim: Any, job: Job, node: str) -> None:
+    """The cordon reaches the books (no new placement there) and the job keeps running."""
+    sim.cordon(node)
+    assert wait_for(
+        lambda: not Node.objects.filter(cluster_id=job.cluster_id, name=node, schedulable=True)
+    ), "the cordon never reached the inventory rows"
+    time.sleep(1.0)  # the watch acted on the node within this before the change
+    sim.settle()
+    assert Job.objects.get(pk=job.pk).state == S.RUNNING
+    assert not JobEvent.objects.filter(job_id=job.pk, to_state=S.PREEMPTING).exists()
+    assert _bound(sim, job) == [node]
+
+
 @pytest.mark.usefixtures("celery_worker")
 @pytest.mark.django_db(transaction=True)
-def test_a_job_on_a_node_cordoned_for_a_drain_runs_on_the_free_node_in_seconds(
+def test_a_cordon_alone_leaves_a_running_job_running_and_keeps_new_jobs_off_the_node(
+    sim, cluster, quota, bob, watchers
+):
+    watchers.start(cluster, "jobs", "pods", "nodes")
+    job, node = _running_on_one_node(sim, cluster, bob)
+    _cordoned_and_still_running(sim, job, node)
+
+    second = job_submit(user=bob, data=job_body(replicas=1, gpus_per_replica=8)).job
+    assert run_cycle().admitted == [second.pk]
+    second.refresh_from_db()
+    assert second.node_plan and node not in second.node_plan
+
+
+@pytest.mark.usefixtures("celery_worker")
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_pods_a_drain_evicts_from_a_cordoned_node_runs_on_the_free_node_in_seconds(
     sim, cluster, quota, bob, watchers
 ):
     watchers.start(cluster, "jobs", "pods", "nodes")
     job, node = _running_on_one_node(sim, cluster, bob)
     submitted_at = job.submitted_at
+    _cordoned_and_still_running(sim, job, node)
 
-    sim.cordon(node)
+    sim.drain(node)  # its pods evicted: Volcano restarts the gang, pinned to the cordoned node
+    sim.advance(float(sim.config.simulation.pod_termination_seconds))  # their grace period
     job = _moved_and_running_elsewhere(sim, job, node)
     _requeue_not_counted(job, submitted_at)
     stop = _entered(job, S.PREEMPTING)
-    assert f"node {node} was cordoned (drain)" in stop.message
+    assert f"node {node} is cordoned (drain) and its pods were evicted" in stop.message
 
 
 @pytest.mark.usefixtures("celery_worker")
