@@ -300,6 +300,19 @@ def _double_admissions(job_pks: list[int]) -> dict[int, int]:
     return {pk: n for pk, n in admissions.items() if n > requeues[pk] + 1}
 
 
+def _spawn(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """One extra scheduler process, its output kept for the row."""
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        text=True,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def two_schedulers(world: World, tier: Tier) -> Row:
     """Two scheduler processes started at the same moment, looping cycles, while the race
     team's burst arrives (the workers run their own cycles too): the advisory lock must keep
@@ -312,12 +325,7 @@ def two_schedulers(world: World, tier: Tier) -> Row:
     start_at = time.time() + 6.0  # both processes are set up by then (Django's import)
     cmd = [sys.executable, "-m", "tests.soak.stack_faults", "cycles", "--start-at",
            str(start_at), "--seconds", str(sizes.cycle_seconds)]  # fmt: skip
-    env = world.stack.env()
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    procs = [
-        subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, start_new_session=True, **pipes)
-        for _ in range(2)
-    ]
+    procs = [_spawn(cmd, world.stack.env()) for _ in range(2)]
     row.faults = len(procs)
     peak = 0
     stop = threading.Event()
@@ -352,7 +360,7 @@ def two_schedulers(world: World, tier: Tier) -> Row:
         states = retrying(
             lambda: set(Job.objects.filter(public_id__in=ids).values_list("state", flat=True))
         )
-        return states <= {"SUCCEEDED"}
+        return bool(states <= {"SUCCEEDED"})
 
     converge(world, row, ids, since=began, timeout=tier.converge_timeout * 2, also=all_done,
              allow_queued=True)  # fmt: skip

@@ -2,7 +2,9 @@
 this machine (private PostgreSQL and Redis, gunicorn, two Celery workers, beat, the watcher,
 kubesim), every scenario with small counts, and not one job lost, doubled or stuck, no answer
 5xx but a 503, no process dead by itself. ``make soak`` runs the full tier and prints the
-figures; ``docs/reliability.md`` has them."""
+figures; ``docs/reliability.md`` has them. The stack's own faults (``SOAK_ONLY`` in
+``tests/soak/run.py``: web kill, two schedulers, PostgreSQL's connection limit, a slow cluster)
+would add about two minutes: only ``make soak`` runs them."""
 
 from __future__ import annotations
 
