@@ -37,6 +37,11 @@ heartbeats have been missing for the node monitor's grace period (40 s by defaul
 its pods only after a further ``tolerationSeconds`` (300 s); a cordon evicts nothing by itself.
 Waiting for either would leave the job's GPUs idle for minutes while healthy nodes are free.
 
+The stop itself may wait: pods on a NotReady node stay Terminating (no kubelet confirms
+their end) until it returns, its Node is deleted or it is tainted out-of-service, and the next
+attempt's pods would need their names (``clusters.teardown`` says so on the timeline;
+:func:`nodes_unreachable` tells such nodes).
+
 The requeue is the cluster's fault, not the job's: its reason is neither ``Preempted`` (which
 counts in ``preemption_count``) nor ``Unschedulable`` (whose requeues are bounded), and the
 new attempt is a new Volcano Job whose ``retryCount`` starts again from zero.
@@ -66,6 +71,7 @@ __all__ = [
     "NODE_FAILURE_REASON",
     "node_failure_requeue",
     "node_rows_mark",
+    "nodes_unreachable",
     "planned_nodes_unfit",
     "restarting_job_replan",
 ]
@@ -193,3 +199,15 @@ def restarting_job_replan(*, job: Job, now: dt.datetime | None = None) -> bool:
 
     evict_job_enqueue_many(moved)
     return job.pk in moved
+
+
+def nodes_unreachable(*, cluster_id: int, names: set[str]) -> set[str]:
+    """The nodes of ``names`` whose kubelet cannot confirm a pod's end, by the books: not
+    Ready, or gone from the inventory. A pod deleted there stays Terminating (see
+    ``clusters.teardown``), and its GPUs are out of the scheduler's capacity anyway."""
+    ready = set(
+        Node.objects.filter(cluster_id=cluster_id, name__in=names, ready=True).values_list(
+            "name", flat=True
+        )
+    )
+    return {n for n in names if n and n not in ready}

@@ -5,10 +5,14 @@ Delete the Volcano Job with background propagation and move on once a read says 
 a job still being deleted (finalizers) is looked at again a little later, and the watcher's
 DELETED event or the reconcile finish the job if this task does not. The pods' last log lines
 are kept first (``clusters.kept_logs``); an inference job's Service and Ingress are deleted
-after its Volcano Job (``clusters.serving``).
+after its Volcano Job (``clusters.serving``). Pods on a node that went unreachable stay
+Terminating (no kubelet confirms their end): the stop waits for them and says so once on the
+job's timeline, with what ends the wait (:func:`_note_left_terminating`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.utils import timezone
 
@@ -16,7 +20,8 @@ from clusters import volcano
 from clusters.kept_logs import job_logs_keep
 from clusters.kube import KubeError
 from clusters.models import VolcanoJobRecord
-from clusters.outcome import Outcome, backoff_seconds, job_for_task
+from clusters.node_failure import nodes_unreachable
+from clusters.outcome import Outcome, backoff_seconds, job_event_record, job_for_task
 from clusters.services import (
     ClusterUnavailable,
     cluster_client,
@@ -31,6 +36,7 @@ from portal.models import Job, JobEvent, JobState
 
 __all__ = ["job_cancel_on_cluster", "job_evict", "preemption_message"]
 
+LEFT_TERMINATING = "PodsLeftTerminating"
 # A Volcano Job deleted in the foreground is read again this often until its pods are gone
 # (the watcher usually reports its disappearance first).
 TERMINATING_POLL_SECONDS = 5.0
@@ -72,6 +78,10 @@ def _remove(job: Job, *, attempt: int) -> Outcome | None:
         return Outcome(
             done=False, message=exc.message, retry_in=backoff_seconds(attempt, exc.retry_after)
         )
+    if leftover is not None and (
+        nodes := _only_on_unreachable_nodes(job, client, namespace, leftover)
+    ):
+        _note_left_terminating(job, namespace, name, nodes)
     if leftover is not None:  # its pods still terminating, still holding their GPUs
         return Outcome(
             done=False,
@@ -87,6 +97,68 @@ def _remove(job: Job, *, attempt: int) -> Outcome | None:
             return Outcome(done=False, message=problem, retry_in=backoff_seconds(attempt))
     VolcanoJobRecord.objects.filter(job_id=job.pk).update(deleted_at=timezone.now())
     return None
+
+
+def _only_on_unreachable_nodes(
+    job: Job, client: Any, namespace: str, leftover: dict[str, Any]
+) -> list[str]:
+    """The unreachable nodes holding the Volcano Job's last pods, when every pod left is
+    Terminating on one (else [])."""
+    uid = (leftover.get("metadata") or {}).get("uid")
+    try:
+        pods = client.list_pods(label_selector=volcano.job_selector(str(job.public_id)))
+    except (ClusterUnavailable, KubeError):
+        return []
+    nodes: set[str] = set()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") != namespace:
+            continue
+        if uid and not any(o.get("uid") == uid for o in meta.get("ownerReferences") or []):
+            continue  # a pod of another Job of this name
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        if not meta.get("deletionTimestamp") or not node:
+            return []
+        nodes.add(node)
+    if not nodes or job.cluster_id is None:
+        return []
+    if nodes_unreachable(cluster_id=job.cluster_id, names=nodes) != nodes:
+        return []
+    return sorted(nodes)
+
+
+def _note_left_terminating(job: Job, namespace: str, name: str, nodes: list[str]) -> None:
+    """Say once, on the job's timeline, why its stop waits: its pods are Terminating on an
+    unreachable node, and no kubelet will confirm their end.
+
+    Why the portal waits rather than requeue now: the next attempt's Volcano Job has the same
+    name, so its pods (``<job>-<task>-<index>``) would have the names of those still
+    Terminating and could not be created (AlreadyExists) until they go; requeued now, the job
+    would hold healthy GPUs with no pod on them. The portal has no pod delete permission
+    (``deploy/rbac.yaml``) to force them. They go when the node comes back, when its Node
+    object is deleted, or when an admin taints it ``node.kubernetes.io/out-of-service``; the
+    job is requeued within seconds of that. Meanwhile the node is out of the scheduler's
+    capacity, so nothing else is placed on those GPUs."""
+    where = ", ".join(nodes)
+    message = (
+        f"The pods of Volcano Job {namespace}/{name} stay Terminating on unreachable node "
+        f"{where}: no kubelet confirms their end. The job is requeued as soon as they go: "
+        f"when {where} comes back, its Node is deleted, or an admin taints it "
+        "node.kubernetes.io/out-of-service (kubectl taint nodes "
+        f"{nodes[0]} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute)."
+    )
+    since = (
+        JobEvent.objects.filter(job_id=job.pk, to_state=JobState.PREEMPTING)
+        .exclude(from_state=JobState.PREEMPTING)
+        .order_by("-created_at", "-id")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    told = JobEvent.objects.filter(job_id=job.pk, reason=LEFT_TERMINATING)
+    if since is not None:
+        told = told.filter(created_at__gte=since)
+    if not told.exists():
+        job_event_record(job, LEFT_TERMINATING, message)
 
 
 def _late_withdraw(job: Job | None) -> None:

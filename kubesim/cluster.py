@@ -269,6 +269,14 @@ class KubeSim:
         """Mark the node unschedulable."""
         self.sim.cordon(name, True)
 
+    def out_of_service(self, name: str, on: bool = True) -> None:
+        """Taint the node ``node.kubernetes.io/out-of-service`` (or remove the taint)."""
+        self.sim.out_of_service(name, on)
+
+    def delete_node(self, name: str) -> None:
+        """Delete the Node object; the pod GC force-deletes its pods."""
+        self.sim.delete_node(name)
+
     def drain(self, name: str) -> None:
         """Cordon the node and evict its pods, as ``kubectl drain`` does."""
         self.sim.drain(name)
@@ -480,6 +488,8 @@ class KubeSim:
                 "ready": lambda: self.node_ready(name),
                 "cordon": lambda: self.cordon(name),
                 "drain": lambda: self.drain(name),
+                "out-of-service": lambda: self.out_of_service(name, True),
+                "in-service": lambda: self.out_of_service(name, False),
                 "uncordon": lambda: self.uncordon(name),
             }
             if action not in actions:

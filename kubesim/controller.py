@@ -304,6 +304,11 @@ class JobController:
                 name = f"{job.key[1]}-{task.name}-{index}"
                 wanted.add(name)
                 if name not in job.pods:
+                    if (job.key[0], name) in self.pods:
+                        # A pod of that name from an earlier Job of this name is still
+                        # Terminating (its node unreachable): the create would be refused
+                        # AlreadyExists, which Volcano ignores; the pod is made once it goes.
+                        continue
                     self._create_pod(job, obj, task, index)
                     created = True
         for name, pod in list(job.pods.items()):

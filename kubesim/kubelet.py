@@ -524,8 +524,13 @@ class Kubelet:
             return self._remove_pod(pod, evicted=evicted)
         if pod.deleting:
             return obj
+        reach = self._node_reach(pod.node)
+        if reach == "gone":  # the pod GC force-deletes pods of a deleted Node
+            return self._remove_pod(pod, evicted=evicted)
         pod.deleting = True
         pod.gen += 1
+        if reach == "unreachable":
+            return self._delete_unconfirmed(pod, obj, grace, evicted=evicted)
         delay = min(grace, self.settings.pod_termination_seconds)
         new = self._replace_pod(
             obj,
@@ -546,6 +551,51 @@ class Kubelet:
         if pod.job is not None:
             self.dirty_jobs[pod.job.key] = None
         return new
+
+    def _delete_unconfirmed(
+        self, pod: PodRuntime, obj: dict[str, Any], grace: float, *, evicted: bool
+    ) -> dict[str, Any]:
+        """A pod deleted on an unreachable node: the API server sets its deletionTimestamp,
+        but no kubelet confirms the end, so it stays Terminating (and on its node's books)
+        until the node comes back, its Node is deleted, or it gets the out-of-service taint
+        (:meth:`unconfirmed_release`). Volcano reacts to the deletionTimestamp itself (its
+        pod update handler treats it as the delete), so the job hears PodEvicted now."""
+        pod.unconfirmed = True
+        new = self._replace_pod(
+            obj,
+            metadata={
+                **obj["metadata"],
+                "deletionTimestamp": rfc3339(self.now() + grace),
+                "deletionGracePeriodSeconds": int(grace),
+            },
+        )
+        if evicted:
+            self.record_event(
+                obj,
+                "Normal",
+                "TaintManagerEviction",
+                f"Marking for deletion Pod {pod.key[0]}/{pod.key[1]}",
+                component="taint-eviction-controller",
+            )
+        if pod.job is not None:
+            if not pod.killed_by_controller and not pod.terminal:
+                pod.job.inbox.append(("PodEvicted", pod))
+                pod.killed_by_controller = True  # told once: its later removal is not news
+            self.dirty_jobs[pod.job.key] = None
+        return new
+
+    def unconfirmed_release(self, node: str, *, force: bool) -> None:
+        """End the pods left Terminating on ``node``: after their grace period once its
+        kubelet reports again, or at once (``force``) when the pod GC takes them (the Node was
+        deleted, or it carries ``node.kubernetes.io/out-of-service``)."""
+        for pod in [p for p in self.pods.values() if p.unconfirmed and p.node == node]:
+            pod.unconfirmed = False
+            pod.gen += 1
+            if force:
+                self.after(0.0, self._terminated, pod, pod.gen, False)
+            else:
+                delay = self.settings.pod_termination_seconds
+                self.after(delay, self._terminated, pod, pod.gen, False)
 
     def _terminated(self, pod: PodRuntime, gen: int, evicted: bool) -> None:
         if pod.gen == gen and self.pods.get(pod.key) is pod:

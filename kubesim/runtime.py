@@ -69,6 +69,9 @@ class PodRuntime:
     node: str | None = None
     gen: int = 0  # bumps invalidate outstanding timers
     deleting: bool = False
+    # Deleted while its node was unreachable: Terminating until a kubelet confirms the end
+    # (the node comes back), or the pod GC force-deletes it (Node deleted, out-of-service).
+    unconfirmed: bool = False
     killed_by_controller: bool = False
     restarts: int = 0
     started_at: float | None = None

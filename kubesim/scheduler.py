@@ -31,6 +31,7 @@ from kubesim.selectors import node_selector_term_matches, tolerates
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from kubesim.runtime import (
 )
 from kubesim.scheduler import (
     NOT_READY_TAINT,
+    OUT_OF_SERVICE_TAINT,
     UNREACHABLE_TAINT,
     UNSCHEDULABLE_TAINT,
     Scheduler,
@@ -385,9 +386,14 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         if rt is self.types.jobs:
             self._on_job_event(event)
         elif rt is self.types.nodes:
+            name = event.entry.obj["metadata"]["name"]
             if event.type == "DELETED":
-                self.scheduler.remove_node(event.entry.obj["metadata"]["name"])
+                self.scheduler.remove_node(name)
+                self.unconfirmed_release(name, force=True)  # the pod GC's part
             else:
+                reach = self._node_reach(name)
+                if reach != "unreachable":
+                    self.unconfirmed_release(name, force=reach == "out-of-service")
                 old = event.old.obj if event.old else None
                 new = event.entry.obj
                 if (
@@ -505,7 +511,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                         },
                     },
                 )
-            if obj["metadata"].get("finalizers"):
+            finalizers = list(obj["metadata"].get("finalizers") or [])
+            if finalizers:
                 if obj["metadata"].get("deletionTimestamp"):
                     return obj
                 return self.store.replace(
@@ -692,6 +699,49 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                 if pod is not None and not pod.deleting:
                     self.delete_pod(pod, grace=self.settings.pod_termination_seconds, evicted=True)
             self.settle()
+
+    def out_of_service(self, name: str, on: bool = True) -> None:
+        """Add (or remove) the ``node.kubernetes.io/out-of-service:NoExecute`` taint, with
+        which an admin vouches that a NotReady node is really down: the pod GC then
+        force-deletes the pods left Terminating there."""
+        with self.lock:
+            obj = self._node(name)
+            taints = [
+                t for t in obj["spec"].get("taints") or [] if t.get("key") != OUT_OF_SERVICE_TAINT
+            ]
+            if on:
+                taints.append(
+                    {"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"}
+                )
+            spec = {k: v for k, v in obj["spec"].items() if k != "taints"}
+            if taints:
+                spec["taints"] = taints
+            self.store.replace(
+                self.types.nodes, {**obj, "metadata": dict(obj["metadata"]), "spec": spec}
+            )
+            self.settle()
+
+    def delete_node(self, name: str) -> None:
+        """The Node object deleted (an admin, or the cloud node lifecycle controller for a VM
+        that is gone): the pod GC force-deletes the pods still bound to it."""
+        with self.lock:
+            self._node(name)
+            self.store.delete(self.types.nodes, "", name)
+            self.settle()
+
+    def _node_reach(self, name: str | None) -> str:
+        """Whether a kubelet can confirm a pod's end on node ``name``: "ready", "unreachable"
+        (not Ready), "out-of-service" (not Ready, but an admin vouched it is down: the pod GC
+        force-deletes its pods) or "gone" (no such Node)."""
+        obj = self.store.get(self.types.nodes, "", name) if name else None
+        if obj is None:
+            return "gone"
+        if is_ready(obj):
+            return "ready"
+        taints = obj.get("spec", {}).get("taints") or []
+        if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints):
+            return "out-of-service"
+        return "unreachable"
 
     def _node(self, name: str) -> dict[str, Any]:
         obj = self.store.get(self.types.nodes, "", name)

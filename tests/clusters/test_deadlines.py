@@ -248,6 +248,7 @@ def test_a_job_evicted_by_a_lost_node_shows_restarting_and_its_retry_budget(
     assert "RUNNING" in _page(client, bob, job)
 
     sim.node_not_ready("a100-0")  # its pod is evicted; Volcano restarts the gang (RestartJob)
+    sim.out_of_service("a100-0")  # the admin vouches it is down: its pod stops Terminating
     sim.advance(2)  # the new gang of 2 × 8 GPUs does not fit while a100-0 is NotReady
     assert sim.job_phase("gpupool", _name(job)) == "Pending"
     restarted = wait_for(lambda: _events(job, reason="VolcanoRestarting"))
@@ -268,6 +269,7 @@ def test_a_job_evicted_by_a_lost_node_shows_restarting_and_its_retry_budget(
     assert notices[-1] == ("job.restarting", f"{job.name} is restarting; it keeps its GPUs")
     assert [k for k, _ in notices].count("job.restarting") == 1
 
+    sim.out_of_service("a100-0", False)
     sim.node_ready("a100-0")
     sim.advance(3)
     resumed = wait_for(lambda: _events(job, reason="Resumed"))
@@ -290,6 +292,7 @@ def test_a_restarted_gang_that_cannot_be_placed_again_is_requeued(sim, cluster, 
     sim.advance(3)
     wait_state(job, S.RUNNING)
     sim.node_not_ready("a100-1")
+    sim.out_of_service("a100-1")  # its pod goes (the pod GC), not left Terminating
     sim.advance(2)
     pending = wait_for(lambda: _events(job, reason="PodsPending"))
     assert pending

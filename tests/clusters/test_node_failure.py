@@ -29,7 +29,7 @@ from portal.jobs.services import job_submit
 from portal.models import Job, JobEvent, JobState
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
-from tests.clusters.conftest import two_a100, wait_deleted, wait_for, wait_state
+from tests.clusters.conftest import state_of, two_a100, wait_deleted, wait_for, wait_state
 from tests.conftest import job_body
 
 S = JobState
@@ -151,6 +151,10 @@ def test_a_job_on_a_node_that_goes_not_ready_runs_on_the_free_node_in_seconds(
     submitted_at = job.submitted_at
 
     sim.node_not_ready(node)
+    wait_state(job, S.PREEMPTING, timeout=10)
+    # Its pod stays Terminating on the dead node; the admin vouches the node is down.
+    assert wait_for(lambda: _note(job)), "the job never said why its stop waits"
+    sim.out_of_service(node)
     job = _moved_and_running_elsewhere(sim, job, node)
     _requeue_not_counted(job, submitted_at)
     stop = _entered(job, S.PREEMPTING)
@@ -217,4 +221,56 @@ def test_the_inventory_sync_moves_a_job_off_a_node_that_failed_while_no_watch_ra
     assert Job.objects.get(pk=job.pk).state == S.RUNNING
     sync_inventory(cluster.pk)  # the beat's task, run here: no slot is awaited
     job = _moved_and_running_elsewhere(sim, job, node)
+    _requeue_not_counted(job, job.submitted_at)
+
+
+def _pods_of(sim: Any, job: Job) -> list[dict[str, Any]]:
+    return sim.job_pods("gpupool", volcano.volcano_job_name(str(job.public_id)))
+
+
+def _note(job: Job) -> JobEvent | None:
+    return JobEvent.objects.filter(job_id=job.pk, reason="PodsLeftTerminating").first()
+
+
+@pytest.mark.usefixtures("celery_worker")
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_that_waits_for_pods_on_a_dead_node_says_why_and_ends_when_the_node_returns(
+    sim, cluster, quota, bob, watchers
+):
+    """A real cluster cannot finish deleting pods on an unreachable node: they stay
+    Terminating until it comes back. The next attempt's pods would have their names, so the
+    stop waits, says why once, and ends when the node returns; nothing is duplicated."""
+    watchers.start(cluster, "jobs", "pods", "nodes")
+    job, node = _running_on_one_node(sim, cluster, bob)
+    old_uids = {p["metadata"]["uid"] for p in _pods_of(sim, job)}
+
+    sim.node_not_ready(node)
+    wait_state(job, S.PREEMPTING, timeout=10)
+    sim.advance(float(sim.config.simulation.pod_termination_seconds) + 1)
+    left = [p for p in _pods_of(sim, job) if p["metadata"]["uid"] in old_uids]
+    assert left and all(p["metadata"].get("deletionTimestamp") for p in left)
+    note = wait_for(lambda: _note(job))
+    assert note, "the job never said why its stop waits"
+    assert f"stay Terminating on unreachable node {node}" in note.message
+    assert "node.kubernetes.io/out-of-service" in note.message
+    time.sleep(6)  # the eviction task polls again: the note is not repeated
+    assert JobEvent.objects.filter(job_id=job.pk, reason="PodsLeftTerminating").count() == 1
+    assert state_of(job) == S.PREEMPTING
+
+    sim.node_ready(node)  # its kubelet confirms the old pods' end
+    sim.advance(float(sim.config.simulation.pod_termination_seconds) + 1)
+
+    def placed() -> bool:
+        if Job.objects.get(pk=job.pk).state == S.QUEUED:
+            run_cycle()
+        return Job.objects.get(pk=job.pk).state in (S.SUBMITTED, S.RUNNING)
+
+    assert wait_for(placed), f"job stayed {Job.objects.get(pk=job.pk).state}"
+    sim.advance(3)
+    wait_state(job, S.RUNNING)
+    pods = _pods_of(sim, job)
+    assert len(pods) == 1 and pods[0]["metadata"]["uid"] not in old_uids
+    assert not pods[0]["metadata"].get("deletionTimestamp")
+    job.refresh_from_db()
+    assert _bound(sim, job) == job.node_plan
     _requeue_not_counted(job, job.submitted_at)

@@ -93,7 +93,9 @@ def test_a_job_restart_gives_the_new_pods_a_fresh_deadline(sim, custom, core):
     sim.advance(3)
     node = _pod(core, "again-worker-0").spec.node_name
     sim.node_not_ready(node)
-    sim.advance(10)  # evicted, restarted, rebound elsewhere at about t=5
+    sim.advance(2)  # its pod stays Terminating: no kubelet confirms the end
+    sim.delete_node(node)  # the pod GC takes it with the Node
+    sim.advance(8)  # restarted, rebound elsewhere at about t=5
     assert sim.get("jobs", "again", "team-a")["status"]["retryCount"] == 1
     assert _pod(core, "again-worker-0").spec.node_name != node
     sim.advance(90)  # t=103: past the first pod's deadline, not the new one's

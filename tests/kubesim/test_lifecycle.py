@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -221,11 +223,12 @@ def test_restart_policy_on_failure_crash_loops_in_place(sim, custom, core):
     assert phase(custom, "loop") == "Running"
 
 
-def test_node_not_ready_evicts_pods_and_restart_job_reschedules(sim, custom, core):
+def _resilient(sim: Any, custom: Any, name: str) -> str:
+    """A running job that restarts on PodEvicted; returns its pod's node."""
     create_job(
         custom,
         vcjob(
-            "resilient",
+            name,
             duration=1000,
             max_retry=3,
             policies=[{"event": "PodEvicted", "action": "RestartJob"}],
@@ -233,23 +236,60 @@ def test_node_not_ready_evicts_pods_and_restart_job_reschedules(sim, custom, cor
     )
     sim.settle()
     sim.advance(3)
-    node = _pods(sim, "resilient")[0]["spec"]["nodeName"]
+    return str(_pods(sim, name)[0]["spec"]["nodeName"])
+
+
+def test_pods_evicted_from_a_not_ready_node_stay_terminating_until_it_returns(sim, custom, core):
+    """No kubelet confirms the end of a pod on an unreachable node: the taint manager's delete
+    only sets its deletionTimestamp. Volcano restarts the gang at once, but its pod of that
+    name stays Terminating, so the job waits Restarting until the node comes back."""
+    node = _resilient(sim, custom, "resilient")
+    uid = _pods(sim, "resilient")[0]["metadata"]["uid"]
     sim.node_not_ready(node)
     ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
     assert ready.status == "Unknown"
     assert {t.key for t in core.read_node(node).spec.taints} == {"node.kubernetes.io/unreachable"}
-    sim.advance(10)
+    sim.advance(60)
     job = sim.get("jobs", "resilient", "team-a")
     assert job["status"]["retryCount"] == 1
-    assert job["status"]["state"]["phase"] == "Running"
-    new_node = _pods(sim, "resilient")[0]["spec"]["nodeName"]
-    assert new_node not in (None, node)
-    sim.node_ready(node)
+    assert job["status"]["state"]["phase"] == "Restarting"
+    (pod,) = _pods(sim, "resilient")
+    assert pod["metadata"]["uid"] == uid and pod["metadata"].get("deletionTimestamp")
+    assert pod["spec"]["nodeName"] == node
+
+    sim.node_ready(node)  # its kubelet reports again and confirms the end
     assert (
         next(c for c in core.read_node(node).status.conditions if c.type == "Ready").status
         == "True"
     )
     assert not core.read_node(node).spec.taints
+    sim.advance(10)
+    job = sim.get("jobs", "resilient", "team-a")
+    assert job["status"]["retryCount"] == 1
+    assert job["status"]["state"]["phase"] == "Running"
+    (pod,) = _pods(sim, "resilient")
+    assert pod["metadata"]["uid"] != uid and not pod["metadata"].get("deletionTimestamp")
+
+
+@pytest.mark.parametrize("how", ["Node deleted", "out-of-service taint"])
+def test_the_pod_gc_ends_pods_of_a_dead_node_and_the_job_restarts_elsewhere(sim, custom, core, how):
+    """The Node deleted, or tainted ``node.kubernetes.io/out-of-service`` by an admin who
+    knows it is down: the pod garbage collector force-deletes its pods at once."""
+    node = _resilient(sim, custom, "gone")
+    sim.node_not_ready(node)
+    sim.advance(5)
+    assert _pods(sim, "gone")[0]["metadata"].get("deletionTimestamp")
+    if how == "Node deleted":
+        sim.delete_node(node)
+    else:
+        taints = [t.to_dict() for t in core.read_node(node).spec.taints or []]
+        taints.append({"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"})
+        core.patch_node(node, {"spec": {"taints": taints}})
+    sim.advance(10)
+    job = sim.get("jobs", "gone", "team-a")
+    assert job["status"]["state"]["phase"] == "Running"
+    (pod,) = _pods(sim, "gone")
+    assert pod["spec"]["nodeName"] != node and not pod["metadata"].get("deletionTimestamp")
 
 
 def test_node_lost_fails_pods_and_pod_failed_policy_applies(sim, custom):

@@ -617,9 +617,10 @@ NODE_FAILURE_GOAL_S = 30.0
 
 
 def node_failures(world: World, tier: Tier) -> list[Row]:
-    """A GPU node goes NotReady, then another is cordoned and drained, under a running 8-GPU
-    job while free nodes of its model wait: the seconds from the node's change (NotReady, or
-    the drain's evictions) to the job Running on another node (the portal requeues it in its
+    """A GPU node goes NotReady (and is tainted out-of-service, without which its pods stay
+    Terminating), then another is cordoned and drained, under a running 8-GPU job while free
+    nodes of its model wait: the seconds from the node's change (NotReady, or the drain's
+    evictions) to the job Running on another node (the portal requeues it in its
     place; goal under 30 s), its submit time kept. The cordon alone must leave the job
     running: a cordon evicts nothing, and an admin cordons to let jobs finish."""
     return [_node_fault(world, tier, "NotReady"), _node_fault(world, tier, "drained")]
@@ -679,6 +680,9 @@ def _node_fault(world: World, tier: Tier, how: str) -> Row:
         if how == "NotReady":
             sim.node_not_ready(node)
             failed.append(node)
+            # Its pods stay Terminating (no kubelet confirms their end) and the job's stop
+            # waits for them; the admin who knows the node is down says so with this taint.
+            sim.out_of_service(node)
         else:
             sim.drain(node)
         row.faults += 1
@@ -713,6 +717,8 @@ def _node_fault(world: World, tier: Tier, how: str) -> Row:
         )
     # The operator mends the nodes; the jobs are cancelled so the next scenario has the pool.
     for node in failed:
+        if how == "NotReady":
+            sim.out_of_service(node, False)
         (sim.node_ready if how == "NotReady" else sim.uncordon)(node)
     for serial, job_id in enumerate(ids):
         token = world.tokens[team][serial % len(world.tokens[team])]
