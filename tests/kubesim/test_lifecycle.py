@@ -403,3 +403,31 @@ def test_a_secret_with_bad_data_is_refused_like_the_api_server_does(core):
     with pytest.raises(ApiException) as caught:
         core.create_namespaced_secret("team-a", not_base64)
     assert "must be base64-encoded" in caught.value.body
+
+
+def test_a_new_job_of_the_same_name_waits_for_the_pod_name_a_dead_node_still_holds(
+    sim, custom, core, caplog
+):
+    """The old Job deleted in the background while its pod is Terminating on an unreachable
+    node: a new Job of that name cannot have its pod (the name is taken; Volcano ignores the
+    AlreadyExists) until the node returns and the old pod goes."""
+    node = _resilient(sim, custom, "same")
+    old = _pods(sim, "same")[0]["metadata"]["uid"]
+    sim.node_not_ready(node)
+    custom.delete_namespaced_custom_object(
+        GROUP, VERSION, "team-a", "jobs", "same", propagation_policy="Background"
+    )
+    sim.advance(5)
+    assert sim.get("jobs", "same", "team-a") is None
+    create_job(custom, vcjob("same", duration=1000))
+    sim.advance(5)
+    (pod,) = core.list_namespaced_pod("team-a", label_selector="volcano.sh/job-name=same").items
+    assert pod.metadata.uid == old and pod.metadata.deletion_timestamp is not None
+
+    sim.node_ready(node)
+    sim.advance(10)
+    (pod,) = core.list_namespaced_pod("team-a", label_selector="volcano.sh/job-name=same").items
+    assert pod.metadata.uid != old and pod.metadata.deletion_timestamp is None
+    assert pod.status.phase == "Running"
+    assert sim.get("jobs", "same", "team-a")["status"]["state"]["phase"] == "Running"
+    assert "simulation step failed" not in caplog.text  # no create of a taken name was tried
