@@ -142,14 +142,15 @@ def _note_left_terminating(job: Job, namespace: str, name: str, nodes: list[str]
     where = ", ".join(nodes)
     message = (
         f"The pods of Volcano Job {namespace}/{name} stay Terminating on unreachable node "
-        f"{where}: no kubelet confirms their end. The job is requeued as soon as they go: "
+        f"{where}: no kubelet confirms their end. The job is "
+        f"{'cancelled' if job.state == JobState.CANCELLING else 'requeued'} as soon as they go: "
         f"when {where} comes back, its Node is deleted, or an admin taints it "
         "node.kubernetes.io/out-of-service (kubectl taint nodes "
         f"{nodes[0]} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute)."
     )
     since = (
-        JobEvent.objects.filter(job_id=job.pk, to_state=JobState.PREEMPTING)
-        .exclude(from_state=JobState.PREEMPTING)
+        JobEvent.objects.filter(job_id=job.pk, to_state=job.state)
+        .exclude(from_state=job.state)
         .order_by("-created_at", "-id")
         .values_list("created_at", flat=True)
         .first()
