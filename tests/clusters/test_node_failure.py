@@ -216,12 +216,18 @@ def test_the_inventory_sync_moves_a_job_off_a_node_that_failed_while_no_watch_ra
 
     watchers.start(cluster)  # jobs and pods only: the node's change is not seen as it happens
     job, node = _running_on_one_node(sim, cluster, bob)
-    sim.node_not_ready(node, mode="fail")
+    submitted_at = job.submitted_at
+    # Its pods are evicted and Volcano restarts the gang; the books still call the node Ready,
+    # so nothing moves the job until the inventory sync reads the node.
+    sim.node_not_ready(node)
     sim.advance(1)
     assert Job.objects.get(pk=job.pk).state == S.RUNNING
     sync_inventory(cluster.pk)  # the beat's task, run here: no slot is awaited
+    wait_state(job, S.PREEMPTING, timeout=10)
+    assert wait_for(lambda: _note(job)), "the job never said why its stop waits"
+    sim.out_of_service(node)  # the admin vouches the node is down: its pods go
     job = _moved_and_running_elsewhere(sim, job, node)
-    _requeue_not_counted(job, job.submitted_at)
+    _requeue_not_counted(job, submitted_at)
 
 
 def _pods_of(sim: Any, job: Job) -> list[dict[str, Any]]:
