@@ -217,6 +217,10 @@ class ResourceWatcher:
             ).update(resource_version="", relists=F("relists") + 1)
             return
         self._save(version)
+        if self.resource == "jobs":
+            # The supervisor applies kept early events every second; a watcher run without one
+            # (a test's, a one-off) must not keep them until the reconcile.
+            self.apply_early()
 
     def _save(self, version: str) -> bool:
         now = timezone.now()

@@ -479,8 +479,27 @@ class Watchers:
             thread = threading.Thread(target=watcher.run, daemon=True)
             thread.start()
             self.items.append((watcher, thread))
+            if resource == "jobs":
+                early = threading.Thread(target=self._apply_early, args=(watcher,), daemon=True)
+                early.start()
+                self.items.append((watcher, early))
             started.append(watcher)
         return started
+
+    @staticmethod
+    def _apply_early(watcher: Any) -> None:
+        """What the supervisor (``clusters.watch.WatchSupervisor``) does every second: apply
+        the events kept for jobs whose dispatch had not recorded SUBMITTED yet."""
+        from django.db import close_old_connections
+
+        while not watcher.stop.wait(0.5):
+            try:
+                watcher.apply_early()
+            except Exception:  # the database of a test that is ending
+                pass
+            finally:
+                close_old_connections()
+        connections.close_all()
 
     def stop(self) -> None:
         for watcher, _ in self.items:

@@ -45,7 +45,8 @@ def next_request() -> None:
 def test_a_connection_the_server_dropped_is_replaced_before_the_next_request_uses_it(admin):
     connection.close()
     dropped = backend_pid()
-    admin.execute("SELECT pg_terminate_backend(%s)", [dropped])
+    # With a timeout it returns once the backend is gone (its FATAL written, the socket closed).
+    admin.execute("SELECT pg_terminate_backend(%s, 10000)", [dropped])
     next_request()
     assert backend_pid() != dropped  # no error: the request ran on a new connection
 
