@@ -5,13 +5,12 @@ for every cluster that is not disabled. A watcher:
 
 1. takes the lease of its :class:`~clusters.models.ClusterWatch` row (a compare-and-set, so
    a second watcher process, e.g. during a rolling deploy, waits instead of doubling work);
-2. *lists* whenever it starts following the stream (a start, a takeover from a watcher that
-   died, a lease won back) or resumes after its watch broke (an error, a frozen API server's
-   timeout, ``410 Gone``), and applies what changed while nobody watched: the jobs it finds
-   in another phase, the jobs whose Volcano Job is gone, the pods' new facts;
-3. watches from the list's version, applying each event as it comes and saving the version
-   (and renewing the lease) every few seconds; a watch the server simply closed (its
-   ``timeoutSeconds``) resumes from the saved version without a list.
+2. without a stored resourceVersion, *lists* (applying every object, which heals whatever
+   was missed while nobody watched) and keeps the list's version;
+3. watches from that version, applying each event as it comes and saving the version (and
+   renewing the lease) every few seconds;
+4. on ``410 Gone`` forgets the version and relists; on any other failure backs off and
+   resumes from the saved version.
 
 Events are an optimization: the periodic reconcile (``clusters.reconcile``)
 stays the truth. Pod events are filtered in memory first (a pod whose node and facts did not
@@ -39,8 +38,7 @@ from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
 from clusters.node_failure import node_failure_requeue, node_rows_mark
-from clusters.observed import RUNNING_PHASES, JobView, PodView, job_view, pod_view
-from clusters.reconcile import followed_jobs
+from clusters.observed import job_view, pod_view
 from clusters.services import ClusterUnavailable, cluster_client
 from clusters.status import job_status_apply, pods_apply
 from clusters.tasks import evict_job_enqueue_many
@@ -114,9 +112,6 @@ class ResourceWatcher:
         self.client: KubeClient | None = None
         self.events = 0
         self.relists = 0
-        self.lists = 0  # every list, the catch-ups of a takeover or a resume included
-        # False until this watcher has listed since it (re)took the stream or its watch broke.
-        self._caught_up = False
         self._pods_seen: dict[str, tuple[str, frozenset[str]]] = {}
         # Node name → (trouble, schedulable): a node's heartbeats change nothing we act on.
         self._nodes_seen: dict[str, tuple[str, bool]] = {}
@@ -145,7 +140,6 @@ class ResourceWatcher:
                     self._run_once()
                     failures = 0
                 except (KubeError, ClusterUnavailable) as exc:
-                    self._caught_up = False  # what happened meanwhile is listed on resume
                     if self.stop.is_set():
                         break  # the error is our own abort
                     failures += 1
@@ -159,7 +153,6 @@ class ResourceWatcher:
                     )
                     self.stop.wait(pause)
                 except Exception:
-                    self._caught_up = False
                     log.exception("watch %s/%s crashed; restarting", self.cluster_id, self.resource)
                     self.stop.wait(5)
                 finally:
@@ -175,19 +168,11 @@ class ResourceWatcher:
             cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
         )
         if row is None:  # someone else follows this stream; look again when the lease may end
-            self._caught_up = False
             self.stop.wait(LEASE_SECONDS / 3)
             return
         cluster = Cluster.objects.get(pk=self.cluster_id)
         self.client = cluster_client(cluster)
-        version = row.resource_version
-        if not version or not self._caught_up:
-            # A watch replays from the stored version only what the API server still holds,
-            # and only events: a version saved past events that were never applied (a kept
-            # early event of a killed watcher), a server frozen or re-created, left finished
-            # jobs SUBMITTED until the periodic reconcile (30-60 s). One list heals them now.
-            version = self._relist(cluster)
-            self._caught_up = True
+        version = row.resource_version or self._relist(cluster)
         saved_at = time.monotonic()
         try:
             for event in self.client.watch(
@@ -203,7 +188,6 @@ class ResourceWatcher:
                 version = event.resource_version or version
                 if time.monotonic() - saved_at > SAVE_EVERY_SECONDS:
                     if not self._save(version):
-                        self._caught_up = False
                         return  # lost the lease
                     saved_at = time.monotonic()
         except KubeError as exc:
@@ -238,15 +222,9 @@ class ResourceWatcher:
         return "" if self.resource == "nodes" else volcano.managed_selector()
 
     def _relist(self, cluster: Cluster) -> str:
-        """Apply what changed in the current state of every object, and return the list's
-        resourceVersion."""
+        """Apply the current state of every object, and return the list's resourceVersion."""
         assert self.client is not None
-        self.lists += 1
         selector = volcano.managed_selector()
-        # The followed jobs are read before the list, as the reconcile reads them: a job
-        # SUBMITTED by then had its Volcano Job created earlier still, so one missing from the
-        # list really is gone.
-        followed = followed_jobs(cluster) if self.resource in ("jobs", "pods") else {}
         if self.resource == "nodes":
             items, version = self.client.list_nodes_with_version()
             self._nodes_seen.clear()
@@ -255,60 +233,10 @@ class ResourceWatcher:
         else:
             items, version = self.client.list_pods_with_version(label_selector=selector)
             self._pods_seen.clear()
-        if self.resource == "jobs":
-            self._jobs_catch_up(followed, items)
-        elif self.resource == "pods":
-            self._pods_catch_up(followed, items)
-        else:
-            for obj in items:
-                self._apply(cluster, WatchEvent("ADDED", obj))
+        for obj in items:
+            self._apply(cluster, WatchEvent("ADDED", obj))
         self._save(version)
         return version
-
-    def _jobs_catch_up(self, followed: dict[uuid.UUID, Job], items: list[dict[str, Any]]) -> int:
-        """Apply the listed Volcano Jobs to the jobs they changed, and end the followed jobs
-        whose Volcano Job is gone; returns how many jobs were looked at.
-
-        Only followed jobs count (a finished job's object stays until its TTL, and costs
-        nothing here), and a job whose phase is the one its record holds and that its state
-        already reflects is skipped: a takeover on a cluster of thousands of running jobs
-        writes only what changed while nobody watched."""
-        views: dict[uuid.UUID, tuple[JobView, dict[str, Any]]] = {}
-        for obj in items:
-            view = job_view(obj)
-            if view is not None:
-                views[view.job_uuid] = (view, obj)
-        applied = 0
-        for job_uuid, job in followed.items():
-            view, obj = views.get(job_uuid, (None, None))
-            if job.state == JobState.ADMITTED:
-                if obj is not None:  # its dispatch has not recorded SUBMITTED: kept for then
-                    with self._early_lock:
-                        self._early[job_uuid] = (time.monotonic(), WatchEvent("ADDED", obj))
-                continue
-            if view is not None and _steady(job, view):
-                continue
-            job_status_apply(job=job, view=view, deleted=view is None)
-            applied += 1
-        return applied
-
-    def _pods_catch_up(self, followed: dict[uuid.UUID, Job], items: list[dict[str, Any]]) -> None:
-        """Apply the listed pods, one call per followed job (``pods_apply`` writes only new
-        facts, bindings and readiness), and remember them so their next event costs nothing
-        unless it changes something."""
-        self._pods_seen.clear()
-        by_job: dict[uuid.UUID, list[PodView]] = {}
-        for obj in items:
-            pod = pod_view(obj)
-            if pod is not None and pod.job_uuid in followed:
-                by_job.setdefault(pod.job_uuid, []).append(pod)
-        for job_uuid, pods in by_job.items():
-            job = followed[job_uuid]
-            pods_apply(job=job, pods=pods)
-            if job.state != JobState.ADMITTED:
-                for pod in pods:
-                    signature = (pod.node, frozenset(f.key for f in pod.facts), pod.ready)
-                    self._pods_seen[pod.uid] = signature
 
     def apply_early(self) -> int:
         """Apply the kept events of jobs that have left ADMITTED since; returns how many."""
@@ -408,17 +336,6 @@ class ResourceWatcher:
             self._pods_seen[pod.uid] = signature
         if len(self._pods_seen) > 100_000:
             self._pods_seen.clear()
-
-
-def _steady(job: Job, view: JobView) -> bool:
-    """The Volcano Job is in the phase its record holds, and the job's state already says so
-    (SUBMITTED while Pending, RUNNING while running): applying it again would change nothing."""
-    record = getattr(job, "volcano", None)  # a missing record raises an AttributeError
-    if record is None or record.phase != view.phase:
-        return False
-    return (job.state == JobState.SUBMITTED and view.phase == "Pending") or (
-        job.state == JobState.RUNNING and view.phase in RUNNING_PHASES
-    )
 
 
 class WatchSupervisor:
