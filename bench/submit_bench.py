@@ -282,16 +282,6 @@ async def _drive_offered(
     return run
 
 
-def drive_offered(*args: Any, **kwargs: Any) -> Run:
-    """:func:`_drive_offered`, with the server's CPU over it."""
-    before = SERVER_CPU.sample()
-    run = asyncio.run(_drive_offered(*args, **kwargs))
-    after = SERVER_CPU.sample()
-    run.python_cpu_s = SERVER_CPU.used(before, after, "python")
-    run.postgres_cpu_s = SERVER_CPU.used(before, after, "postgres")
-    return run
-
-
 class ServerCpu:
     """CPU seconds used by gunicorn's processes and the bench database's PostgreSQL backends.
 
@@ -340,13 +330,24 @@ class ServerCpu:
 SERVER_CPU = ServerCpu()
 
 
-def drive(*args: Any, **kwargs: Any) -> Run:
+def _with_cpu(driver: Any, *args: Any, **kwargs: Any) -> Run:
+    """Run one of the async drivers, with the server's CPU over it."""
     before = SERVER_CPU.sample()
-    run = asyncio.run(_drive(*args, **kwargs))
+    run: Run = asyncio.run(driver(*args, **kwargs))
     after = SERVER_CPU.sample()
     run.python_cpu_s = SERVER_CPU.used(before, after, "python")
     run.postgres_cpu_s = SERVER_CPU.used(before, after, "postgres")
     return run
+
+
+def drive(*args: Any, **kwargs: Any) -> Run:
+    """Closed loop: :func:`_drive`."""
+    return _with_cpu(_drive, *args, **kwargs)
+
+
+def drive_offered(*args: Any, **kwargs: Any) -> Run:
+    """Open loop at a fixed offered rate: :func:`_drive_offered`."""
+    return _with_cpu(_drive_offered, *args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

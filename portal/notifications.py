@@ -63,6 +63,11 @@ def notify_job_event(event: JobEvent) -> Notification | None:
     if notice is None:
         return None
     kind, title = notice
+    return _notify_owner(event, owner_id, kind, title)
+
+
+def _notify_owner(event: JobEvent, owner_id: int, kind: str, title: str) -> Notification:
+    """The owner's notification of ``event``, announced to the delivery wing on commit."""
     created = Notification.objects.create(
         user_id=owner_id,
         job_id=event.job_id,
@@ -111,17 +116,7 @@ def notify_job_fact(event: JobEvent) -> Notification | None:
         if restarting:
             return None
         kind, title = "job.restarting", f"{name} is restarting; it keeps its GPUs"
-    created = Notification.objects.create(
-        user_id=owner_id,
-        job_id=event.job_id,
-        event=event,
-        kind=kind,
-        title=title[:200],
-        message=event.message,
-        created_at=event.created_at,
-    )
-    hooks.notifications_created.fire_on_commit([created.pk])
-    return created
+    return _notify_owner(event, owner_id, kind, title)
 
 
 _NOTIFYING_STATES = frozenset(

@@ -1,9 +1,29 @@
 """Prints the schemathesis totals (``test_api_schema.py``) at the end of a run, also under xdist:
-each of its tests records its request counts in its report's ``user_properties``."""
+each of its tests records its request counts in its report's ``user_properties``. And a second
+connection to the test database, as an operator's, for the tests that drop the portal's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+
+@pytest.fixture
+def admin() -> Iterator[psycopg.Connection]:
+    """A second connection to the same server, autocommit, as an operator's."""
+    params = connection.get_connection_params()
+    with psycopg.connect(
+        dbname=params["dbname"],
+        user=params.get("user"),
+        host=params.get("host"),
+        port=params.get("port"),
+        autocommit=True,
+    ) as conn:
+        yield conn
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -3,9 +3,6 @@ request's first query, and a healthy one is not sent a ``SELECT 1`` (``portal/pg
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import psycopg
 import pytest
 from django.core.signals import request_finished, request_started
 from django.db import connection
@@ -14,20 +11,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's backend"),
 ]
-
-
-@pytest.fixture
-def admin() -> Iterator[psycopg.Connection]:
-    """A second connection to the same server, as an operator's."""
-    params = connection.get_connection_params()
-    with psycopg.connect(
-        dbname=params["dbname"],
-        user=params.get("user"),
-        host=params.get("host"),
-        port=params.get("port"),
-        autocommit=True,
-    ) as conn:
-        yield conn
 
 
 def backend_pid() -> int:
