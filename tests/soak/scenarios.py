@@ -728,21 +728,35 @@ def _node_fault(world: World, tier: Tier, how: str) -> Row:
     return row
 
 
+class RunningPeak:
+    """The most pods of one team seen running at once, sampled every 0.2 s from ``start`` to
+    ``stop`` (what a quota must bound, read from the cluster)."""
+
+    def __init__(self, world: World, team: str) -> None:
+        self.world, self.team, self.peak = world, team, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                self.peak = max(self.peak, self.world.running_pods(self.team))
+            time.sleep(0.2)
+
+    def start(self) -> RunningPeak:
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def quota_race(world: World, tier: Tier) -> Row:
     """N concurrent 1-GPU submits to a team with 8 GPUs and no borrowing."""
     row = Row(f"quota race: {tier.race_jobs} submits, {RACE_GPUS}-GPU team")
-    peak = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            with contextlib.suppress(Exception):
-                peak = max(peak, world.running_pods(RACE_TEAM))
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    sampler = RunningPeak(world, RACE_TEAM).start()
     began = time.monotonic()
     submits = world.submit_many(tier.race_jobs, clients=tier.race_jobs, teams=[RACE_TEAM],
                                 seconds=3)  # fmt: skip
@@ -763,8 +777,7 @@ def quota_race(world: World, tier: Tier) -> Row:
 
     converge(world, row, submits.accepted, since=began, timeout=tier.converge_timeout * 2,
              also=all_done, allow_queued=True)  # fmt: skip
-    stop.set()
-    sampler.join()
+    peak = sampler.stop()
     row.notes.append(f"at most {peak} running at once")
     if peak > RACE_GPUS:
         row.problems.append(f"{peak} jobs ran at once on an {RACE_GPUS}-GPU quota")
@@ -776,6 +789,7 @@ __all__ = [
     "FULL",
     "SHORT",
     "Row",
+    "RunningPeak",
     "Tier",
     "cluster_faults",
     "node_failures",

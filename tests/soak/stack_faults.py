@@ -49,6 +49,7 @@ from tests.soak.harness import (
 )
 from tests.soak.scenarios import (
     Row,
+    RunningPeak,
     Tier,
     _deaths,
     _judge_answers,
@@ -327,18 +328,7 @@ def two_schedulers(world: World, tier: Tier) -> Row:
            str(start_at), "--seconds", str(sizes.cycle_seconds)]  # fmt: skip
     procs = [_spawn(cmd, world.stack.env()) for _ in range(2)]
     row.faults = len(procs)
-    peak = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            with contextlib.suppress(Exception):
-                peak = max(peak, world.running_pods(RACE_TEAM))
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    sampler = RunningPeak(world, RACE_TEAM).start()
     time.sleep(max(0.0, start_at - time.time()))
     began = time.monotonic()
     submits = world.submit_many(tier.race_jobs, clients=tier.race_jobs, teams=[RACE_TEAM],
@@ -364,8 +354,7 @@ def two_schedulers(world: World, tier: Tier) -> Row:
 
     converge(world, row, ids, since=began, timeout=tier.converge_timeout * 2, also=all_done,
              allow_queued=True)  # fmt: skip
-    stop.set()
-    sampler.join()
+    peak = sampler.stop()
     pks = retrying(lambda: list(Job.objects.filter(public_id__in=ids).values_list("pk", flat=True)))
     doubled = _double_admissions(pks)
     both = set(loops[0]["admitted"]) & set(loops[1]["admitted"]) if len(loops) == 2 else set()
