@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,13 +99,16 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
             unreachable_requeue(cluster=cluster, since=since, now=now)
         return ReconcileResult(ok=False, message=message)
     back = cluster_reachable_mark(cluster)
-    views = {v.job_uuid: v for v in (job_view(o) for o in objects) if v is not None}
+    views: dict[uuid.UUID, list[JobView]] = defaultdict(list)
+    for obj in objects:
+        if (job_object := job_view(obj)) is not None:
+            views[job_object.job_uuid].append(job_object)
     pods: dict[uuid.UUID, list[PodView]] = defaultdict(list)
     for obj in pod_objects:
         pod = pod_view(obj)
         if pod is not None:
             pods[pod.job_uuid].append(pod)
-    result.jobs, result.objects = len(jobs), len(views)
+    result.jobs, result.objects = len(jobs), sum(map(len, views.values()))
     # Every followed job's plan follows its pods' bindings, in one pass, before anything else.
     corrected = node_plans_apply(
         {u: b for u, b in pod_bindings(pod_objects).items() if u in jobs}, cluster_id=cluster.pk
@@ -116,7 +120,7 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
     stale = now - STALE_AFTER
     live = live_workers(now=now) if any(j.state == S.ADMITTED for j in jobs.values()) else set()
     for job_uuid, job in jobs.items():
-        view = views.get(job_uuid)
+        view = _current_run(job, views.get(job_uuid, ()))
         if job.state == S.ADMITTED:
             if _dispatch_presumed_lost(job, stale, live) or (back and _waiting(job, now)):
                 # Stamped, so the next reconcile (30 s on) does not send a second message while
@@ -223,10 +227,16 @@ def _dispatch_presumed_lost(job: Job, stale: dt.datetime, live: set[str]) -> boo
     return last < stale
 
 
+def _current_run(job: Job, candidates: Iterable[JobView]) -> JobView | None:
+    """The Volcano Job of the job's current run among those of its id: an earlier run's can
+    still exist, deleted but held by pods Terminating on a node that died."""
+    return next((v for v in candidates if v.attempt in (None, job.attempt_number)), None)
+
+
 def _delete_orphans(
     cluster: Cluster,
     client: Any,
-    views: dict[uuid.UUID, JobView],
+    views: dict[uuid.UUID, list[JobView]],
     followed: dict[uuid.UUID, Job],
     result: ReconcileResult,
 ) -> None:
@@ -248,10 +258,10 @@ def _delete_orphans(
         state = states.get(job_uuid) or requeued.get(job_uuid)
         if state not in (S.CANCELLED, S.QUEUED):
             continue
-        view = views[job_uuid]
-        try:
-            client.delete_job(view.namespace, view.name, uid=view.uid or None)
-            result.orphans_deleted.append(view.name)
-        except KubeError as exc:
-            if not exc.not_found:
-                log.warning("could not delete orphan %s: %s", view.name, exc.message)
+        for view in views[job_uuid]:
+            try:
+                client.delete_job(view.namespace, view.name, uid=view.uid or None)
+                result.orphans_deleted.append(view.name)
+            except KubeError as exc:
+                if not exc.not_found:
+                    log.warning("could not delete orphan %s: %s", view.name, exc.message)
