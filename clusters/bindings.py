@@ -66,17 +66,32 @@ def replica_of(labels: Mapping[str, Any]) -> int | None:
 
 
 def pod_bindings(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, str]]:
-    """Portal job → replica → node, for every bound portal pod in ``pods`` (API objects)."""
+    """Portal job → replica → node, for every bound, live portal pod in ``pods`` (API
+    objects), of the latest run seen for each job.
+
+    A pod being deleted tells nothing new: its binding was a fact while it ran, and it may be
+    an earlier run's, left Terminating on a node that died while the next run starts elsewhere
+    under a Volcano Job of its own (``clusters.volcano.volcano_job_name``); taken as a binding
+    it would move the new run's plan back onto the dead node."""
     bindings: dict[uuid.UUID, dict[int, str]] = defaultdict(dict)
+    latest: dict[uuid.UUID, int] = {}
     for pod in pods:
+        meta = pod.get("metadata") or {}
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
+        if not node or meta.get("deletionTimestamp"):
             continue
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        labels = meta.get("labels") or {}
         job_uuid = job_uuid_of(labels)
         replica = replica_of(labels)
-        if job_uuid is not None and replica is not None:
-            bindings[job_uuid][replica] = str(node)
+        if job_uuid is None or replica is None:
+            continue
+        attempt = volcano.attempt_of(labels) or 0
+        if attempt < latest.get(job_uuid, 0):
+            continue
+        if attempt > latest.get(job_uuid, 0):
+            latest[job_uuid] = attempt
+            bindings[job_uuid].clear()
+        bindings[job_uuid][replica] = str(node)
     return dict(bindings)
 
 

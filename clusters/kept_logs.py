@@ -57,7 +57,9 @@ def _row(
         job=job,
         attempt=number,
         replica=replica,
-        pod=volcano.replica_pod_name(str(job.public_id), job.kind, job.replicas, replica),
+        pod=volcano.replica_pod_name(
+            str(job.public_id), job.kind, job.replicas, replica, job.attempt_number
+        ),
         text=text,
         message=message,
         captured_at=now,

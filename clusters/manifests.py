@@ -213,6 +213,7 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
         run_as_non_root=cluster.run_as_non_root,
         termination_grace_seconds=termination_grace_seconds(job.team),
         gpu_share=_gpu_share(cluster, job, resource),
+        attempt=job.attempt_number,
     )
     return namespace, volcano.build_volcano_job(spec)
 

@@ -37,10 +37,12 @@ heartbeats have been missing for the node monitor's grace period (40 s by defaul
 its pods only after a further ``tolerationSeconds`` (300 s); a cordon evicts nothing by itself.
 Waiting for either would leave the job's GPUs idle for minutes while healthy nodes are free.
 
-The stop itself may wait: pods on a NotReady node stay Terminating (no kubelet confirms
-their end) until it returns, its Node is deleted or it is tainted out-of-service, and the next
-attempt's pods would need their names (``clusters.teardown`` says so on the timeline;
-:func:`nodes_unreachable` tells such nodes).
+The stop does not wait for the dead node either: pods on a NotReady node stay Terminating
+(no kubelet confirms their end) until it returns, its Node is deleted or it is tainted
+out-of-service, which may be never. Each run's Volcano Job has a name of its own
+(``clusters.volcano.volcano_job_name``), so the next run's pods never need theirs; the stop
+ends once every pod left is Terminating on an unreachable node (:func:`nodes_unreachable`),
+and the timeline says so (``clusters.teardown``).
 
 The requeue is the cluster's fault, not the job's: its reason is neither ``Preempted`` (which
 counts in ``preemption_count``) nor ``Unschedulable`` (whose requeues are bounded), and the

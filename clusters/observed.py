@@ -70,6 +70,8 @@ class JobView:
     running_since: dt.datetime | None
     finished_at: dt.datetime | None
     deleting: bool
+    attempt: int | None = None
+    """The run it was created for (``gpupool.dev/attempt``); None: made before the label."""
 
 
 def job_view(obj: dict[str, Any]) -> JobView | None:
@@ -101,6 +103,7 @@ def job_view(obj: dict[str, Any]) -> JobView | None:
         running_since=running_since,
         finished_at=_time(state.get("lastTransitionTime")) if phase in TERMINAL_PHASES else None,
         deleting=bool(meta.get("deletionTimestamp")),
+        attempt=volcano.attempt_of(meta.get("labels") or {}),
     )
 
 
@@ -126,6 +129,14 @@ class PodView:
     ready: bool = False
     """The pod's ``Ready`` condition is True: it passes its readiness probe (a Service's
     endpoint)."""
+    attempt: int | None = None
+    """The run whose Volcano Job made it (``gpupool.dev/attempt``); None: made before the
+    label existed, taken as the current run's."""
+
+    def of_attempt(self, number: int) -> bool:
+        """Whether the pod belongs to run ``number`` of its job: an earlier run's pods can
+        outlive it (Terminating on a node that died) beside the next run's."""
+        return self.attempt is None or self.attempt == number
 
     @property
     def problem(self) -> str:
@@ -243,4 +254,5 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in (obj.get("status") or {}).get("conditions") or []
         ),
+        attempt=volcano.attempt_of(labels),
     )

@@ -1006,7 +1006,9 @@ def job_logs(
         )
     if tail is not None:
         tail = max(1, min(LOG_TAIL_MAX, tail))
-    pod = volcano.replica_pod_name(str(job.public_id), job.kind, job.replicas, replica)
+    pod = volcano.replica_pod_name(
+        str(job.public_id), job.kind, job.replicas, replica, job.attempt_number
+    )
     logs = JobLogs(
         replica=replica,
         pod=pod,

@@ -63,6 +63,7 @@ def serving_spec(job: Job, namespace: str, owner_uid: str | None = None) -> volc
         owner_uid=owner_uid or None,
         host=host,
         ingress_class_name=cluster.ingress_class_name or None,
+        attempt=job.attempt_number,
     )
 
 

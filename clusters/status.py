@@ -96,7 +96,7 @@ def pods_apply(*, job: Job, pods: Iterable[PodView], plans: bool = True) -> int:
     event, and the capacity rule counting GPUs where they are not. ``plans=False`` leaves the
     plan to a caller that corrects many jobs in one pass (the reconcile).
     """
-    pods = list(pods)
+    pods = [p for p in pods if p.of_attempt(job.attempt_number)]
     if job.state not in FOLLOWED_STATES or not pods:
         return 0
     if plans:

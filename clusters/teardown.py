@@ -49,7 +49,7 @@ def _where(job: Job) -> tuple[str, str]:
     assert job.cluster is not None
     return (
         cluster_job_namespace(job.cluster, job.team.slug),
-        volcano.volcano_job_name(str(job.public_id)),
+        volcano.volcano_job_name(str(job.public_id), job.attempt_number),
     )
 
 
@@ -81,7 +81,11 @@ def _remove(job: Job, *, attempt: int) -> Outcome | None:
     if leftover is not None and (
         nodes := _only_on_unreachable_nodes(job, client, namespace, leftover)
     ):
+        # No kubelet will confirm their end, and nothing waits for their names: the next run
+        # is a Volcano Job of its own (``volcano.volcano_job_name``). Their node is out of the
+        # scheduler's capacity, so their GPUs are not offered to anyone meanwhile.
         _note_left_terminating(job, namespace, name, nodes)
+        leftover = None
     if leftover is not None:  # its pods still terminating, still holding their GPUs
         return Outcome(
             done=False,
@@ -128,23 +132,26 @@ def _only_on_unreachable_nodes(
 
 
 def _note_left_terminating(job: Job, namespace: str, name: str, nodes: list[str]) -> None:
-    """Say once, on the job's timeline, why its stop waits: its pods are Terminating on an
-    unreachable node, and no kubelet will confirm their end.
+    """Say once, on the job's timeline, that its stop did not wait for its last pods: they
+    are Terminating on an unreachable node, and no kubelet will confirm their end.
 
-    Why the portal waits rather than requeue now: the next attempt's Volcano Job has the same
-    name, so its pods (``<job>-<task>-<index>``) would have the names of those still
-    Terminating and could not be created (AlreadyExists) until they go; requeued now, the job
-    would hold healthy GPUs with no pod on them. The portal has no pod delete permission
-    (``deploy/rbac.yaml``) to force them. They go when the node comes back, when its Node
-    object is deleted, or when an admin taints it ``node.kubernetes.io/out-of-service``; the
-    job is requeued within seconds of that. Meanwhile the node is out of the scheduler's
-    capacity, so nothing else is placed on those GPUs."""
+    Why the portal does not wait: the next run's Volcano Job has a name of its own, so its
+    pods never need these pods' names, and the node is out of the scheduler's capacity, so its
+    GPUs are offered to no one until it is back. Waiting (the portal has no pod delete
+    permission, ``deploy/rbac.yaml``, to force them) would hold the job for as long as the node
+    stays dead. This is what the Kubernetes Job controller does by default (its
+    ``podReplacementPolicy`` replaces a Terminating pod at once); the price is the same: a node
+    only cut off from the control plane may run the old pods until its kubelet reconnects and
+    stops them, so the timeline says so, and the container can tell its run by
+    ``GPUPOOL_ATTEMPT``."""
     where = ", ".join(nodes)
+    verb = "cancelled" if job.state == JobState.CANCELLING else "requeued"
     message = (
         f"The pods of Volcano Job {namespace}/{name} stay Terminating on unreachable node "
-        f"{where}: no kubelet confirms their end. The job is "
-        f"{'cancelled' if job.state == JobState.CANCELLING else 'requeued'} as soon as they go: "
-        f"when {where} comes back, its Node is deleted, or an admin taints it "
+        f"{where}: no kubelet confirms their end. The job is {verb} without waiting for them "
+        "(its next run is a Volcano Job of its own name). If the node is only cut off from "
+        "the cluster, they may run until its kubelet reconnects and stops them. They go when "
+        f"{where} comes back, its Node is deleted, or an admin taints it "
         "node.kubernetes.io/out-of-service (kubectl taint nodes "
         f"{nodes[0]} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute)."
     )

@@ -111,6 +111,7 @@ __all__ = [
     "EXPOSURE_INGRESS",
     "JOB_API_VERSION",
     "JOB_KIND",
+    "LABEL_ATTEMPT",
     "LABEL_GPU_MODEL",
     "LABEL_JOB_ID",
     "LABEL_KIND",
@@ -119,6 +120,7 @@ __all__ = [
     "MANAGED_BY",
     "MAX_GPUS_PER_REPLICA",
     "MAX_REPLICAS",
+    "PORTAL_ENV_ATTEMPT",
     "PORTAL_ENV_JOB_ID",
     "PYTORCH_PORT",
     "QUEUE_API_VERSION",
@@ -139,6 +141,7 @@ __all__ = [
     "ServingSpec",
     "Toleration",
     "VolcanoJobSpec",
+    "attempt_of",
     "build_queue_command",
     "build_serving_ingress",
     "build_serving_service",
@@ -179,6 +182,7 @@ LABEL_TEAM: Final = "gpupool.dev/team"
 LABEL_JOB_ID: Final = "gpupool.dev/job-id"
 LABEL_GPU_MODEL: Final = "gpupool.dev/gpu-model"
 LABEL_KIND: Final = "gpupool.dev/kind"
+LABEL_ATTEMPT: Final = "gpupool.dev/attempt"
 ANNOTATION_SUBMISSION_UID: Final = "gpupool.dev/submission-uid"
 ANNOTATION_PORTAL_URL: Final = "gpupool.dev/portal-url"
 ANNOTATION_DISPLAY_NAME: Final = "gpupool.dev/display-name"
@@ -213,6 +217,7 @@ INT32_MAX: Final = 2**31 - 1
 # Environment the portal or Volcano's plugins set; a user value would be shadowed or would
 # shadow theirs, so it is refused rather than silently lost.
 PORTAL_ENV_JOB_ID: Final = "GPUPOOL_JOB_ID"
+PORTAL_ENV_ATTEMPT: Final = "GPUPOOL_ATTEMPT"
 RESERVED_ENV_NAMES: Final[frozenset[str]] = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
 )
@@ -300,13 +305,28 @@ def _job_uuid(job_id: str) -> uuid.UUID:
         raise _fail("job_id", f"must be a UUID, got {job_id!r}") from None
 
 
-def volcano_job_name(job_id: str) -> str:
-    """The Volcano Job's name for a portal job: ``gp-`` and the UUID's 32 hex digits.
+def volcano_job_name(job_id: str, attempt: int = 1) -> str:
+    """The Volcano Job's name for one attempt (run) of a portal job: ``gp-`` and the UUID's 32
+    hex digits, then ``-a<n>`` from the second attempt on.
 
-    Deterministic, so a retried create hits ``409 AlreadyExists`` instead of making a twin.
-    At 35 characters it leaves 28 for ``-<task>-<index>`` in pod names (63 at most).
+    Deterministic per attempt, so a retried create hits ``409 AlreadyExists`` instead of making
+    a twin. A new name per attempt, because Volcano names pods ``<job>-<task>-<index>``: the
+    pods of a run stopped on a node that died stay Terminating (no kubelet confirms their end)
+    and would keep the next run's pods from being created under the same names. At 35
+    characters (39 at attempt 999) it leaves 24 for ``-<task>-<index>`` in pod names (63 at
+    most).
     """
-    return f"{JOB_NAME_PREFIX}{_job_uuid(job_id).hex}"
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= 999:
+        raise _fail("attempt", f"must be between 1 and 999, got {attempt!r}")
+    base = f"{JOB_NAME_PREFIX}{_job_uuid(job_id).hex}"
+    return base if attempt == 1 else f"{base}-a{attempt}"
+
+
+def attempt_of(labels: Mapping[str, Any]) -> int | None:
+    """The attempt a portal object belongs to, from its ``gpupool.dev/attempt`` label; None
+    for an object made before the label existed (or by hand), which may be any attempt's."""
+    value = str(labels.get(LABEL_ATTEMPT) or "")
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def pod_name(job_name: str, task: str, index: int) -> str:
@@ -323,11 +343,13 @@ def _task_layout(kind: str, replicas: int) -> tuple[tuple[str, int], ...]:
     return ((TASK_MASTER, 1), (TASK_WORKER, replicas - 1))
 
 
-def replica_pod_name(job_id: str, kind: JobKind, replicas: int, replica: int) -> str:
-    """The pod that runs portal replica ``replica`` (0-based) of a job; used for logs."""
+def replica_pod_name(
+    job_id: str, kind: JobKind, replicas: int, replica: int, attempt: int = 1
+) -> str:
+    """The pod that runs portal replica ``replica`` (0-based) of a job's attempt; for logs."""
     if not 0 <= replica < replicas:
         raise _fail("replica", f"must be between 0 and {replicas - 1}, got {replica}")
-    job_name = volcano_job_name(job_id)
+    job_name = volcano_job_name(job_id, attempt)
     if kind == "inference":
         return pod_name(job_name, TASK_SERVER, replica)
     if replica == 0:
@@ -599,13 +621,17 @@ class VolcanoJobSpec:
     gpu_share: GpuShare | None = None
     """A shared (fractional) GPU per replica instead of ``gpus_per_replica`` devices of
     ``gpu_resource``; HAMi mode also sets the scheduler to ``hami-scheduler``."""
+    attempt: int = 1
+    """Which run of the job this is (1 for the first admission, one more per requeue): it
+    names the Volcano Job (see :func:`volcano_job_name`) and reaches the container as
+    ``GPUPOOL_ATTEMPT``."""
 
     def __post_init__(self) -> None:
         _validate(self)
 
     @property
     def job_name(self) -> str:
-        return volcano_job_name(self.job_id)
+        return volcano_job_name(self.job_id, self.attempt)
 
 
 def _check_env_name(field_name: str, key: object) -> None:
@@ -617,7 +643,7 @@ def _check_env_name(field_name: str, key: object) -> None:
 
 def _validate(spec: VolcanoJobSpec) -> None:
     """One flat check per field, in field order."""
-    volcano_job_name(spec.job_id)
+    volcano_job_name(spec.job_id, spec.attempt)
     if spec.kind not in JOB_KINDS:
         raise _fail("kind", f"must be training or inference, got {spec.kind!r}")
     if len(spec.display_name) > 1024:
@@ -769,6 +795,7 @@ def _labels(spec: VolcanoJobSpec) -> dict[str, str]:
         LABEL_JOB_ID: str(_job_uuid(spec.job_id)),
         LABEL_GPU_MODEL: label_value(spec.gpu_model),
         LABEL_KIND: spec.kind,
+        LABEL_ATTEMPT: str(spec.attempt),
     }
 
 
@@ -937,7 +964,10 @@ def _readiness_probe(spec: VolcanoJobSpec) -> dict[str, Any]:
 
 
 def _env(spec: VolcanoJobSpec) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": PORTAL_ENV_JOB_ID, "value": str(_job_uuid(spec.job_id))}]
+    env: list[dict[str, Any]] = [
+        {"name": PORTAL_ENV_JOB_ID, "value": str(_job_uuid(spec.job_id))},
+        {"name": PORTAL_ENV_ATTEMPT, "value": str(spec.attempt)},
+    ]
     env.extend({"name": name, "value": value} for name, value in spec.env.items())
     env.extend(
         {"name": name, "valueFrom": ref.as_dict()} for name, ref in spec.env_from_secrets.items()
@@ -1111,9 +1141,12 @@ class ServingSpec:
     owner_uid: str | None = None
     host: str | None = None
     ingress_class_name: str | None = None
+    attempt: int = 1
+    """The attempt whose pods the Service selects (and whose Volcano Job owns it). The
+    Service's own name, and so the endpoint's address, stays the same across attempts."""
 
     def __post_init__(self) -> None:
-        volcano_job_name(self.job_id)
+        volcano_job_name(self.job_id, self.attempt)
         if not _is_dns_label(self.namespace):
             raise _fail("namespace", f"must be a DNS-1123 label, got {self.namespace!r}")
         if isinstance(self.port, bool) or not 1 <= self.port <= 65535:
@@ -1146,7 +1179,7 @@ def _serving_metadata(spec: ServingSpec) -> dict[str, Any]:
             {
                 "apiVersion": JOB_API_VERSION,
                 "kind": JOB_KIND,
-                "name": volcano_job_name(spec.job_id),
+                "name": volcano_job_name(spec.job_id, spec.attempt),
                 "uid": spec.owner_uid,
                 # Not the controller: Volcano's svc plugin controls its own headless Service.
                 "controller": False,
@@ -1170,7 +1203,7 @@ def build_serving_service(spec: ServingSpec) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": {
-                VOLCANO_LABEL_JOB_NAME: volcano_job_name(spec.job_id),
+                VOLCANO_LABEL_JOB_NAME: volcano_job_name(spec.job_id, spec.attempt),
                 LABEL_JOB_ID: str(_job_uuid(spec.job_id)),
             },
             "ports": [

@@ -212,6 +212,11 @@ class Job(models.Model):
         default=dict, blank=True, help_text="Why this model and cluster: the engine's explanation"
     )
     volcano_job_name = models.CharField(max_length=63, blank=True)
+    attempt_number = models.PositiveIntegerField(
+        default=1,
+        help_text="Which run of the job this is: 1, then one more per requeue (the JobAttempt "
+        "rows are the runs before it). It names the run's Volcano Job",
+    )
     dispatch_attempts = models.PositiveIntegerField(default=0)
     dispatch_next_at = models.DateTimeField(
         null=True,

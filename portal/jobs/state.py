@@ -159,6 +159,9 @@ def job_transition(
         fields["preemption_count"] = F("preemption_count") + 1
     # A requeue ends a run whose placement the update clears: read it, under the lock, first.
     archiving = to == S.QUEUED
+    if archiving:
+        # The next run is a new attempt, under a Volcano Job name of its own.
+        fields["attempt_number"] = F("attempt_number") + 1
 
     with transaction.atomic():
         before: dict[str, Any] | None = None

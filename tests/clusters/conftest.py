@@ -583,6 +583,16 @@ def wait_state(job: Any, *states: str, timeout: float = PATIENCE) -> str:
     return str(state)
 
 
+def vcjob_name(job: Any) -> str:
+    """The name of the Volcano Job of the job's current run, as the database has it now (each
+    run has its own: ``clusters.volcano.volcano_job_name``)."""
+    from clusters import volcano
+    from portal.models import Job
+
+    attempt = Job.objects.values_list("attempt_number", flat=True).get(pk=job.pk)
+    return volcano.volcano_job_name(str(job.public_id), attempt)
+
+
 def wait_deleted(
     sim: Any, job: Any, *states: str, namespace: str = "gpupool", timeout: float = PATIENCE
 ) -> str:
@@ -593,9 +603,7 @@ def wait_deleted(
     pods are gone, and the job keeps its GPUs (CANCELLING, PREEMPTING) until then. On kubesim's
     frozen clock the pods go only when the test lets their termination time pass.
     """
-    from clusters import volcano
-
-    name = volcano.volcano_job_name(str(job.public_id))
+    name = vcjob_name(job)
 
     def marked_or_gone() -> bool:
         obj = sim.get("jobs", name, namespace)

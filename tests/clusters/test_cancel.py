@@ -10,14 +10,21 @@ from portal.errors import Conflict
 from portal.jobs.services import job_cancel
 from portal.jobs.state import job_transition
 from portal.models import Job, JobEvent, JobState
-from tests.clusters.conftest import dispatch, state_of, wait_deleted, wait_for, wait_state
+from tests.clusters.conftest import (
+    dispatch,
+    state_of,
+    vcjob_name,
+    wait_deleted,
+    wait_for,
+    wait_state,
+)
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
 
 def _name(job):
-    return volcano.volcano_job_name(str(job.public_id))
+    return vcjob_name(job)
 
 
 def _gone(sim, job):

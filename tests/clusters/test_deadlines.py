@@ -12,12 +12,11 @@ import datetime as dt
 import pytest
 from django.conf import settings
 
-from clusters import volcano
 from clusters.deadlines import deadlines_enforce
 from clusters.tasks import enforce_deadlines
 from portal.jobs.state import job_transition
 from portal.models import HOLDING_STATES, Job, JobEvent, JobState
-from tests.clusters.conftest import dispatch, wait_deleted, wait_for, wait_state
+from tests.clusters.conftest import dispatch, vcjob_name, wait_deleted, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -25,7 +24,7 @@ S = JobState
 
 
 def _name(job):
-    return volcano.volcano_job_name(str(job.public_id))
+    return vcjob_name(job)
 
 
 def _vcjob(sim, job):

@@ -29,7 +29,7 @@ from portal.jobs.services import job_submit
 from portal.models import Job, JobEvent, JobState
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
-from tests.clusters.conftest import state_of, two_a100, wait_deleted, wait_for, wait_state
+from tests.clusters.conftest import two_a100, wait_deleted, wait_for, wait_state
 from tests.conftest import job_body
 
 S = JobState
@@ -46,7 +46,9 @@ def quota(vision: Any) -> None:
 
 
 def _bound(sim: Any, job: Job) -> list[str]:
-    name = volcano.volcano_job_name(str(job.public_id))
+    """Where the live pods of the job's current run are bound."""
+    job.refresh_from_db()
+    name = volcano.volcano_job_name(str(job.public_id), job.attempt_number)
     return sorted(
         p["spec"]["nodeName"]
         for p in sim.job_pods("gpupool", name)
@@ -150,15 +152,20 @@ def test_a_job_on_a_node_that_goes_not_ready_runs_on_the_free_node_in_seconds(
     job, node = _running_on_one_node(sim, cluster, bob)
     submitted_at = job.submitted_at
 
-    sim.node_not_ready(node)
+    sim.node_not_ready(node)  # and it never comes back: no one vouches it is down either
     wait_state(job, S.PREEMPTING, timeout=10)
-    # Its pod stays Terminating on the dead node; the admin vouches the node is down.
-    assert wait_for(lambda: _note(job)), "the job never said why its stop waits"
-    sim.out_of_service(node)
     job = _moved_and_running_elsewhere(sim, job, node)
     _requeue_not_counted(job, submitted_at)
     stop = _entered(job, S.PREEMPTING)
     assert f"node {node} is NotReady" in stop.message
+    # The next run is a Volcano Job of its own, beside the first run's pod still Terminating.
+    assert job.volcano_job_name == volcano.volcano_job_name(str(job.public_id), 2)
+    assert job.volcano_job_name.endswith("-a2")
+    (old,) = _pods_of(sim, job, attempt=1)
+    assert old["metadata"].get("deletionTimestamp") and old["spec"]["nodeName"] == node
+    (new,) = _pods_of(sim, job, attempt=2)
+    env = {e["name"]: e.get("value") for e in new["spec"]["containers"][0]["env"]}
+    assert env["GPUPOOL_ATTEMPT"] == "2"
 
 
 def _cordoned_and_still_running(sim: Any, job: Job, node: str) -> None:
@@ -224,14 +231,12 @@ def test_the_inventory_sync_moves_a_job_off_a_node_that_failed_while_no_watch_ra
     assert Job.objects.get(pk=job.pk).state == S.RUNNING
     sync_inventory(cluster.pk)  # the beat's task, run here: no slot is awaited
     wait_state(job, S.PREEMPTING, timeout=10)
-    assert wait_for(lambda: _note(job)), "the job never said why its stop waits"
-    sim.out_of_service(node)  # the admin vouches the node is down: its pods go
     job = _moved_and_running_elsewhere(sim, job, node)
     _requeue_not_counted(job, submitted_at)
 
 
-def _pods_of(sim: Any, job: Job) -> list[dict[str, Any]]:
-    return sim.job_pods("gpupool", volcano.volcano_job_name(str(job.public_id)))
+def _pods_of(sim: Any, job: Job, attempt: int = 1) -> list[dict[str, Any]]:
+    return sim.job_pods("gpupool", volcano.volcano_job_name(str(job.public_id), attempt))
 
 
 def _note(job: Job) -> JobEvent | None:
@@ -240,43 +245,38 @@ def _note(job: Job) -> JobEvent | None:
 
 @pytest.mark.usefixtures("celery_worker")
 @pytest.mark.django_db(transaction=True)
-def test_a_stop_that_waits_for_pods_on_a_dead_node_says_why_and_ends_when_the_node_returns(
+def test_a_job_whose_node_died_runs_elsewhere_beside_its_terminating_pods_until_the_node_returns(
     sim, cluster, quota, bob, watchers
 ):
     """A real cluster cannot finish deleting pods on an unreachable node: they stay
-    Terminating until it comes back. The next attempt's pods would have their names, so the
-    stop waits, says why once, and ends when the node returns; nothing is duplicated."""
+    Terminating until it comes back. The stop does not wait for them (the next run's pods
+    have names of their own), says so once, and the pods' late end changes nothing of the new
+    run: its plan, its state, its timeline."""
     watchers.start(cluster, "jobs", "pods", "nodes")
     job, node = _running_on_one_node(sim, cluster, bob)
     old_uids = {p["metadata"]["uid"] for p in _pods_of(sim, job)}
 
     sim.node_not_ready(node)
-    wait_state(job, S.PREEMPTING, timeout=10)
-    sim.advance(float(sim.config.simulation.pod_termination_seconds) + 1)
-    left = [p for p in _pods_of(sim, job) if p["metadata"]["uid"] in old_uids]
-    assert left and all(p["metadata"].get("deletionTimestamp") for p in left)
-    note = wait_for(lambda: _note(job))
-    assert note, "the job never said why its stop waits"
+    job = _moved_and_running_elsewhere(sim, job, node)
+    left = _pods_of(sim, job)
+    assert {p["metadata"]["uid"] for p in left} == old_uids
+    assert all(p["metadata"].get("deletionTimestamp") for p in left)
+    note = _note(job)
+    assert note, "the job never said why its old pods were left behind"
     assert f"stay Terminating on unreachable node {node}" in note.message
+    assert "requeued without waiting for them" in note.message
     assert "node.kubernetes.io/out-of-service" in note.message
-    time.sleep(6)  # the eviction task polls again: the note is not repeated
-    assert JobEvent.objects.filter(job_id=job.pk, reason="PodsLeftTerminating").count() == 1
-    assert state_of(job) == S.PREEMPTING
+    events_before = JobEvent.objects.filter(job_id=job.pk).count()
+    plan = job.node_plan
 
     sim.node_ready(node)  # its kubelet confirms the old pods' end
     sim.advance(float(sim.config.simulation.pod_termination_seconds) + 1)
-
-    def placed() -> bool:
-        if Job.objects.get(pk=job.pk).state == S.QUEUED:
-            run_cycle()
-        return Job.objects.get(pk=job.pk).state in (S.SUBMITTED, S.RUNNING)
-
-    assert wait_for(placed), f"job stayed {Job.objects.get(pk=job.pk).state}"
-    sim.advance(3)
-    wait_state(job, S.RUNNING)
-    pods = _pods_of(sim, job)
-    assert len(pods) == 1 and pods[0]["metadata"]["uid"] not in old_uids
-    assert not pods[0]["metadata"].get("deletionTimestamp")
+    assert wait_for(lambda: not _pods_of(sim, job)), "the first run's pods never went"
+    sim.settle()
+    time.sleep(1.0)  # the watchers deliver the pods' deletion
     job.refresh_from_db()
-    assert _bound(sim, job) == job.node_plan
+    assert job.state == S.RUNNING and job.node_plan == plan
+    assert _bound(sim, job) == plan
+    assert JobEvent.objects.filter(job_id=job.pk).count() == events_before
+    assert JobEvent.objects.filter(job_id=job.pk, reason="PodsLeftTerminating").count() == 1
     _requeue_not_counted(job, job.submitted_at)

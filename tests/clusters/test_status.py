@@ -10,14 +10,13 @@ from django.utils import timezone
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from clusters import volcano
 from clusters.manifests import job_manifest
 from clusters.models import ClusterWatch, VolcanoJobRecord
 from clusters.observed import JobView
 from clusters.status import StatusOutcome, job_status_apply
 from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.models import Job, JobEvent, JobState
-from tests.clusters.conftest import dispatch, wait_for, wait_state
+from tests.clusters.conftest import dispatch, vcjob_name, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -31,7 +30,7 @@ def _event(job, reason):
 
 
 def _name(job):
-    return volcano.volcano_job_name(str(job.public_id))
+    return vcjob_name(job)
 
 
 def _submitted(sim, cluster, admit, **fields):

@@ -398,6 +398,7 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
             st.dictionaries(env_names.filter(lambda n: n not in env), secret_refs, max_size=3)
         ),
         replicas=draw(st.integers(1, 512)),
+        attempt=draw(st.integers(1, 999)),
         gpus_per_replica=draw(st.integers(1, 8)),
         gpu_resource=gpu_resource,
         gpu_model=gpu_model,
@@ -444,7 +445,7 @@ def test_every_replica_maps_to_a_pod_and_back(spec, data):
     job = build_volcano_job(spec)
     replica = data.draw(st.integers(0, spec.replicas - 1))
 
-    name = replica_pod_name(spec.job_id, spec.kind, spec.replicas, replica)
+    name = replica_pod_name(spec.job_id, spec.kind, spec.replicas, replica, spec.attempt)
 
     task, index = name.removeprefix(job["metadata"]["name"] + "-").rsplit("-", 1)
     assert task in tasks_of(job)
@@ -462,8 +463,37 @@ def test_job_name_is_deterministic_and_a_dns_label():
     assert DNS1035_LABEL.fullmatch(volcano_job_name(JOB_ID))
 
 
+def test_each_run_of_a_job_has_a_volcano_job_name_of_its_own():
+    names = [volcano_job_name(JOB_ID, attempt) for attempt in (1, 2, 10, 999)]
+
+    assert names == [
+        "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a",
+        "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a2",
+        "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a10",
+        "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a999",
+    ]
+    assert all(DNS1035_LABEL.fullmatch(name) for name in names)
+    for bad in (0, 1000, True, "2"):
+        with pytest.raises(ManifestError, match="attempt"):
+            volcano_job_name(JOB_ID, bad)
+
+
+def test_a_run_is_named_labelled_and_told_to_its_containers():
+    job = build_volcano_job(a_spec(attempt=3))
+
+    assert job["metadata"]["name"] == volcano_job_name(JOB_ID, 3)
+    assert job["metadata"]["labels"][volcano.LABEL_ATTEMPT] == "3"
+    for task in job["spec"]["tasks"]:
+        assert task["template"]["metadata"]["labels"][volcano.LABEL_ATTEMPT] == "3"
+    env = {e["name"]: e.get("value") for e in containers_of(job)[0]["env"]}
+    assert env["GPUPOOL_ATTEMPT"] == "3"
+    assert volcano.attempt_of(job["metadata"]["labels"]) == 3
+    assert volcano.attempt_of({}) is None  # made before the label: any run's
+    assert replica_pod_name(JOB_ID, "training", 2, 1, 3).startswith(volcano_job_name(JOB_ID, 3))
+
+
 def test_longest_pod_name_fits_at_the_largest_replica_count():
-    job_name = volcano_job_name(str(uuid.uuid4()))
+    job_name = volcano_job_name(str(uuid.uuid4()), 999)
 
     longest = max(
         pod_name(job_name, task, MAX_REPLICAS - 1)
@@ -659,7 +689,10 @@ def test_optional_fields_are_left_out_rather_than_sent_empty():
     assert "ttlSecondsAfterFinished" not in job["spec"]
     assert "priorityClassName" not in job["spec"]
     assert "tolerations" not in job["spec"]["tasks"][0]["template"]["spec"]
-    assert container["env"] == [{"name": "GPUPOOL_JOB_ID", "value": JOB_ID}]
+    assert container["env"] == [
+        {"name": "GPUPOOL_JOB_ID", "value": JOB_ID},
+        {"name": "GPUPOOL_ATTEMPT", "value": "1"},
+    ]
 
 
 # --- Resources and placement -----------------------------------------------------------------
@@ -801,6 +834,7 @@ def test_job_and_pods_carry_the_portal_labels():
         LABEL_JOB_ID: JOB_ID,
         LABEL_GPU_MODEL: "a100-80gb",
         "gpupool.dev/kind": "training",
+        "gpupool.dev/attempt": "1",
     }
     assert job["metadata"]["labels"] == expected
     for task in job["spec"]["tasks"]:
@@ -826,10 +860,10 @@ def test_a_team_slug_that_is_not_a_label_value_still_labels_validly():
     assert_valid_job(job)
 
 
-def test_env_keeps_the_callers_order_after_the_portal_variable():
+def test_env_keeps_the_callers_order_after_the_portal_variables():
     container = containers_of(build_volcano_job(a_spec(env={"B": "1", "A": "$(B)2"})))[0]
 
-    assert [e["name"] for e in container["env"]] == ["GPUPOOL_JOB_ID", "B", "A"]
+    assert [e["name"] for e in container["env"]] == ["GPUPOOL_JOB_ID", "GPUPOOL_ATTEMPT", "B", "A"]
 
 
 def test_env_from_a_secret_is_a_secret_key_ref_the_kubelet_resolves():
@@ -838,7 +872,7 @@ def test_env_from_a_secret_is_a_secret_key_ref_the_kubelet_resolves():
 
     assert_valid_job(job)
     for container in containers_of(job):
-        assert container["env"][1:] == [
+        assert container["env"][2:] == [
             {"name": "EPOCHS", "value": "3"},
             {
                 "name": "HF_TOKEN",
