@@ -5,12 +5,22 @@ for every cluster that is not disabled. A watcher:
 
 1. takes the lease of its :class:`~clusters.models.ClusterWatch` row (a compare-and-set, so
    a second watcher process, e.g. during a rolling deploy, waits instead of doubling work);
-2. without a stored resourceVersion, *lists* (applying every object, which heals whatever
-   was missed while nobody watched) and keeps the list's version;
-3. watches from that version, applying each event as it comes and saving the version (and
-   renewing the lease) every few seconds;
-4. on ``410 Gone`` forgets the version and relists; on any other failure backs off and
-   resumes from the saved version.
+2. *lists* and catches up (applies every listed object, and ends the followed jobs whose
+   Volcano Job is gone) when it has no stored resourceVersion (a first start, a ``410 Gone``,
+   a predecessor that stopped holding events it could not apply yet), when it takes the
+   stream over from a watcher whose lease lapsed (a process killed: the events it kept in
+   memory are past its saved version, and no replay brings them back), and when its own
+   watch stayed broken for as long as a lease (an API server frozen, restarted or
+   compacted meanwhile);
+3. watches from the list's version (or, resuming after a short break or a watch the server
+   simply closed, from the saved one), applying each event as it comes and saving the version
+   (and renewing the lease) every few seconds.
+
+The catch-up applies each listed object exactly as a watch event (``job_status_apply``,
+``pods_apply``, hence ``node_plans_apply``), its job read when it is applied: so the state
+only moves forward, and a job admitted while the list ran is not skipped, as it would be by
+filtering the list through jobs read before it (the reconcile does, and sees it 30 s later;
+a watch that then starts from the list's version would never see it).
 
 Events are an optimization: the periodic reconcile (``clusters.reconcile``)
 stays the truth. Pod events are filtered in memory first (a pod whose node and facts did not
@@ -39,6 +49,7 @@ from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
 from clusters.node_failure import node_failure_requeue, node_rows_mark
 from clusters.observed import job_view, pod_view
+from clusters.reconcile import followed_jobs
 from clusters.services import ClusterUnavailable, cluster_client
 from clusters.status import job_status_apply, pods_apply
 from clusters.tasks import evict_job_enqueue_many
@@ -67,15 +78,23 @@ def default_holder() -> str:
 
 
 def watch_lease_take(*, cluster_id: int, resource: str, holder: str) -> ClusterWatch | None:
-    """The watch row if ``holder`` now holds its lease (taken or renewed), else None."""
+    """The watch row if ``holder`` now holds its lease (taken or renewed), else None.
+
+    The row's ``taken_over`` (not a field) says whether the lease was taken from a holder whose
+    lease had lapsed (a watcher killed, or one that stopped renewing), which may have seen
+    events past its saved version that it never applied."""
     ClusterWatch.objects.get_or_create(cluster_id=cluster_id, resource=resource)
     now = timezone.now()
-    free = ClusterWatch.objects.filter(cluster_id=cluster_id, resource=resource).filter(
-        models_q_lease_free(holder, now)
-    )
+    rows = ClusterWatch.objects.filter(cluster_id=cluster_id, resource=resource)
+    before = rows.values_list("holder", "lease_expires_at").first()
+    free = rows.filter(models_q_lease_free(holder, now))
     if not free.update(holder=holder, lease_expires_at=now + dt.timedelta(seconds=LEASE_SECONDS)):
         return None
-    return ClusterWatch.objects.get(cluster_id=cluster_id, resource=resource)
+    row = ClusterWatch.objects.get(cluster_id=cluster_id, resource=resource)
+    # Won over a lease that was neither released nor ours and live: it had lapsed.
+    previous, expires = before or ("", None)
+    row.taken_over = bool(previous) and (previous != holder or expires is None or expires < now)
+    return row
 
 
 def models_q_lease_free(holder: str, now: dt.datetime) -> Any:
@@ -84,9 +103,14 @@ def models_q_lease_free(holder: str, now: dt.datetime) -> Any:
     return Q(holder=holder) | Q(holder="") | Q(lease_expires_at__lt=now) | Q(lease_expires_at=None)
 
 
-def watch_lease_release(*, cluster_id: int, resource: str, holder: str) -> None:
+def watch_lease_release(
+    *, cluster_id: int, resource: str, holder: str, forget_version: bool = False
+) -> None:
+    """Give the lease back; ``forget_version``: the watcher saw events past its saved version
+    that it could not apply yet, so its successor lists instead of resuming."""
+    extra = {"resource_version": ""} if forget_version else {}
     ClusterWatch.objects.filter(cluster_id=cluster_id, resource=resource, holder=holder).update(
-        holder="", lease_expires_at=None
+        holder="", lease_expires_at=None, **extra
     )
 
 
@@ -111,7 +135,15 @@ class ResourceWatcher:
         self.watch_timeout = watch_timeout
         self.client: KubeClient | None = None
         self.events = 0
-        self.relists = 0
+        self.relists = 0  # lists forced by a 410
+        self.lists = 0  # every list: first starts, takeovers and catch-ups included
+        # When the stream last told us something (an event, a bookmark, a list), and whether
+        # the last attempt to follow it failed: a watch broken for as long as a lease catches
+        # up with a list on resume, as a takeover does.
+        self._heard_at = time.monotonic()
+        self._broken = False
+        # A catch-up is owed (a takeover, a long break) until a list has succeeded.
+        self._behind = False
         self._pods_seen: dict[str, tuple[str, frozenset[str]]] = {}
         # Node name → (trouble, schedulable): a node's heartbeats change nothing we act on.
         self._nodes_seen: dict[str, tuple[str, bool]] = {}
@@ -142,6 +174,7 @@ class ResourceWatcher:
                 except (KubeError, ClusterUnavailable) as exc:
                     if self.stop.is_set():
                         break  # the error is our own abort
+                    self._broken = True
                     failures += 1
                     pause = min(30.0, 0.5 * 2**failures) * random.uniform(0.5, 1.0)  # noqa: S311
                     log.warning(
@@ -159,7 +192,10 @@ class ResourceWatcher:
                     close_old_connections()
         finally:
             watch_lease_release(
-                cluster_id=self.cluster_id, resource=self.resource, holder=self.holder
+                cluster_id=self.cluster_id,
+                resource=self.resource,
+                holder=self.holder,
+                forget_version=bool(self._early),
             )
             connection.close()
 
@@ -172,7 +208,11 @@ class ResourceWatcher:
             return
         cluster = Cluster.objects.get(pk=self.cluster_id)
         self.client = cluster_client(cluster)
-        version = row.resource_version or self._relist(cluster)
+        version = row.resource_version
+        self._behind = self._behind or self._catch_up_due(row)
+        if not version or self._behind:
+            version = self._relist(cluster)
+        self._broken = False
         saved_at = time.monotonic()
         try:
             for event in self.client.watch(
@@ -185,6 +225,7 @@ class ResourceWatcher:
                 if event.type != "BOOKMARK":
                     self._apply(cluster, event)
                     self.events += 1
+                self._heard_at = time.monotonic()
                 version = event.resource_version or version
                 if time.monotonic() - saved_at > SAVE_EVERY_SECONDS:
                     if not self._save(version):
@@ -206,6 +247,26 @@ class ResourceWatcher:
             # (a test's, a one-off) must not keep them until the reconcile.
             self.apply_early()
 
+    def _catch_up_due(self, row: ClusterWatch) -> bool:
+        """Whether to list before watching though a version is stored: a replay from it brings
+        back only the events the API server still holds, never those a lapsed holder kept in
+        memory past it, nor what a server that restarted or lost its history during a long
+        break would not report. Nodes carry nothing a watcher keeps back: they just resume."""
+        if self.resource == "nodes":
+            return False
+        if getattr(row, "taken_over", False):
+            log.info("watch %s/%s: taken over; listing to catch up", self.cluster_id, self.resource)
+            return True
+        if self._broken and time.monotonic() - self._heard_at >= LEASE_SECONDS:
+            log.info(
+                "watch %s/%s: broken for %.0f s; listing to catch up",
+                self.cluster_id,
+                self.resource,
+                time.monotonic() - self._heard_at,
+            )
+            return True
+        return False
+
     def _save(self, version: str) -> bool:
         now = timezone.now()
         return bool(
@@ -222,9 +283,15 @@ class ResourceWatcher:
         return "" if self.resource == "nodes" else volcano.managed_selector()
 
     def _relist(self, cluster: Cluster) -> str:
-        """Apply the current state of every object, and return the list's resourceVersion."""
+        """Apply the current state of every object, end the followed jobs whose Volcano Job is
+        gone, and return the list's resourceVersion (the watch goes on from there)."""
         assert self.client is not None
+        self.lists += 1
         selector = volcano.managed_selector()
+        # Read before the list, as the reconcile reads them: a job past ADMITTED by then had
+        # its object created earlier still, so one missing from the list really is gone. Only
+        # to find those: every listed object is applied below with its job read afresh.
+        followed = followed_jobs(cluster) if self.resource == "jobs" else {}
         if self.resource == "nodes":
             items, version = self.client.list_nodes_with_version()
             self._nodes_seen.clear()
@@ -235,8 +302,30 @@ class ResourceWatcher:
             self._pods_seen.clear()
         for obj in items:
             self._apply(cluster, WatchEvent("ADDED", obj))
+        if followed:
+            self._vanished_apply(followed, items)
+        self._heard_at = time.monotonic()
+        self._behind = False
         self._save(version)
         return version
+
+    def _vanished_apply(self, followed: dict[uuid.UUID, Job], items: list[dict[str, Any]]) -> int:
+        """End the jobs of ``followed`` (read before the list) whose current run has no listed
+        object, as the reconcile does: their DELETED event fell in a gap no watch replays (a
+        410, a server that lost its state). Returns how many were looked at."""
+        runs: dict[uuid.UUID, set[int | None]] = {}
+        for view in map(job_view, items):
+            if view is not None:
+                runs.setdefault(view.job_uuid, set()).add(view.attempt)
+        gone = [
+            job
+            for job_uuid, job in followed.items()
+            if job.state != JobState.ADMITTED
+            and not runs.get(job_uuid, set()) & {None, job.attempt_number}
+        ]
+        for job in gone:
+            job_status_apply(job=job, view=None, deleted=True)
+        return len(gone)
 
     def apply_early(self) -> int:
         """Apply the kept events of jobs that have left ADMITTED since; returns how many."""
