@@ -411,7 +411,15 @@ JOB_COLUMNS = [
     "states",
     multiple=True,
     type=click.Choice(JOB_STATES, case_sensitive=False),
-    help="Only jobs in this state (repeatable).",
+    help="Only jobs in this state (repeatable); a RESTARTING job is RUNNING.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([*JOB_STATES, "RESTARTING"], case_sensitive=False),
+    help="Only jobs whose STATE column shows this (repeatable): RESTARTING, or RUNNING for "
+    "those running now.",
 )
 @click.option("--kind", type=click.Choice(["training", "inference"]), help="Only this kind.")
 @click.option("--mine", is_flag=True, help="Only my own jobs.")
@@ -426,6 +434,7 @@ JOB_COLUMNS = [
 def list_jobs(
     team: str | None,
     states: tuple[str, ...],
+    statuses: tuple[str, ...],
     kind: str | None,
     mine: bool,
     limit: int,
@@ -436,11 +445,13 @@ def list_jobs(
     \b
     Example:
       gpupool ls --mine --state QUEUED --state RUNNING
+      gpupool ls --status RESTARTING
       gpupool ls --team vision --json | jq -r '.[].id'
     """
     params: dict[str, Any] = {
         "team": team,
         "state": [s.upper() for s in states],
+        "status": [s.upper() for s in statuses],
         "kind": kind,
         "mine": "true" if mine else None,
         "page_size": min(limit, 500),

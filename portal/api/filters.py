@@ -8,9 +8,12 @@ import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from portal.models import Job, JobKind, JobState
+from portal.models import RESTARTING_PHASES, Job, JobKind, JobState
+
+RESTARTING = "RESTARTING"
+STATUS_CHOICES = [*JobState.choices, (RESTARTING, "Restarting")]
 
 
 class _TrueOrFalse(forms.NullBooleanField):
@@ -54,12 +57,30 @@ class JobFilter(StrictFilterSet):
     )
     # distinct=False: state is a plain column; DISTINCT would sort every matching row.
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices, distinct=False)
+    status = django_filters.MultipleChoiceFilter(
+        choices=STATUS_CHOICES,
+        method="filter_status",
+        help_text="What the job is doing now (the `status` field): a state, or RESTARTING for "
+        "a RUNNING job whose gang waits to be placed again; RUNNING then means running now",
+    )
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)
     mine = FlagFilter(method="filter_mine", help_text="Only my own jobs")
 
     class Meta:
         model = Job
-        fields = ["team", "state", "kind", "mine"]
+        fields = ["team", "state", "status", "kind", "mine"]
+
+    def filter_status(self, queryset: QuerySet[Job], name: str, value: list[str]) -> QuerySet[Job]:
+        """The same rule as ``Job.status``, as one condition on the job and its record."""
+        if not value:
+            return queryset
+        restarting = Q(state=JobState.RUNNING, volcano__phase__in=RESTARTING_PHASES)
+        wanted = Q(state__in=[v for v in value if v not in (RESTARTING, JobState.RUNNING)])
+        if RESTARTING in value:
+            wanted |= restarting
+        if JobState.RUNNING in value:
+            wanted |= Q(state=JobState.RUNNING) & ~restarting
+        return queryset.filter(wanted)
 
     def filter_mine(self, queryset: QuerySet[Job], name: str, value: bool) -> QuerySet[Job]:
         return queryset.filter(owner_id=self.request.user.pk) if value else queryset

@@ -133,6 +133,9 @@ def test_ls_filters_as_the_api_and_never_shows_another_teams_jobs(
     }
     assert cli(charlie, "ls", "--team", "vision").stdout.strip() == "(none)"
     assert cli(bob, "ls", "--state", "NOPE").exit_code == 2
+    running = json.loads(cli(bob, "ls", "--status", "running", "--json").stdout)
+    assert [j["name"] for j in running] == ["bob-running"]
+    assert json.loads(cli(bob, "ls", "--status", "RESTARTING", "--json").stdout) == []
 
 
 def test_show_and_not_found(cli, bob, charlie, vision):

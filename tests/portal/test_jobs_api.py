@@ -29,6 +29,41 @@ def test_list_is_newest_first_and_filterable(api_as, bob, vision):
     assert client.get("/api/v1/jobs/?state=BOGUS").status_code == 400
 
 
+def test_status_filters_what_the_jobs_are_doing_now_restarting_included(api_as, bob, vision):
+    """``status`` is what the job view shows: a RUNNING job whose gang waits to be placed
+    again is RESTARTING, and then not RUNNING; the two filters never overlap."""
+    from django.utils import timezone
+
+    from clusters.models import Cluster, VolcanoJobRecord
+
+    cluster = Cluster.objects.create(name="east", api_url="https://k.test")
+    jobs = {}
+    for name, phase in (("restarting", "Pending"), ("running", "Running"), ("fresh", None)):
+        job = JobFactory(owner=bob, team=vision, state=JobState.RUNNING, cluster=cluster, name=name)
+        if phase:
+            VolcanoJobRecord.objects.create(
+                job=job, cluster=cluster, namespace="gpupool", name=f"gp-{job.pk}",
+                submission_uid="u", phase=phase, created_at=timezone.now(),
+            )  # fmt: skip
+        jobs[name] = job
+    JobFactory(owner=bob, team=vision, name="queued")
+    client = api_as(bob)
+
+    def names(query: str) -> set[str]:
+        response = client.get(f"/api/v1/jobs/?{query}")
+        assert response.status_code == 200, response.content
+        return {j["name"] for j in response.json()["results"]}
+
+    assert names("status=RESTARTING") == {"restarting"}
+    assert names("status=RUNNING") == {"running", "fresh"}
+    assert names("status=RESTARTING&status=QUEUED") == {"restarting", "queued"}
+    assert names("state=RUNNING") == {"restarting", "running", "fresh"}
+    listed = client.get("/api/v1/jobs/?status=RESTARTING").json()["results"]
+    assert [(j["state"], j["status"]) for j in listed] == [("RUNNING", "RESTARTING")]
+    bad = client.get("/api/v1/jobs/?status=NAPPING")
+    assert bad.status_code == 400 and "status" in bad.json()["extra"]["fields"]
+
+
 @pytest.mark.parametrize("team", ["\x00", "vis ion", "vision;--"])
 def test_a_team_filter_that_is_no_slug_is_a_400_naming_the_field(api_as, bob, vision, team):
     response = api_as(bob).get("/api/v1/jobs/", {"team": team})
