@@ -22,6 +22,10 @@ Dispatch (``ADMITTED → SUBMITTED``)
     a duplicate hand-off that finds a live claim ends without sending anything. Nothing else
     shortens or takes over a live claim: a wake when the cluster answers again, a deferral
     for a busy cluster and the reconcile leave it alone, and a batch claims only free rows.
+    A claim also waits out the cluster's Retry-After as the row holds it when the claim is
+    written, not as the hand-off loaded the job (one that loaded it while another attempt's
+    create was in flight, and claims it just after that create was refused 429, would
+    otherwise send its create at once).
     An attempt that dies on the database (PostgreSQL restarting, a lost connection) gives its
     claim back itself, on a fresh connection, so the job is sent again within seconds rather
     than at the end of the lease; a create it may have sent is adopted on its 409.
@@ -356,10 +360,21 @@ def _too_soon(job: Job, now: dt.datetime) -> float:
     """Seconds left before the cluster's Retry-After lets this job's create go (0: go now).
 
     Checked where the create is sent, not where a dispatch is asked for: a wake when the
-    cluster answers again, the re-drive and a duplicate hand-off all end here."""
+    cluster answers again, the re-drive and a duplicate hand-off all end here. This reads the
+    job as its hand-off loaded it, which may predate a refusal answered since (the load came
+    while another attempt's create was in flight): the claim checks the row itself again
+    (:func:`not_held`)."""
     if job.dispatch_not_before is None:
         return 0.0
     return max(0.0, (job.dispatch_not_before - now).total_seconds())
+
+
+def not_held(now: dt.datetime) -> Q:
+    """Jobs no Retry-After holds back at ``now``: part of every claim's condition, checked on
+    the row as it is locked. A hand-off that loaded the job while another attempt's create
+    was in flight saw no floor; if that create is refused with a Retry-After before this
+    hand-off claims, the claim, not the copy it loaded, must keep the next create back."""
+    return Q(dispatch_not_before__isnull=True) | Q(dispatch_not_before__lte=now)
 
 
 def _hold(job_ids: Iterable[int]) -> None:
@@ -386,14 +401,21 @@ def _claim_alone(job: Job) -> Outcome | None:
     attempt counter lives on the row, so it survives restarts and redeliveries."""
     now = timezone.now()
     admitted = Job.objects.filter(pk=job.pk, state=JobState.ADMITTED)
+    free = admitted.filter(not_held(now))
     claim = {"dispatch_attempts": F("dispatch_attempts") + 1, **attempt_claim()}
-    if admitted.filter(unclaimed(now)).update(**claim):
+    if free.filter(unclaimed(now)).update(**claim):
         return None
-    owner = admitted.values_list("dispatch_owner", flat=True).first()
-    if owner is None:
+    row = admitted.values("dispatch_owner", "dispatch_not_before").first()
+    if row is None:
         return Outcome(done=True, message="not admitted")
-    if owner not in live_workers(now=now) and admitted.filter(dispatch_owner=owner).update(**claim):
+    owner, floor = row["dispatch_owner"], row["dispatch_not_before"]
+    if owner not in live_workers(now=now) and free.filter(dispatch_owner=owner).update(**claim):
         return None
+    if not owner and floor is not None and floor > now:
+        # Refused with a Retry-After since this hand-off loaded the job: wait it out too.
+        _hold([job.pk])
+        wait = (floor - now).total_seconds()
+        return Outcome(done=False, message=RETRY_AFTER_WAIT, retry_in=wait)
     return Outcome(done=True, message=f"an attempt by {owner or 'another worker'} is in flight")
 
 
@@ -413,6 +435,9 @@ def _claims_release(job_ids: Iterable[int]) -> None:
     )
 
 
+RETRY_AFTER_WAIT = "the cluster asked to wait (Retry-After)"
+
+
 def job_dispatch(*, job_id: int) -> Outcome:
     """Create the Volcano Job of an ADMITTED job and move it to SUBMITTED.
 
@@ -427,7 +452,7 @@ def job_dispatch(*, job_id: int) -> Outcome:
     wait = _too_soon(job, timezone.now())
     if wait:
         _hold([job.pk])
-        return Outcome(done=False, message="the cluster asked to wait (Retry-After)", retry_in=wait)
+        return Outcome(done=False, message=RETRY_AFTER_WAIT, retry_in=wait)
     claimed = _claim_alone(job)
     if claimed is not None:
         return claimed
@@ -815,12 +840,15 @@ def job_dispatch_batch(*, job_ids: list[int]) -> BatchOutcome:
     ids = [j.pk for j in jobs]
     # Two batches (or a batch and a wake) may reach for the same rows: one lock order.
     jobs_update(
-        Job.objects.filter(pk__in=ids, state=JobState.ADMITTED).filter(unclaimed(now)),
+        Job.objects.filter(pk__in=ids, state=JobState.ADMITTED).filter(
+            unclaimed(now), not_held(now)
+        ),
         dispatch_attempts=F("dispatch_attempts") + 1,
         **claim,
     )
-    # A job another attempt holds is left to it (its create is in flight): only the rows
-    # this claim wrote go on.
+    # A job another attempt holds is left to it (its create is in flight), and so is one
+    # that attempt's create got a Retry-After for since the load (its retry is scheduled):
+    # only the rows this claim wrote go on.
     mine = set(
         Job.objects.filter(
             pk__in=ids,

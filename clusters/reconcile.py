@@ -122,12 +122,9 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
     for job_uuid, job in jobs.items():
         view = _current_run(job, views.get(job_uuid, ()))
         if job.state == S.ADMITTED:
-            if _dispatch_presumed_lost(job, stale, live) or (back and _waiting(job, now)):
-                # Stamped, so the next reconcile (30 s on) does not send a second message while
-                # this one waits in a long queue.
-                Job.objects.filter(pk=job.pk, state=S.ADMITTED).update(
-                    dispatch_next_at=now, dispatch_owner=""
-                )
+            if (
+                _dispatch_presumed_lost(job, stale, live) or (back and _waiting(job, now))
+            ) and _redispatch_stamp(job, now):
                 result.redispatched.append(job.pk)
             continue
         if view is not None:
@@ -213,6 +210,24 @@ def _waiting(job: Job, now: dt.datetime) -> bool:
     an attempt in flight, whose claim (``clusters.dispatch``) keeps a second create away."""
     return (
         not job.dispatch_owner and job.dispatch_next_at is not None and job.dispatch_next_at > now
+    )
+
+
+def _redispatch_stamp(job: Job, now: dt.datetime) -> bool:
+    """Stamp a job the reconcile sends again, so the next reconcile (30 s on) does not send a
+    second message while this one waits in a long queue; False if the row moved on since the
+    reconcile read it (before its lists, which may take seconds).
+
+    Compared with the claim as read: an attempt that claimed the job since has a create in
+    flight, and clearing its claim would let this message send a second create beside it
+    (one that may beat a Retry-After the first create is answered with)."""
+    return bool(
+        Job.objects.filter(
+            pk=job.pk,
+            state=S.ADMITTED,
+            dispatch_owner=job.dispatch_owner,
+            dispatch_next_at=job.dispatch_next_at,
+        ).update(dispatch_next_at=now, dispatch_owner="")
     )
 
 

@@ -462,6 +462,14 @@ def postgres_restart(world: World, tier: Tier) -> Row:
 def _faulted(world: World, tier: Tier, name: str, arm: Callable[[int], None], *,
              explained: set[str] = frozenset(), jobs: int | None = None,  # type: ignore[assignment]
              seconds: int = 6) -> Row:  # fmt: skip
+    return _faulted_submits(world, tier, name, arm, explained=explained, jobs=jobs,
+                            seconds=seconds)[0]  # fmt: skip
+
+
+def _faulted_submits(world: World, tier: Tier, name: str, arm: Callable[[int], None], *,
+                     explained: set[str] = frozenset(),  # type: ignore[assignment]
+                     jobs: int | None = None, seconds: int = 6) -> tuple[Row, Submits]:  # fmt: skip
+    """:func:`_faulted`, with the submits of the row's own jobs."""
     row = Row(name)
     count = tier.faults_each
     arm(count)
@@ -477,7 +485,7 @@ def _faulted(world: World, tier: Tier, name: str, arm: Callable[[int], None], *,
     assert world.sim is not None
     world.sim.faults.clear()
     _deaths(world, row)
-    return row
+    return row, submits
 
 
 def _fired(world: World) -> int:
@@ -505,41 +513,89 @@ def cluster_faults(world: World, tier: Tier) -> list[Row]:
 
 def _retry_after(world: World, tier: Tier) -> Row:
     """429 with Retry-After: each retried create came at least that long after."""
-    from portal.models import JobEvent
+    from portal.models import Job
 
     sim = world.sim
     assert sim is not None
     wait = 2
-    row = _faulted(
+    row, submits = _faulted_submits(
         world, tier, f"create answered 429, Retry-After {wait} s x {tier.faults_each}",
         lambda n: sim.faults.add(verb="create", resource="jobs", status=429, retry_after=wait,
                                  count=n),
     )  # fmt: skip
-    retries = retrying(
+    ids = retrying(
         lambda: list(
-            JobEvent.objects.filter(reason="DispatchRetry", message__contains="429").values_list(
-                "job_id", "created_at"
-            )
+            Job.objects.filter(public_id__in=list(submits.accepted)).values_list("pk", flat=True)
         )
     )
-    created = dict(
-        retrying(
-            lambda: list(
-                JobEvent.objects.filter(
-                    job_id__in=[j for j, _ in retries],
-                    reason__in=["Submitted", "Adopted"],
-                    to_state="SUBMITTED",  # the create, not the submit (also "Submitted")
-                )
-                .order_by("created_at")
-                .values_list("job_id", "created_at")
-            )
-        )
+    judged = retrying(lambda: retry_after_judged(ids, wait))
+    row.notes.append(
+        f"{judged.refusals} retries after a 429, {len(judged.early)} sooner than Retry-After"
     )
-    early = [j for j, at in retries if j in created and (created[j] - at).total_seconds() < wait]
-    row.notes.append(f"{len(retries)} retries after a 429, {len(early)} sooner than Retry-After")
-    if early:
-        row.problems.append(f"{len(early)} creates retried before Retry-After")
+    if judged.early:
+        row.problems.append(f"{len(judged.early)} creates retried before Retry-After")
+    if judged.beside:
+        row.problems.append(
+            f"{len(judged.beside)} creates went through while another create of the same job "
+            "was being refused 429 (two creates in flight)"
+        )
     return row
+
+
+# How a create the cluster refused with 429 reads in its job's DispatchRetry event: the API
+# error's status after the request's own words ("creating Volcano Job gp-…: 429
+# TooManyRequests: …; retrying in 2.1 s"; ``clusters.kube``).
+THROTTLED = ": 429 "
+
+
+@dataclass
+class RetryAfterJudged:
+    """What :func:`retry_after_judged` found: the refusals 429, the jobs whose next create
+    came sooner than the Retry-After (with the gap, in seconds), and the jobs created while a
+    create refused 429 was still in flight (no create after the refusal, one before it)."""
+
+    refusals: int = 0
+    early: dict[int, float] = field(default_factory=dict)
+    beside: list[int] = field(default_factory=list)
+
+
+def retry_after_judged(job_ids: Iterable[int], wait: float) -> RetryAfterJudged:
+    """Judge the creates of ``job_ids`` that followed a refusal 429 with ``Retry-After: wait``.
+
+    A refusal is a ``DispatchRetry`` whose message carries the API's status 429, not any
+    "429" in it: each create's message names its Volcano Job, ``gp-`` and 32 hex digits, and
+    about one name in a hundred has "429" in it. A 500 or a timeout of such a job, from any
+    earlier row or scenario, retried within a second, read as a create sent before a
+    Retry-After (the row's intermittent "1 creates retried before Retry-After"). Only the
+    row's own jobs are read, and each refusal is measured to the job's first create after it
+    (the first move to SUBMITTED, "Submitted" or "Adopted"), not to its last create."""
+    from django.db.models import Q
+
+    from portal.models import JobEvent
+
+    events = JobEvent.objects.filter(job_id__in=list(job_ids)).filter(
+        Q(reason="DispatchRetry", message__contains=THROTTLED)
+        | Q(reason__in=["Submitted", "Adopted"], to_state="SUBMITTED")  # not the submit's
+    )
+    refusals: list[tuple[int, Any]] = []
+    creates: dict[int, list[Any]] = {}
+    for job_id, reason, at in events.order_by("created_at", "id").values_list(
+        "job_id", "reason", "created_at"
+    ):
+        if reason == "DispatchRetry":
+            refusals.append((job_id, at))
+        else:
+            creates.setdefault(job_id, []).append(at)
+    judged = RetryAfterJudged(refusals=len(refusals))
+    for job_id, at in refusals:
+        after = [c for c in creates.get(job_id, []) if c >= at]
+        if after:
+            gap = (after[0] - at).total_seconds()
+            if gap < wait:
+                judged.early[job_id] = min(gap, judged.early.get(job_id, gap))
+        elif creates.get(job_id) and job_id not in judged.beside:
+            judged.beside.append(job_id)
+    return judged
 
 
 def _watch_faults(world: World, tier: Tier) -> Row:
