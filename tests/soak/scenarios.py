@@ -673,12 +673,13 @@ NODE_FAILURE_GOAL_S = 30.0
 
 
 def node_failures(world: World, tier: Tier) -> list[Row]:
-    """A GPU node goes NotReady (and is tainted out-of-service, without which its pods stay
-    Terminating), then another is cordoned and drained, under a running 8-GPU job while free
-    nodes of its model wait: the seconds from the node's change (NotReady, or the drain's
-    evictions) to the job Running on another node (the portal requeues it in its
-    place; goal under 30 s), its submit time kept. The cordon alone must leave the job
-    running: a cordon evicts nothing, and an admin cordons to let jobs finish."""
+    """A GPU node goes NotReady for good (no one taints it out-of-service, so its pods stay
+    Terminating: the next run starts beside them), then another is cordoned and drained, under
+    a running 8-GPU job while free nodes of its model wait: the seconds from the node's
+    change (NotReady, or the drain's evictions) to the job Running on another node (the
+    portal requeues it in its place; goal under 30 s), its submit time kept. The cordon alone
+    must leave the job running: a cordon evicts nothing, and an admin cordons to let jobs
+    finish."""
     return [_node_fault(world, tier, "NotReady"), _node_fault(world, tier, "drained")]
 
 
@@ -734,11 +735,8 @@ def _node_fault(world: World, tier: Tier, how: str) -> Row:
                 continue
         began = time.monotonic()
         if how == "NotReady":
-            sim.node_not_ready(node)
+            sim.node_not_ready(node)  # its pods stay Terminating: no kubelet confirms their end
             failed.append(node)
-            # Its pods stay Terminating (no kubelet confirms their end) and the job's stop
-            # waits for them; the admin who knows the node is down says so with this taint.
-            sim.out_of_service(node)
         else:
             sim.drain(node)
         row.faults += 1
@@ -773,8 +771,6 @@ def _node_fault(world: World, tier: Tier, how: str) -> Row:
         )
     # The operator mends the nodes; the jobs are cancelled so the next scenario has the pool.
     for node in failed:
-        if how == "NotReady":
-            sim.out_of_service(node, False)
         (sim.node_ready if how == "NotReady" else sim.uncordon)(node)
     for serial, job_id in enumerate(ids):
         token = world.tokens[team][serial % len(world.tokens[team])]
