@@ -23,6 +23,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.celery import app
@@ -81,6 +82,20 @@ def _last_look(changed: dt.datetime, next_at: dt.datetime | None) -> dt.datetime
     return max(changed, next_at) if next_at is not None else changed
 
 
+def _unclaimed_since_read(now: dt.datetime, dead_owners: set[str]) -> Q:
+    """The rows no attempt claimed, and no retry was scheduled on, since they were read at
+    ``now``: each of those moves ``dispatch_next_at`` past ``now`` (a claim to the end of its
+    lease, a retry to when it is due) and sets the owner it names. Clearing such a claim would
+    let this re-drive's message send a second create beside the one in flight, one that could
+    beat the Retry-After the first is answered with; a claim of a worker found dead is the one
+    this re-drive takes back."""
+    return (
+        Q(dispatch_next_at__isnull=True)
+        | Q(dispatch_next_at__lte=now)
+        | Q(dispatch_owner__in=sorted(dead_owners))
+    )
+
+
 def lost_handoffs_redrive(*, queued: int | None, now: dt.datetime | None = None) -> RedriveResult:
     """Find the jobs whose hand-off was lost and stamp them as sent now; the caller sends."""
     now = now or timezone.now()
@@ -104,7 +119,9 @@ def lost_handoffs_redrive(*, queued: int | None, now: dt.datetime | None = None)
     # Rows locked in id order (portal.jobs.rowlock): a dispatch batch may hold some of them.
     if result.dispatch:
         jobs_update(
-            Job.objects.filter(pk__in=result.dispatch, state=JobState.ADMITTED),
+            Job.objects.filter(pk__in=result.dispatch, state=JobState.ADMITTED).filter(
+                _unclaimed_since_read(now, result.dead_owners)
+            ),
             dispatch_next_at=now,
             dispatch_owner="",
         )

@@ -11,6 +11,7 @@ Job per job.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -99,3 +100,50 @@ def test_a_dispatch_message_lost_with_the_queue_is_sent_again(sim, cluster, admi
     private_worker.start()
     _redrive_until_submitted([job])
     assert len(_volcano_jobs(sim, job)) == 1
+
+
+def test_the_redrive_does_not_clear_a_claim_taken_after_it_read_the_job(sim, cluster, admit):
+    """The re-drive reads the admitted jobs, then stamps the lost ones as sent again. An
+    attempt that claims one in between has a create in flight: clearing its claim would let
+    the re-drive's message send a second create beside it, one that could beat the
+    Retry-After the first is answered with. The claim is made while the re-drive's stamp
+    waits for the row's lock, so the stamp sees it."""
+    import datetime as dt
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from clusters.redrive import lost_handoffs_redrive
+    from portal.models import Job
+    from tests.clusters.test_retry_after import _in_thread, _waiting_on_locks
+
+    job = admit(cluster)
+    long_ago = timezone.now() - dt.timedelta(minutes=5)
+    Job.objects.filter(pk=job.pk).update(
+        dispatch_next_at=long_ago, dispatch_owner="", state_changed_at=long_ago
+    )
+    owner = "other-host:1:abc"
+    WorkerBeat.objects.update_or_create(name=owner, defaults={"seen_at": timezone.now()})
+    lease = timezone.now() + dt.timedelta(seconds=30)
+
+    claimed = threading.Event()
+    go = threading.Event()
+
+    def claim() -> None:
+        with transaction.atomic():
+            Job.objects.select_for_update().get(pk=job.pk)  # the attempt's claim, in progress
+            claimed.set()
+            go.wait(10)
+            Job.objects.filter(pk=job.pk).update(dispatch_owner=owner, dispatch_next_at=lease)
+
+    claimer, _ = _in_thread(claim)
+    assert claimed.wait(10)
+    redrive, out = _in_thread(lost_handoffs_redrive, queued=0)
+    assert wait_for(lambda: _waiting_on_locks() >= 1, timeout=10), "the stamp never waited"
+    go.set()
+    claimer.join(10)
+    redrive.join(10)
+    connection.close()
+    assert "error" not in out, out
+    job.refresh_from_db()
+    assert (job.dispatch_owner, job.dispatch_next_at) == (owner, lease)
