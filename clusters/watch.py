@@ -394,7 +394,9 @@ class ResourceWatcher:
             if view is None:
                 return
             job = self._job(cluster, view.job_uuid)
-            if job is None:
+            if job is None or view.attempt not in (None, job.attempt_number):
+                # An earlier run's object (deleted, held by pods Terminating on a dead node):
+                # its events must not stand in for, or be kept instead of, the current run's.
                 return
             with self._early_lock:
                 if job.state == JobState.ADMITTED:
