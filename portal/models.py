@@ -106,8 +106,13 @@ class Job(models.Model):
     """
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # No index of their own: the newest-first indexes below lead with each (every insert and
+    # every update that is not HOT writes each index of the table, the cycle's by the
+    # thousand).
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs", db_index=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=16, choices=JobKind.choices, default=JobKind.TRAINING)
 
@@ -196,6 +201,9 @@ class Job(models.Model):
         # the two (and a job's delete never waits on them).
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        # Never looked up by: joined from the job only. Unindexed, the cycle's rewrite of the
+        # waiting reasons leaves every index alone when it fits the row's page (a HOT update).
+        db_index=False,
         related_name="+",
         help_text="The last cycle's note per candidate model (shared by equal waits)",
     )
@@ -286,10 +294,6 @@ class Job(models.Model):
                 fields=["state", "state_changed_at"],
                 name="job_active_by_state",
                 condition=~Q(state__in=["SUCCEEDED", "FAILED", "CANCELLED"]),
-            ),
-            # The cycle's pruning of notes no queued job uses any more.
-            models.Index(
-                fields=["pending_notes"], name="job_queued_by_notes", condition=Q(state="QUEUED")
             ),
             # The submit's queue-limit counts (a team's, a member's there): every submit reads
             # at most a limit's worth of entries, never the member's history.
