@@ -352,8 +352,13 @@ def _expose(created: list[tuple[Job, str, dict[str, Any]]]) -> None:
     (``clusters.serving``) instead of failing a job whose pods are already starting."""
     for job, namespace, obj in created:
         if job.serves:
-            uid = str((obj.get("metadata") or {}).get("uid") or "") or None
-            serving_expose(job=job, namespace=namespace, owner_uid=uid)
+            meta = obj.get("metadata") or {}
+            serving_expose(
+                job=job,
+                namespace=namespace,
+                owner_uid=str(meta.get("uid") or "") or None,
+                volcano_name=str(meta.get("name") or "") or None,
+            )
 
 
 def _too_soon(job: Job, now: dt.datetime) -> float:

@@ -57,8 +57,11 @@ def _row(
         job=job,
         attempt=number,
         replica=replica,
-        pod=volcano.replica_pod_name(
-            str(job.public_id), job.kind, job.replicas, replica, job.attempt_number
+        pod=volcano.pod_of_replica(
+            volcano.run_job_name(str(job.public_id), job.attempt_number, job.volcano_job_name),
+            job.kind,
+            job.replicas,
+            replica,
         ),
         text=text,
         message=message,

@@ -84,6 +84,8 @@ NODE_FAILURE_REASON = "NodeFailure"
 MOVABLE_STATES = (S.ADMITTED, S.SUBMITTED, S.RUNNING)
 # The taint ``kubectl cordon`` adds with ``spec.unschedulable``.
 CORDON_TAINT = "node.kubernetes.io/unschedulable"
+# The taint the node lifecycle controller adds when a node's kubelet stops reporting.
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 
 
 def node_rows_mark(
@@ -204,12 +206,19 @@ def restarting_job_replan(*, job: Job, now: dt.datetime | None = None) -> bool:
 
 
 def nodes_unreachable(*, cluster_id: int, names: set[str]) -> set[str]:
-    """The nodes of ``names`` whose kubelet cannot confirm a pod's end, by the books: not
-    Ready, or gone from the inventory. A pod deleted there stays Terminating (see
-    ``clusters.teardown``), and its GPUs are out of the scheduler's capacity anyway."""
-    ready = set(
-        Node.objects.filter(cluster_id=cluster_id, name__in=names, ready=True).values_list(
-            "name", flat=True
-        )
+    """The nodes of ``names`` whose kubelet cannot confirm a pod's end, by the books: gone from
+    the inventory, or not Ready with the node lifecycle controller's
+    ``node.kubernetes.io/unreachable`` taint (Ready ``Unknown``: the kubelet stopped
+    reporting). A pod deleted there stays Terminating (see ``clusters.teardown``), and its GPUs
+    are out of the scheduler's capacity anyway. A node NotReady whose kubelet still reports
+    (Ready ``False``: a runtime or network plugin in trouble) is not one of them: it still
+    stops its pods, within their grace period, and confirms it."""
+    rows = Node.objects.filter(cluster_id=cluster_id, name__in=names).values_list(
+        "name", "ready", "taints"
     )
-    return {n for n in names if n and n not in ready}
+    reporting = {
+        name
+        for name, ready, taints in rows
+        if ready or not any(t.get("key") == UNREACHABLE_TAINT for t in taints or ())
+    }
+    return {n for n in names if n and n not in reporting}

@@ -120,6 +120,8 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
     stale = now - STALE_AFTER
     live = live_workers(now=now) if any(j.state == S.ADMITTED for j in jobs.values()) else set()
     for job_uuid, job in jobs.items():
+        if _moved_on(job, views.get(job_uuid, ())):
+            continue  # requeued and started again while the lists ran: the next round's
         view = _current_run(job, views.get(job_uuid, ()))
         if job.state == S.ADMITTED:
             if (
@@ -244,8 +246,17 @@ def _dispatch_presumed_lost(job: Job, stale: dt.datetime, live: set[str]) -> boo
 
 def _current_run(job: Job, candidates: Iterable[JobView]) -> JobView | None:
     """The Volcano Job of the job's current run among those of its id: an earlier run's can
-    still exist, deleted but held by pods Terminating on a node that died."""
-    return next((v for v in candidates if v.attempt in (None, job.attempt_number)), None)
+    still exist, deleted but held by pods Terminating on a node that died. One labelled with
+    the run first; one made before the label existed (any run's) only when there is none."""
+    candidates = list(candidates)
+    exact = [v for v in candidates if v.attempt == job.attempt_number]
+    return (exact or [v for v in candidates if v.attempt is None] or [None])[0]
+
+
+def _moved_on(job: Job, candidates: Iterable[JobView]) -> bool:
+    """Whether the cluster already holds a later run of the job than the one read before the
+    lists: judged on the run read, it would look gone."""
+    return any(v.attempt is not None and v.attempt > job.attempt_number for v in candidates)
 
 
 def _delete_orphans(
@@ -255,11 +266,17 @@ def _delete_orphans(
     followed: dict[uuid.UUID, Job],
     result: ReconcileResult,
 ) -> None:
-    """Delete Volcano Jobs left behind by cancelled or requeued portal jobs.
+    """Delete Volcano Jobs left behind by cancelled or requeued portal jobs, and those of a
+    followed job's earlier runs (a stop that found nothing to delete under its run's name
+    while that run's create was still unrecorded is the one way to leave one).
 
     Finished jobs keep theirs (logs stay readable until ``ttlSecondsAfterFinished``), and an
     object whose job id this portal does not know is someone else's: never touched.
     """
+    for job_uuid, job in followed.items():
+        for view in views.get(job_uuid, ()):
+            if view.attempt is not None and view.attempt < job.attempt_number and not view.deleting:
+                _delete_orphan(client, view, result)
     loose = [u for u in views if u not in followed]
     if not loose:
         return
@@ -274,9 +291,13 @@ def _delete_orphans(
         if state not in (S.CANCELLED, S.QUEUED):
             continue
         for view in views[job_uuid]:
-            try:
-                client.delete_job(view.namespace, view.name, uid=view.uid or None)
-                result.orphans_deleted.append(view.name)
-            except KubeError as exc:
-                if not exc.not_found:
-                    log.warning("could not delete orphan %s: %s", view.name, exc.message)
+            _delete_orphan(client, view, result)
+
+
+def _delete_orphan(client: Any, view: JobView, result: ReconcileResult) -> None:
+    try:
+        client.delete_job(view.namespace, view.name, uid=view.uid or None)
+        result.orphans_deleted.append(view.name)
+    except KubeError as exc:
+        if not exc.not_found:
+            log.warning("could not delete orphan %s: %s", view.name, exc.message)

@@ -47,9 +47,12 @@ S = JobState
 EXPOSED_STATES = frozenset({S.SUBMITTED, S.RUNNING})
 
 
-def serving_spec(job: Job, namespace: str, owner_uid: str | None = None) -> volcano.ServingSpec:
+def serving_spec(
+    job: Job, namespace: str, owner_uid: str | None = None, volcano_name: str | None = None
+) -> volcano.ServingSpec:
     """The Service and Ingress input for ``job`` on its cluster (ManifestError if impossible:
-    e.g. a host pattern that no longer gives a valid host)."""
+    e.g. a host pattern that no longer gives a valid host). ``volcano_name``: the Volcano Job
+    of the run it serves, as created (default: the current run's own name)."""
     cluster = job.cluster
     assert cluster is not None and job.port is not None
     host = None
@@ -63,7 +66,7 @@ def serving_spec(job: Job, namespace: str, owner_uid: str | None = None) -> volc
         owner_uid=owner_uid or None,
         host=host,
         ingress_class_name=cluster.ingress_class_name or None,
-        attempt=job.attempt_number,
+        volcano_name=volcano_name or volcano.run_job_name(str(job.public_id), job.attempt_number),
     )
 
 
@@ -76,13 +79,16 @@ def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
             raise
 
 
-def serving_expose(*, job: Job, namespace: str, owner_uid: str | None) -> str:
+def serving_expose(
+    *, job: Job, namespace: str, owner_uid: str | None, volcano_name: str | None = None
+) -> str:
     """Create ``job``'s Service (and Ingress) and write its endpoint; returns the problem in
-    words, or "" when the endpoint exists (or the job serves nothing)."""
+    words, or "" when the endpoint exists (or the job serves nothing). ``volcano_name``: the
+    Volcano Job it serves, as created."""
     if not job.serves or job.cluster is None:
         return ""
     try:
-        spec = serving_spec(job, namespace, owner_uid)
+        spec = serving_spec(job, namespace, owner_uid, volcano_name)
     except volcano.ManifestError as exc:
         problem = f"The job's endpoint cannot be made: {exc}"
         job_event_record(job, "EndpointFailed", problem)
@@ -196,14 +202,16 @@ def serving_reconcile(*, cluster: Cluster) -> tuple[int, int]:
     records = {
         r.job_id: r
         for r in VolcanoJobRecord.objects.filter(job_id__in=[j.pk for j in missing]).only(
-            "job_id", "namespace", "uid"
+            "job_id", "namespace", "uid", "name"
         )
     }
     for job in missing:
         record = records.get(job.pk)
         if record is None:
             continue  # the dispatcher writes the record with SUBMITTED; next time
-        if not serving_expose(job=job, namespace=record.namespace, owner_uid=record.uid):
+        if not serving_expose(
+            job=job, namespace=record.namespace, owner_uid=record.uid, volcano_name=record.name
+        ):
             made += 1
     stale: Iterable[Job] = (
         _jobs(cluster).filter(state__in=TERMINAL_STATES | {S.QUEUED}).exclude(endpoint_url="")

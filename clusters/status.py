@@ -212,6 +212,7 @@ def _start(job: Job, view: JobView, now: dt.datetime) -> bool:
         job_id=job.pk,
         expected=S.SUBMITTED,
         to=S.RUNNING,
+        same_run=job.attempt_number,
         reason="Running",
         message=f"Volcano Job {view.name} is {view.phase}: all {job.replicas} replica(s) started.",
         updates={"started_at": started},
@@ -266,7 +267,8 @@ def job_status_apply(
     if record is None and view is not None:
         record = _record_from_view(job, view, now)
     elif record is not None and view is not None:
-        VolcanoJobRecord.objects.filter(pk=record.pk).update(
+        # The record as read: one a newer run's dispatch rewrote since is left alone.
+        VolcanoJobRecord.objects.filter(pk=record.pk, uid=record.uid).update(
             phase=view.phase, uid=view.uid or record.uid, seen_at=now
         )
     if gone and (view is None or view.phase not in TERMINAL_PHASES):
@@ -323,6 +325,7 @@ def _vanished_apply(
         job_id=job.pk,
         expected=(S.SUBMITTED, S.RUNNING),
         to=S.FAILED,
+        same_run=job.attempt_number,
         reason="VolcanoJobDeleted",
         message=f"The cluster {job.cluster} lost the Volcano Job {name}{last}: it is gone "
         "and the portal did not delete it (someone deleted it, or the cluster lost its "
@@ -345,6 +348,7 @@ def _end_apply(
             job_id=job.pk,
             expected=S.RUNNING,
             to=S.SUCCEEDED,
+            same_run=job.attempt_number,
             reason="Succeeded",
             message=f"Volcano Job {view.name} completed.",
             updates={"finished_at": _clamp(view.finished_at, now)},
@@ -366,6 +370,7 @@ def _end_apply(
         job_id=job.pk,
         expected=(S.SUBMITTED, S.RUNNING),
         to=S.FAILED,
+        same_run=job.attempt_number,
         reason=MAX_RUNTIME_REASON if deadline else f"Volcano{phase}",
         message=message,
         updates={"finished_at": _clamp(view.finished_at, now)},

@@ -19,6 +19,7 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.kept_logs import job_logs_keep
 from clusters.kube import KubeError
+from clusters.manifests import submission_uid
 from clusters.models import VolcanoJobRecord
 from clusters.node_failure import nodes_unreachable
 from clusters.outcome import Outcome, backoff_seconds, job_event_record, job_for_task
@@ -43,8 +44,11 @@ TERMINATING_POLL_SECONDS = 5.0
 
 
 def _where(job: Job) -> tuple[str, str]:
+    """Where the Volcano Job of the job's current run is: its record's, when the record is of
+    this run (the dispatch rewrites it as the run is SUBMITTED, so a run stopped before that
+    still finds its predecessor's), else the run's own name."""
     record = VolcanoJobRecord.objects.filter(job_id=job.pk).first()
-    if record is not None:
+    if record is not None and record.submission_uid == submission_uid(job):
         return record.namespace, record.name
     assert job.cluster is not None
     return (
@@ -145,7 +149,7 @@ def _note_left_terminating(job: Job, namespace: str, name: str, nodes: list[str]
     stops them, so the timeline says so, and the container can tell its run by
     ``GPUPOOL_ATTEMPT``."""
     where = ", ".join(nodes)
-    verb = "cancelled" if job.state == JobState.CANCELLING else "requeued"
+    verb = "requeued" if job.state == JobState.PREEMPTING else "ended"
     message = (
         f"The pods of Volcano Job {namespace}/{name} stay Terminating on unreachable node "
         f"{where}: no kubelet confirms their end. The job is {verb} without waiting for them "

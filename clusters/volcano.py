@@ -155,9 +155,11 @@ __all__ = [
     "managed_selector",
     "memory_quantity",
     "pod_name",
+    "pod_of_replica",
     "readiness_path_check",
     "replica_of_pod",
     "replica_pod_name",
+    "run_job_name",
     "serving_service_name",
     "serving_url",
     "team_namespace_name",
@@ -211,6 +213,8 @@ MAX_READINESS_PATH: Final = 1024
 
 # A sanity bound, far below what pod names allow (see ``volcano_job_name``).
 MAX_REPLICAS: Final = 4096
+# Runs of one job: requeues after node failures are not bounded by the user's limits.
+MAX_ATTEMPT: Final = 99_999
 MAX_GPUS_PER_REPLICA: Final = 64
 INT32_MAX: Final = 2**31 - 1
 
@@ -313,11 +317,11 @@ def volcano_job_name(job_id: str, attempt: int = 1) -> str:
     a twin. A new name per attempt, because Volcano names pods ``<job>-<task>-<index>``: the
     pods of a run stopped on a node that died stay Terminating (no kubelet confirms their end)
     and would keep the next run's pods from being created under the same names. At 35
-    characters (39 at attempt 999) it leaves 24 for ``-<task>-<index>`` in pod names (63 at
+    characters (42 at attempt 99,999) it leaves 21 for ``-<task>-<index>`` in pod names (63 at
     most).
     """
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= 999:
-        raise _fail("attempt", f"must be between 1 and 999, got {attempt!r}")
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPT:
+        raise _fail("attempt", f"must be between 1 and {MAX_ATTEMPT}, got {attempt!r}")
     base = f"{JOB_NAME_PREFIX}{_job_uuid(job_id).hex}"
     return base if attempt == 1 else f"{base}-a{attempt}"
 
@@ -347,9 +351,19 @@ def replica_pod_name(
     job_id: str, kind: JobKind, replicas: int, replica: int, attempt: int = 1
 ) -> str:
     """The pod that runs portal replica ``replica`` (0-based) of a job's attempt; for logs."""
+    return pod_of_replica(volcano_job_name(job_id, attempt), kind, replicas, replica)
+
+
+def run_job_name(job_id: str, attempt: int, created: str = "") -> str:
+    """The Volcano Job of a job's current run: the name it was ``created`` under when known
+    (a run created before per-run names kept the first run's), else the run's own name."""
+    return created or volcano_job_name(job_id, attempt)
+
+
+def pod_of_replica(job_name: str, kind: JobKind, replicas: int, replica: int) -> str:
+    """The pod that runs portal replica ``replica`` (0-based) in Volcano Job ``job_name``."""
     if not 0 <= replica < replicas:
         raise _fail("replica", f"must be between 0 and {replicas - 1}, got {replica}")
-    job_name = volcano_job_name(job_id, attempt)
     if kind == "inference":
         return pod_name(job_name, TASK_SERVER, replica)
     if replica == 0:
@@ -1141,12 +1155,15 @@ class ServingSpec:
     owner_uid: str | None = None
     host: str | None = None
     ingress_class_name: str | None = None
-    attempt: int = 1
-    """The attempt whose pods the Service selects (and whose Volcano Job owns it). The
-    Service's own name, and so the endpoint's address, stays the same across attempts."""
+    volcano_name: str | None = None
+    """The Volcano Job of the run whose pods the Service selects (and that owns it); None:
+    the first run's. The Service's own name, and so the endpoint's address, stays the same
+    across runs."""
 
     def __post_init__(self) -> None:
-        volcano_job_name(self.job_id, self.attempt)
+        volcano_job_name(self.job_id)
+        if self.volcano_name is not None and not _is_dns_label(self.volcano_name):
+            raise _fail("volcano_name", f"must be a DNS-1123 label, got {self.volcano_name!r}")
         if not _is_dns_label(self.namespace):
             raise _fail("namespace", f"must be a DNS-1123 label, got {self.namespace!r}")
         if isinstance(self.port, bool) or not 1 <= self.port <= 65535:
@@ -1157,6 +1174,11 @@ class ServingSpec:
             raise _fail(
                 "ingress_class_name", f"must be a DNS-1123 subdomain: {self.ingress_class_name!r}"
             )
+
+    @property
+    def run_name(self) -> str:
+        """The Volcano Job whose pods the Service selects."""
+        return self.volcano_name or volcano_job_name(self.job_id)
 
     @property
     def name(self) -> str:
@@ -1179,7 +1201,7 @@ def _serving_metadata(spec: ServingSpec) -> dict[str, Any]:
             {
                 "apiVersion": JOB_API_VERSION,
                 "kind": JOB_KIND,
-                "name": volcano_job_name(spec.job_id, spec.attempt),
+                "name": spec.run_name,
                 "uid": spec.owner_uid,
                 # Not the controller: Volcano's svc plugin controls its own headless Service.
                 "controller": False,
@@ -1203,7 +1225,7 @@ def build_serving_service(spec: ServingSpec) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": {
-                VOLCANO_LABEL_JOB_NAME: volcano_job_name(spec.job_id, spec.attempt),
+                VOLCANO_LABEL_JOB_NAME: spec.run_name,
                 LABEL_JOB_ID: str(_job_uuid(spec.job_id)),
             },
             "ports": [

@@ -322,6 +322,8 @@ class ResourceWatcher:
             for job_uuid, job in followed.items()
             if job.state != JobState.ADMITTED
             and not runs.get(job_uuid, set()) & {None, job.attempt_number}
+            # A later run listed: the job moved on since it was read, and is not gone.
+            and not any(a is not None and a > job.attempt_number for a in runs.get(job_uuid, ()))
         ]
         for job in gone:
             job_status_apply(job=job, view=None, deleted=True)

@@ -133,8 +133,13 @@ def job_transition(
     actor_id: int | None = None,
     updates: Mapping[str, Any] | None = None,
     now: dt.datetime | None = None,
+    same_run: int | None = None,
 ) -> bool:
     """Move one job from one of ``expected`` to ``to`` and record a JobEvent; True if we won.
+
+    ``same_run``: move it only while it is still on that attempt (``Job.attempt_number``), for
+    a change decided from what one run's Volcano Job said: a job read before a slow list may
+    have been requeued and started again since, in the same state, under another object.
 
     Returns False, changing nothing, when the job is no longer in an expected state (someone
     else moved it first). Raises :class:`IllegalTransition` for an edge that does not exist.
@@ -163,16 +168,17 @@ def job_transition(
         # The next run is a new attempt, under a Volcano Job name of its own.
         fields["attempt_number"] = F("attempt_number") + 1
 
+    this_run = {} if same_run is None else {"attempt_number": same_run}
     with transaction.atomic():
         before: dict[str, Any] | None = None
         if len(expected_states) == 1 and not archiving:
             from_state = expected_states[0]
-            won = Job.objects.filter(id=job_id, state=from_state).update(**fields) == 1
+            won = Job.objects.filter(id=job_id, state=from_state, **this_run).update(**fields) == 1
         else:
             # Several possible origins: lock the row to learn which one the event records.
             before = (
                 Job.objects.select_for_update(of=("self",))
-                .filter(id=job_id, state__in=expected_states)
+                .filter(id=job_id, state__in=expected_states, **this_run)
                 .values("state", "state_changed_at", *(ARCHIVED_FIELDS if archiving else ()))
                 .first()
             )

@@ -187,3 +187,78 @@ def test_a_requeued_job_is_dispatched_again_under_a_new_submission_uid(sim, clus
         again
     )
     assert submission_uid(again) != first
+
+
+def _second_run_admitted(sim, job) -> Job:
+    """The job's first run, SUBMITTED with its record, ended and requeued (its Volcano Job
+    gone); then admitted again: the record is still the first run's."""
+    from django.utils import timezone
+
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    first = _name(job)
+    assert job_transition(
+        job_id=job.pk, expected=JobState.SUBMITTED, to=JobState.PREEMPTING, reason="Preempted"
+    )
+    for hook in hooks.preempted.listeners:  # what the cycle does on commit
+        hook([job.pk])
+    wait_deleted(sim, job, JobState.QUEUED)
+    assert sim.get("jobs", first, "gpupool") is None
+    before = Job.objects.get(pk=job.pk)
+    assert job_transition(
+        job_id=job.pk,
+        expected=JobState.QUEUED,
+        to=JobState.ADMITTED,
+        reason="Admitted",
+        updates={
+            "cluster_id": before.cluster_id or job.cluster_id,
+            "gpu_model_id": job.gpu_model_id,
+            "node_plan": job.node_plan,
+        },
+        now=timezone.now(),
+    )
+    return Job.objects.get(pk=job.pk)
+
+
+def test_a_stop_of_a_run_whose_create_went_unrecorded_deletes_that_runs_volcano_job(
+    sim, cluster, admit, bob
+):
+    """Each run has a Volcano Job of its own name: a stop that looked only at the record (the
+    last run's) would find nothing to delete and leave this run's object running."""
+    from clusters.manifests import job_manifest
+
+    job = admit(cluster)
+    job = _second_run_admitted(sim, job)
+    assert job.attempt_number == 2 and job.volcano.name == volcano.volcano_job_name(
+        str(job.public_id)
+    )
+    # Its create reached the cluster; the answer never came back (no record written).
+    namespace, manifest = job_manifest(job)
+    sim.create(manifest, namespace)
+    second = volcano.volcano_job_name(str(job.public_id), 2)
+    assert sim.get("jobs", second, namespace) is not None
+
+    job_cancel(job=job, by=bob)
+    wait_deleted(sim, job, JobState.CANCELLED)
+    assert _gone(sim, job), f"{second} was left on the cluster"
+
+
+def test_the_reconcile_does_not_fail_a_job_that_started_a_new_run_while_it_listed(
+    sim, cluster, admit
+):
+    """A reconcile reads the jobs, then lists the cluster. A job it read on its first run was
+    requeued and started again meanwhile: judged on the run it read, the job looks gone."""
+    from clusters.status import job_status_apply
+
+    job = admit(cluster)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+    read = Job.objects.select_related("volcano", "cluster", "team").get(pk=job.pk)
+    job = _second_run_admitted(sim, job)
+    dispatch(job)
+    wait_state(job, JobState.SUBMITTED)
+
+    job_status_apply(job=read, view=None, deleted=True)  # the first run's object: gone
+
+    assert state_of(job) == JobState.SUBMITTED
+    assert not JobEvent.objects.filter(job_id=job.pk, reason="VolcanoJobDeleted").exists()

@@ -398,7 +398,7 @@ def job_specs(draw: st.DrawFn) -> VolcanoJobSpec:
             st.dictionaries(env_names.filter(lambda n: n not in env), secret_refs, max_size=3)
         ),
         replicas=draw(st.integers(1, 512)),
-        attempt=draw(st.integers(1, 999)),
+        attempt=draw(st.integers(1, 99_999)),
         gpus_per_replica=draw(st.integers(1, 8)),
         gpu_resource=gpu_resource,
         gpu_model=gpu_model,
@@ -464,16 +464,16 @@ def test_job_name_is_deterministic_and_a_dns_label():
 
 
 def test_each_run_of_a_job_has_a_volcano_job_name_of_its_own():
-    names = [volcano_job_name(JOB_ID, attempt) for attempt in (1, 2, 10, 999)]
+    names = [volcano_job_name(JOB_ID, attempt) for attempt in (1, 2, 10, 99_999)]
 
     assert names == [
         "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a",
         "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a2",
         "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a10",
-        "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a999",
+        "gp-6f1c2a9e0b7d4c1e9a553e2f1d0c9b8a-a99999",
     ]
     assert all(DNS1035_LABEL.fullmatch(name) for name in names)
-    for bad in (0, 1000, True, "2"):
+    for bad in (0, 100_000, True, "2"):
         with pytest.raises(ManifestError, match="attempt"):
             volcano_job_name(JOB_ID, bad)
 
@@ -493,7 +493,7 @@ def test_a_run_is_named_labelled_and_told_to_its_containers():
 
 
 def test_longest_pod_name_fits_at_the_largest_replica_count():
-    job_name = volcano_job_name(str(uuid.uuid4()), 999)
+    job_name = volcano_job_name(str(uuid.uuid4()), volcano.MAX_ATTEMPT)
 
     longest = max(
         pod_name(job_name, task, MAX_REPLICAS - 1)
