@@ -142,7 +142,12 @@ def test_on_an_ingress_cluster_the_job_gets_its_host_and_a_finished_job_loses_bo
     wait_state(job, JobState.SUCCEEDED)
     assert wait_for(lambda: sim.get("services", name, NS) is None, timeout=5)
     assert wait_for(lambda: sim.get("ingresses", name, NS) is None, timeout=5)
-    removed = JobEvent.objects.get(job_id=job.pk, reason="EndpointRemoved")
+    # The row and the timeline follow the deletes (the same task, a moment later).
+    removed = wait_for(
+        lambda: JobEvent.objects.filter(job_id=job.pk, reason="EndpointRemoved").first(),
+        timeout=5,
+    )
+    assert removed, "the timeline never said the endpoint was removed"
     assert (removed.from_state, removed.to_state) == (JobState.SUCCEEDED, JobState.SUCCEEDED)
     assert _endpoint(api_as, bob, job) == {
         "url": None,
