@@ -30,7 +30,7 @@ import json
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +38,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.bindings import node_plans_apply, pod_bindings
+from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings
 from clusters.kube import KubeError
 from clusters.models import Cluster, Node
 from clusters.services import ClusterUnavailable, cluster_client
+from portal.models import HOLDING_STATES, Job
 from scheduling.engine.sharing import memory_units
 from scheduling.models import GpuModel
 
@@ -299,13 +300,18 @@ def _is_portal_pod(pod: dict[str, Any]) -> bool:
     )
 
 
-def foreign_gpu_use(pods: Iterable[dict[str, Any]]) -> dict[tuple[str, str], int]:
-    """GPUs per (node, resource) held by bound, unfinished pods the portal did not create."""
+def foreign_gpu_use(
+    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
+) -> dict[tuple[str, str], int]:
+    """GPUs per (node, resource) held by bound, unfinished pods the portal did not create, and
+    by the portal's own pods whose uid is in ``left_behind`` (no job's books count them)."""
     used: dict[tuple[str, str], int] = defaultdict(int)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
-        if not node or phase in ("Succeeded", "Failed") or _is_portal_pod(pod):
+        if not node or phase in ("Succeeded", "Failed"):
+            continue
+        if _is_portal_pod(pod) and (pod.get("metadata") or {}).get("uid") not in left_behind:
             continue
         for resource, count in _pod_gpu_requests(pod).items():
             used[(node, resource)] += count
@@ -319,9 +325,12 @@ def node_rows_from(
     catalog: Catalog,
     gpu_label: str,
     tolerate_gpu_taint: bool = True,
+    left_behind: Collection[str] = (),
 ) -> list[NodeRow]:
-    """Rows for every GPU resource of every node (nodes without GPUs are left out)."""
-    used = foreign_gpu_use(pods)
+    """Rows for every GPU resource of every node (nodes without GPUs are left out);
+    ``left_behind``: uids of portal pods counted as another's use (see
+    :func:`portal_pods_left_behind`)."""
+    used = foreign_gpu_use(pods, left_behind)
     rows: list[NodeRow] = []
     for node in nodes:
         meta = node.get("metadata") or {}
@@ -461,6 +470,34 @@ def _store(cluster: Cluster, rows: list[NodeRow]) -> int:
     return len(stale)
 
 
+def portal_pods_left_behind(pods: Iterable[dict[str, Any]]) -> set[str]:
+    """UIDs of the portal's bound pods being deleted that no job's books count any more: the
+    pods of a run whose stop ended without them, Terminating on a node that was unreachable
+    (``clusters.teardown``). When the node comes back they hold their GPUs until its kubelet
+    has stopped them (up to their grace period), so the books count them as used by others;
+    counted free, a job placed there would wait for them, Pending."""
+    dying: dict[str, tuple[Any, int | None]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
+            continue
+        labels = meta.get("labels") or {}
+        if (job_uuid := job_uuid_of(labels)) is not None:
+            dying[str(meta.get("uid") or "")] = (job_uuid, volcano.attempt_of(labels))
+    if not dying:
+        return set()
+    holding = dict(
+        Job.objects.filter(
+            public_id__in={u for u, _ in dying.values()}, state__in=HOLDING_STATES
+        ).values_list("public_id", "attempt_number")
+    )
+    return {
+        uid
+        for uid, (job_uuid, attempt) in dying.items()
+        if job_uuid not in holding or attempt not in (None, holding[job_uuid])
+    }
+
+
 def inventory_sync(*, cluster: Cluster) -> InventoryResult:
     """Read the cluster's nodes and pods and rewrite its Node rows; errors are recorded, and
     the rows from the last good sync are kept (the scheduler goes on with what it knew)."""
@@ -479,6 +516,7 @@ def inventory_sync(*, cluster: Cluster) -> InventoryResult:
         catalog=Catalog.load(),
         gpu_label=cluster.gpu_label,
         tolerate_gpu_taint=cluster.tolerate_gpu_taint,
+        left_behind=portal_pods_left_behind(pods),
     )
     removed = _store(cluster, rows)
     # The same list says where every portal replica runs: plans that drifted are corrected

@@ -297,6 +297,15 @@ def dispatch_job_enqueue(job_ids: Iterable[int]) -> None:
         log.warning("could not enqueue dispatch of %d job(s)", len(ids), exc_info=True)
 
 
+def sync_inventory_enqueue(cluster_id: int) -> None:
+    """Read the cluster's inventory again soon (a node came back: see
+    ``clusters.inventory.portal_pods_left_behind``); the minute's sync is the backstop."""
+    try:
+        sync_inventory.delay(cluster_id)
+    except Exception:
+        log.warning("could not enqueue an inventory sync of cluster %s", cluster_id, exc_info=True)
+
+
 def evict_job_enqueue_many(job_ids: Iterable[int]) -> None:
     for job_id in job_ids:
         evict_job_enqueue(job_id)

@@ -46,13 +46,13 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
-from clusters.models import Cluster, ClusterState, ClusterWatch
+from clusters.models import Cluster, ClusterState, ClusterWatch, Node
 from clusters.node_failure import node_failure_requeue, node_rows_mark
 from clusters.observed import job_view, pod_view
 from clusters.reconcile import followed_jobs
 from clusters.services import ClusterUnavailable, cluster_client
 from clusters.status import job_status_apply, pods_apply
-from clusters.tasks import evict_job_enqueue_many
+from clusters.tasks import evict_job_enqueue_many, sync_inventory_enqueue
 from portal.logs import log_context
 from portal.models import Job, JobState
 
@@ -377,6 +377,11 @@ class ResourceWatcher:
         if self._nodes_seen.get(name) == (trouble, schedulable):
             return
         self._nodes_seen[name] = (trouble, schedulable)
+        # Read before the mark below makes it Ready.
+        back = (
+            not trouble
+            and Node.objects.filter(cluster_id=cluster.pk, name=name, ready=False).exists()
+        )
         node_rows_mark(
             cluster=cluster,
             name=name,
@@ -386,6 +391,11 @@ class ResourceWatcher:
         )
         if trouble:
             evict_job_enqueue_many(node_failure_requeue(cluster=cluster, troubled={name: trouble}))
+        elif back:
+            # Back from the dead: pods of runs stopped without them may still hold its GPUs
+            # until its kubelet stops them; the inventory counts them before a cycle offers
+            # the GPUs (``clusters.inventory.portal_pods_left_behind``).
+            sync_inventory_enqueue(cluster.pk)
 
     def _apply(self, cluster: Cluster, event: WatchEvent) -> None:
         if self.resource == "nodes":

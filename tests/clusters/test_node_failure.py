@@ -239,6 +239,11 @@ def _pods_of(sim: Any, job: Job, attempt: int = 1) -> list[dict[str, Any]]:
     return sim.job_pods("gpupool", volcano.volcano_job_name(str(job.public_id), attempt))
 
 
+def _used_by_others(job: Job, node: str) -> int:
+    row = Node.objects.get(cluster_id=job.cluster_id, name=node)
+    return row.gpus_used_by_others if row.ready else -1
+
+
 def _note(job: Job) -> JobEvent | None:
     return JobEvent.objects.filter(job_id=job.pk, reason="PodsLeftTerminating").first()
 
@@ -252,6 +257,8 @@ def test_a_job_whose_node_died_runs_elsewhere_beside_its_terminating_pods_until_
     Terminating until it comes back. The stop does not wait for them (the next run's pods
     have names of their own), says so once, and the pods' late end changes nothing of the new
     run: its plan, its state, its timeline."""
+    from clusters.tasks import sync_inventory
+
     watchers.start(cluster, "jobs", "pods", "nodes")
     job, node = _running_on_one_node(sim, cluster, bob)
     old_uids = {p["metadata"]["uid"] for p in _pods_of(sim, job)}
@@ -269,9 +276,16 @@ def test_a_job_whose_node_died_runs_elsewhere_beside_its_terminating_pods_until_
     events_before = JobEvent.objects.filter(job_id=job.pk).count()
     plan = job.node_plan
 
-    sim.node_ready(node)  # its kubelet confirms the old pods' end
+    sim.node_ready(node)  # its kubelet stops the old pods, within their grace period
+    # Meanwhile they hold the node's GPUs, which no job's books count any more: the inventory,
+    # read again as the node comes back, counts them as another's, so no cycle offers them.
+    assert wait_for(lambda: _used_by_others(job, node) == 8, timeout=10), (
+        "the returned node's GPUs were offered while its old pods held them"
+    )
     sim.advance(float(sim.config.simulation.pod_termination_seconds) + 1)
     assert wait_for(lambda: not _pods_of(sim, job)), "the first run's pods never went"
+    sync_inventory(job.cluster_id)
+    assert _used_by_others(job, node) == 0
     sim.settle()
     time.sleep(1.0)  # the watchers deliver the pods' deletion
     job.refresh_from_db()
