@@ -311,7 +311,7 @@ def foreign_gpu_use(
         phase = (pod.get("status") or {}).get("phase")
         if not node or phase in ("Succeeded", "Failed"):
             continue
-        if _is_portal_pod(pod) and (pod.get("metadata") or {}).get("uid") not in left_behind:
+        if _is_portal_pod(pod) and _uid(pod) not in left_behind:
             continue
         for resource, count in _pod_gpu_requests(pod).items():
             used[(node, resource)] += count
@@ -470,6 +470,10 @@ def _store(cluster: Cluster, rows: list[NodeRow]) -> int:
     return len(stale)
 
 
+def _uid(pod: dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
 def portal_pods_left_behind(pods: Iterable[dict[str, Any]]) -> set[str]:
     """UIDs of the portal's bound pods being deleted that no job's books count any more: the
     pods of a run whose stop ended without them, Terminating on a node that was unreachable
@@ -482,8 +486,8 @@ def portal_pods_left_behind(pods: Iterable[dict[str, Any]]) -> set[str]:
         if not meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
             continue
         labels = meta.get("labels") or {}
-        if (job_uuid := job_uuid_of(labels)) is not None:
-            dying[str(meta.get("uid") or "")] = (job_uuid, volcano.attempt_of(labels))
+        if (job_uuid := job_uuid_of(labels)) is not None and _uid(pod):
+            dying[_uid(pod)] = (job_uuid, volcano.attempt_of(labels))
     if not dying:
         return set()
     holding = dict(

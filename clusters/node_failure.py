@@ -116,9 +116,9 @@ def node_failure_requeue(
     jobs = Job.objects.filter(cluster_id=cluster.pk, state__in=MOVABLE_STATES)
     if job_ids is not None:
         jobs = jobs.filter(pk__in=job_ids)
-    rows = jobs.values_list("pk", "state", "node_plan")
+    rows = jobs.values_list("pk", "state", "node_plan", "attempt_number")
     moved: list[int] = []
-    for pk, state, plan in rows:
+    for pk, state, plan, run in rows:
         hit = {i: n for i, n in enumerate(plan or []) if n in troubled}
         if not hit:
             continue
@@ -131,10 +131,12 @@ def node_failure_requeue(
             "submit time kept) to run on healthy nodes; the failure is the cluster's, so this "
             "requeue counts against neither its retries nor its requeues."
         )
-        # A compare-and-set from the state just read: a job that moved since is left alone.
+        # A compare-and-set from the state and run just read: a job that moved since (even
+        # requeued and placed again, in the same state) is left alone.
         if job_transition(
             job_id=pk,
             expected=state,
+            same_run=run,
             to=S.PREEMPTING,
             reason=NODE_FAILURE_REASON,
             message=message,

@@ -46,7 +46,7 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
-from clusters.models import Cluster, ClusterState, ClusterWatch, Node
+from clusters.models import Cluster, ClusterState, ClusterWatch
 from clusters.node_failure import node_failure_requeue, node_rows_mark
 from clusters.observed import job_view, pod_view
 from clusters.reconcile import followed_jobs
@@ -374,14 +374,14 @@ class ResourceWatcher:
         else:
             trouble = node_trouble(node, tolerate_gpu_taint=cluster.tolerate_gpu_taint)
             schedulable = node_schedulable(node, tolerate_gpu_taint=cluster.tolerate_gpu_taint)
-        if self._nodes_seen.get(name) == (trouble, schedulable):
+        previous = self._nodes_seen.get(name)
+        if previous == (trouble, schedulable):
             return
         self._nodes_seen[name] = (trouble, schedulable)
-        # Read before the mark below makes it Ready.
-        back = (
-            not trouble
-            and Node.objects.filter(cluster_id=cluster.pk, name=name, ready=False).exists()
-        )
+        # Out of trouble since this watch last saw it (a node recovers in steps: Ready first,
+        # the unreachable taint gone a few seconds later; the last step counts). One that came
+        # back while no watch ran is the minute's inventory sync's.
+        back = not trouble and previous is not None and bool(previous[0])
         node_rows_mark(
             cluster=cluster,
             name=name,

@@ -9,31 +9,56 @@ notes key it changes was indexed) writes each index of the table.
   reads the queued jobs anyway.
 
 The indexes are dropped by name, and the foreign keys' constraints left as they are (Django
-would drop and re-add each, validating every row of the table again under its lock).
+would drop and re-add each, validating every row of the table again under its lock). On
+PostgreSQL each goes ``CONCURRENTLY``, outside a transaction, so the drop never waits for a
+long read of the job table while every other query of it waits for the drop. Reversed, they
+are made again.
 """
 
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-DROPPED = (
-    "portal_job_owner_id_6dce0010",
-    "portal_job_team_id_f8d0ec6d",
-    "portal_job_pending_notes_id_28bcfe2a",
-    "portal_job_pending_notes_id_28bcfe2a_like",
-)
+# name → (columns, PostgreSQL only)
+DROPPED = {
+    "job_queued_by_notes": ('("pending_notes_id") WHERE "state" = \'QUEUED\'', False),
+    "portal_job_owner_id_6dce0010": ('("owner_id")', False),
+    "portal_job_team_id_f8d0ec6d": ('("team_id")', False),
+    "portal_job_pending_notes_id_28bcfe2a": ('("pending_notes_id")', False),
+    "portal_job_pending_notes_id_28bcfe2a_like": ('("pending_notes_id" varchar_pattern_ops)', True),
+}
+
+
+def _run(schema_editor, sql: str) -> None:
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(sql)
+
+
+def drop(apps, schema_editor) -> None:
+    concurrently = " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
+    for name in DROPPED:
+        _run(schema_editor, f'DROP INDEX{concurrently} IF EXISTS "{name}"')
+
+
+def make_again(apps, schema_editor) -> None:
+    postgresql = schema_editor.connection.vendor == "postgresql"
+    for name, (columns, postgresql_only) in DROPPED.items():
+        if postgresql or not postgresql_only:
+            _run(schema_editor, f'CREATE INDEX IF NOT EXISTS "{name}" ON "portal_job" {columns}')
 
 
 class Migration(migrations.Migration):
+    atomic = False  # DROP INDEX CONCURRENTLY cannot run in a transaction
+
     dependencies = [
         ("portal", "0022_job_attempt_number"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
-        migrations.RemoveIndex(model_name="job", name="job_queued_by_notes"),
         migrations.SeparateDatabaseAndState(
             state_operations=[
+                migrations.RemoveIndex(model_name="job", name="job_queued_by_notes"),
                 migrations.AlterField(
                     model_name="job",
                     name="owner",
@@ -70,9 +95,6 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
-            database_operations=[
-                migrations.RunSQL(f'DROP INDEX IF EXISTS "{name}"', migrations.RunSQL.noop)
-                for name in DROPPED
-            ],
+            database_operations=[migrations.RunPython(drop, make_again)],
         ),
     ]
