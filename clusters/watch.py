@@ -147,8 +147,9 @@ class ResourceWatcher:
         self._pods_seen: dict[str, tuple[str, frozenset[str]]] = {}
         # Node name → (trouble, schedulable): a node's heartbeats change nothing we act on.
         self._nodes_seen: dict[str, tuple[str, bool]] = {}
-        # Job events that came before their job was recorded SUBMITTED: the latest per job.
-        self._early: dict[uuid.UUID, tuple[float, WatchEvent]] = {}
+        # Events that came before their job was recorded SUBMITTED: the latest per job (Volcano
+        # Jobs) or per pod (a pod's facts, e.g. Unschedulable, may never change again).
+        self._early: dict[uuid.UUID | str, tuple[float, WatchEvent]] = {}
         self._early_lock = threading.Lock()
 
     def abort(self) -> None:
@@ -242,7 +243,7 @@ class ResourceWatcher:
             ).update(resource_version="", relists=F("relists") + 1)
             return
         self._save(version)
-        if self.resource == "jobs":
+        if self.resource != "nodes":
             # The supervisor applies kept early events every second; a watcher run without one
             # (a test's, a one-off) must not keep them until the reconcile.
             self.apply_early()
@@ -337,20 +338,23 @@ class ResourceWatcher:
             return 0
         applied = 0
         cluster = Cluster.objects.get(pk=self.cluster_id)
-        for job_uuid, (seen, event) in kept:
-            job = self._job(cluster, job_uuid)
+        for key, (seen, event) in kept:
+            view = job_view(event.object) if self.resource == "jobs" else pod_view(event.object)
+            job = self._job(cluster, view.job_uuid) if view is not None else None
             with self._early_lock:
-                if self._early.get(job_uuid, (None, None))[1] is not event:
+                if self._early.get(key, (None, None))[1] is not event:
                     continue  # a later event replaced it (or was applied directly)
                 if job is not None and job.state == JobState.ADMITTED:
                     if time.monotonic() - seen > EARLY_KEPT_SECONDS:
-                        del self._early[job_uuid]  # the reconcile takes it from here
+                        del self._early[key]  # the reconcile takes it from here
                     continue
-                del self._early[job_uuid]
-            if job is None:
+                del self._early[key]
+            if job is None or view is None:
                 continue
-            view = job_view(event.object)
-            job_status_apply(job=job, view=view, deleted=event.type == "DELETED")
+            if self.resource == "jobs":
+                job_status_apply(job=job, view=view, deleted=event.type == "DELETED")
+            else:
+                self._pod_apply(job, view)
             applied += 1
         return applied
 
@@ -424,19 +428,33 @@ class ResourceWatcher:
             return
         if event.type == "DELETED":
             self._pods_seen.pop(pod.uid, None)
+            with self._early_lock:
+                self._early.pop(pod.uid, None)
             return
-        # Readiness counts: it is what an inference job's endpoint waits for.
-        signature = (pod.node, frozenset(f.key for f in pod.facts), pod.ready)
-        if self._pods_seen.get(pod.uid) == signature:
+        if self._pods_seen.get(pod.uid) == self._pod_signature(pod):
             return
         job = self._job(cluster, pod.job_uuid)
         if job is None:
             return
+        with self._early_lock:
+            if job.state == JobState.ADMITTED:
+                # Before SUBMITTED only the binding is taken (no record to hold facts yet);
+                # the facts are applied once the record is written, for a pod may never
+                # send another event (one Unschedulable stays so).
+                self._early[pod.uid] = (time.monotonic(), event)
+            else:
+                self._early.pop(pod.uid, None)
+        self._pod_apply(job, pod)
+
+    @staticmethod
+    def _pod_signature(pod: Any) -> tuple[str, frozenset[str], bool]:
+        # Readiness counts: it is what an inference job's endpoint waits for.
+        return (pod.node, frozenset(f.key for f in pod.facts), pod.ready)
+
+    def _pod_apply(self, job: Job, pod: Any) -> None:
         pods_apply(job=job, pods=[pod])
         if job.state != JobState.ADMITTED:
-            # Before SUBMITTED only the binding is taken (no record to hold facts yet): the
-            # pod's next event, even an identical one, must still be applied in full.
-            self._pods_seen[pod.uid] = signature
+            self._pods_seen[pod.uid] = self._pod_signature(pod)
         if len(self._pods_seen) > 100_000:
             self._pods_seen.clear()
 
@@ -490,7 +508,7 @@ class WatchSupervisor:
 
     def apply_early(self) -> None:
         for (_pk, resource), watcher in list(self.watchers.items()):
-            if resource == "jobs":
+            if resource != "nodes":
                 watcher.apply_early()
 
     def run(self) -> None:

@@ -479,7 +479,7 @@ class Watchers:
             thread = threading.Thread(target=watcher.run, daemon=True)
             thread.start()
             self.items.append((watcher, thread))
-            if resource == "jobs":
+            if resource != "nodes":
                 early = threading.Thread(target=self._apply_early, args=(watcher,), daemon=True)
                 early.start()
                 self.items.append((watcher, early))

@@ -180,7 +180,29 @@ class Round:
         ):
             for node in plan:
                 planned[node] += gpus
-        return f"bound {dict(truth)}, planned {dict(planned)}"
+        return f"bound {dict(truth)}, planned {dict(planned)}; {self.unbooked()}"
+
+    def unbooked(self) -> str:
+        """The bound pods the books do not count where they are: whose GPUs they miss."""
+        jobs = {
+            str(u): (state, plan, attempt)
+            for u, state, plan, attempt in Job.objects.values_list(
+                "public_id", "state", "node_plan", "attempt_number"
+            )
+        }
+        missed = []
+        for pod in self.sim.list("pods"):
+            node = pod["spec"].get("nodeName")
+            if not node or pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            labels = pod["metadata"].get("labels") or {}
+            state, plan, attempt = jobs.get(labels.get("gpupool.dev/job-id", ""), ("?", [], 0))
+            if state not in HOLDING_STATES or node not in plan:
+                missed.append(
+                    f"{pod['metadata']['name']} on {node} (job {state}, run {attempt}, "
+                    f"plan {plan}, deleting {bool(pod['metadata'].get('deletionTimestamp'))})"
+                )
+        return "unbooked: " + (", ".join(missed) or "none")
 
     @staticmethod
     def waiting_for_victims() -> set[int]:

@@ -137,6 +137,31 @@ def test_an_unschedulable_gang_shows_volcanos_message(sim, cluster, admit, watch
     assert JobEvent.objects.filter(job_id=job.pk, reason="Unschedulable").count() == count
 
 
+def test_a_pods_problem_seen_before_the_dispatch_recorded_it_is_still_reported(
+    sim, cluster, admit, watchers
+):
+    """The pod watch may see a pod Unschedulable before the dispatcher has recorded the job
+    SUBMITTED (a busy database): such a pod sends no later event, so the fact is kept and
+    written once the record exists, not lost until the reconcile."""
+    _jobs, pods = watchers.start(cluster)
+    job = admit(cluster, replicas=3, gpus_per_replica=8)  # 2 nodes have 8
+    _, manifest = job_manifest(
+        Job.objects.select_related("cluster", "gpu_model", "team").get(pk=job.pk)
+    )
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", "gpupool", "jobs", manifest
+    )
+    api.close()
+    sim.advance(3)
+    assert wait_for(lambda: pods._early, timeout=30), "the pod watch never saw the pod"
+    assert _event(job, "Unschedulable") is None  # no record yet to hold it
+    dispatch(job)  # adopts the object (same submission UID) and records SUBMITTED
+    wait_state(job, JobState.SUBMITTED)
+    event = wait_for(lambda: _event(job, "Unschedulable"), timeout=30)
+    assert event is not None and "nvidia.com/gpu" in event.message
+
+
 def test_a_lost_node_is_reported(sim, cluster, admit, watchers):
     watchers.start(cluster)
     job = _submitted(sim, cluster, admit, gpus_per_replica=8)
