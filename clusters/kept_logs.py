@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from clusters import volcano
 from clusters.services import job_logs
-from portal.jobs.attempts import current_attempt_number
 from portal.models import AttemptLog, Job
 
 KEPT_LOG_LINES = 500
@@ -31,7 +30,7 @@ def job_logs_keep(*, job: Job, now: dt.datetime | None = None) -> int:
     """
     if job.started_at is None or job.cluster_id is None:
         return 0
-    number = current_attempt_number(job)
+    number = job.attempt_number
     if AttemptLog.objects.filter(job_id=job.pk, attempt=number).exists():
         return 0
     now = now or timezone.now()
@@ -57,12 +56,7 @@ def _row(
         job=job,
         attempt=number,
         replica=replica,
-        pod=volcano.pod_of_replica(
-            volcano.run_job_name(str(job.public_id), job.attempt_number, job.volcano_job_name),
-            job.kind,
-            job.replicas,
-            replica,
-        ),
+        pod=volcano.pod_of_replica(volcano.job_run_name(job), job.kind, job.replicas, replica),
         text=text,
         message=message,
         captured_at=now,

@@ -1006,8 +1006,7 @@ def job_logs(
         )
     if tail is not None:
         tail = max(1, min(LOG_TAIL_MAX, tail))
-    run = volcano.run_job_name(str(job.public_id), job.attempt_number, job.volcano_job_name)
-    pod = volcano.pod_of_replica(run, job.kind, job.replicas, replica)
+    pod = volcano.pod_of_replica(volcano.job_run_name(job), job.kind, job.replicas, replica)
     logs = JobLogs(
         replica=replica,
         pod=pod,

@@ -159,6 +159,7 @@ __all__ = [
     "readiness_path_check",
     "replica_of_pod",
     "replica_pod_name",
+    "job_run_name",
     "run_job_name",
     "serving_service_name",
     "serving_url",
@@ -358,6 +359,12 @@ def run_job_name(job_id: str, attempt: int, created: str = "") -> str:
     """The Volcano Job of a job's current run: the name it was ``created`` under when known
     (a run created before per-run names kept the first run's), else the run's own name."""
     return created or volcano_job_name(job_id, attempt)
+
+
+def job_run_name(job: Any) -> str:
+    """:func:`run_job_name` of a job row (``public_id``, ``attempt_number``,
+    ``volcano_job_name``): where its current run's pods are, for logs."""
+    return run_job_name(str(job.public_id), job.attempt_number, job.volcano_job_name)
 
 
 def pod_of_replica(job_name: str, kind: JobKind, replicas: int, replica: int) -> str:

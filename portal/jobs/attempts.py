@@ -51,12 +51,6 @@ def attempt_archive(
     )
 
 
-def current_attempt_number(job: Job) -> int:
-    """The number of the job's current (or last) run: one more than the runs archived (the
-    row counts it up with each requeue, in the transaction that archives the run)."""
-    return job.attempt_number
-
-
 @dataclass
 class AttemptView:
     """One attempt as pages and the API show it: archived, or the job row's current run."""
