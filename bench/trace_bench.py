@@ -1,0 +1,838 @@
+"""Replay the Alibaba GPU-sharing trace (ATC '23, "Beware of Fragmentation") under a placement policy.
+
+    .venv/bin/python bench/trace_bench.py --policy fgd --seed 42 [--tune 1.3] [--json]
+        [--nodes FILE] [--pods FILE] [--no-shuffle]
+    .venv/bin/python bench/trace_bench.py --compare [--policies random,bestfit,fgd]
+        [--seeds 42,43] [--pods FILE ...] [--paper CSV] [--json]
+    .venv/bin/python bench/trace_bench.py --quick      # one short compare (make bench --quick)
+
+The experiment is the paper's (its public simulator, ``hkust-adsl/kubernetes-scheduler-simulator``,
+read for the rules below; no code of it is copied). The cluster is the node list (1,213 GPU
+nodes, 6,212 GPUs); each node keeps its CPU and memory left and, per GPU device, the
+thousandths (milli) of the device left. The tasks are the pod list, shuffled (seeded), then
+tuned to ``tune`` x the cluster's GPUs: while the list asks less, tasks drawn at random from it
+(seeded, with replacement) are appended until the next draw's per-device GPU milli would pass
+the target; while it asks more (multigpu50), random tasks are dropped until it does not. Each
+task is placed on arrival or fails; nothing departs. After every task the harness records the
+GPU milli that has arrived and the GPU milli allocated; ``alloc_pct[x]`` is the mean allocation
+(% of the cluster's GPU milli) over the tasks after which the arrived GPU requests round to
+``x`` % of the cluster's GPUs (as the paper's analysis does).
+
+A node is feasible when its CPU and memory left cover the request, its GPU model is in the
+task's ``gpu_spec`` (if any), and its devices fit the GPU request: a share (``gpu_milli`` < 1000)
+on one device with that much left, ``num_gpu`` whole GPUs on fully free devices. The policy
+scores every feasible node (an integer, higher is better; ties broken uniformly at random):
+
+* ``random``: every feasible node alike; a share goes to a random device that fits.
+* ``dotprod``: Tetris: 1 - (cpu_left/128 cores . cpu_req/128 + gpu_left/8 . gpu_req/8) / 2.
+* ``clustering``: GPU clustering: nodes already holding tasks of the same GPU kind (share,
+  1-GPU, 2-GPU ...) first, nodes holding only that kind best, then empty nodes, then the rest;
+  fuller nodes first within each band.
+* ``packing``: GPU packing: a partly used device first, then free devices of a used node, then
+  an empty node (fewest GPUs first).
+* ``bestfit``: least CPU and GPU left after placing (equal weights, normalised by 128 cores and
+  8 GPUs).
+* ``fgd``: fragmentation gradient descent. A node's fragmentation is measured against the
+  *typical* tasks (the most common task shapes covering 95 % of the list, with their
+  frequencies): for each typical task that the node could not host (not enough CPU, no device
+  or not enough devices with enough milli, wrong model) all its idle GPU milli counts as
+  fragment; for one it could host, the milli on devices too small for it counts. The task goes
+  where (and, for a share, to the device where) the expected fragmentation grows least.
+
+Shares use best fit on devices (the fullest device that fits) except under ``random`` and
+``fgd``; whole GPUs take the first fully free devices.
+
+``random.Random(seed)`` replaces Go's ``math/rand`` (shuffle, tuning draws, tie-breaks), so a
+seed here does not replay the paper's seed of the same number: compare means over seeds.
+
+Another placement engine plugs in with ``register_policy(name, factory)``: the factory gets the
+typical tasks and returns a ``Policy``; override ``Policy.evaluate`` (score one node for one
+task) or, for a global decision, ``Policy.choose(task, nodes, rng)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MILLI = 1000
+MAX_SPEC_CPU = 128_000  # milli-CPU of the largest node: the paper's normaliser
+MAX_SPEC_GPU = 8_000  # milli-GPU of the largest node
+MAX_SCORE = 100
+TYPICAL_SHARE = 95  # the typical tasks cover this % of the list
+TRACE_DIR = Path("/work/shared/traces/alibaba-gpu-2023")
+DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
+DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
+DEFAULT_PAPER = TRACE_DIR / "paper-results" / "allocation_by_arrived_workload.csv"
+X_MAX = 130  # alloc_pct covers arrived GPU requests 0..130 % of the cluster's GPUs
+
+# Our policy names -> the paper's sc_policy labels.
+PAPER_NAMES = {
+    "random": "01-Random",
+    "dotprod": "02-DotProd",
+    "clustering": "03-GpuClustering",
+    "packing": "04-GpuPacking",
+    "bestfit": "05-BestFit",
+    "fgd": "06-FGD",
+}
+ALIASES = {
+    "gpuclustering": "clustering",
+    "gpupacking": "packing",
+    "dotproduct": "dotprod",
+    **{label.lower(): name for name, label in PAPER_NAMES.items()},
+    **{label.split("-", 1)[1].lower(): name for name, label in PAPER_NAMES.items()},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The trace
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    cpu: int  # milli-CPU
+    mem: int  # MiB
+    num_gpu: int  # devices; 0 for a CPU-only task
+    milli: int  # per device, 1..1000; 0 for a CPU-only task
+    spec: frozenset[str] | None  # GPU models allowed; None for any
+
+    @property
+    def gpu_total(self) -> int:
+        return self.num_gpu * self.milli
+
+    @property
+    def is_share(self) -> bool:
+        return self.num_gpu == 1 and self.milli < MILLI
+
+    @property
+    def shape(self) -> tuple[int, int, int, frozenset[str] | None]:
+        """What a score can depend on (memory only decides feasibility)."""
+        return (self.cpu, self.num_gpu, self.milli, self.spec)
+
+    @property
+    def kind(self) -> str:
+        """The GPU-clustering affinity tag: no-gpu, share-gpu, or N-gpu."""
+        if self.num_gpu == 0:
+            return "no-gpu"
+        return "share-gpu" if self.is_share else f"{self.num_gpu}-gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    cpu: int
+    mem: int
+    gpus: int
+    model: str
+
+
+def _int(row: dict[str, str], key: str) -> int:
+    value = (row.get(key) or "").strip()
+    return int(float(value)) if value else 0
+
+
+def read_nodes(path: Path | str) -> list[NodeSpec]:
+    with open(path, newline="") as f:
+        return [
+            NodeSpec(
+                r["sn"],
+                _int(r, "cpu_milli"),
+                _int(r, "memory_mib"),
+                _int(r, "gpu"),
+                (r.get("model") or "").strip(),
+            )
+            for r in csv.DictReader(f)
+        ]
+
+
+def read_tasks(path: Path | str) -> list[Task]:
+    """The pod list as the paper's converter reads it: gpu_milli above 1000 is one whole device,
+    a CPU-only task has no GPU milli, and a request of 0 CPU counts as 100 milli-CPU (the
+    scheduler's non-zero default)."""
+    tasks = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            num = _int(r, "num_gpu")
+            milli = min(_int(r, "gpu_milli"), MILLI) if num > 0 else 0
+            if num > 0 and milli <= 0:
+                num = 0
+            models = [m for m in (r.get("gpu_spec") or "").split("|") if m.strip()]
+            spec = frozenset(m.strip() for m in models) if models and num > 0 else None
+            tasks.append(
+                Task(
+                    r["name"], _int(r, "cpu_milli") or 100, _int(r, "memory_mib"), num, milli, spec
+                )
+            )
+    return tasks
+
+
+def workload_name(pods: Path | str) -> str:
+    return Path(pods).stem
+
+
+@dataclass(frozen=True, slots=True)
+class Typical:
+    cpu: int
+    num_gpu: int
+    milli: int
+    spec: frozenset[str] | None
+    freq: float
+
+
+def typical_tasks(tasks: Sequence[Task], share: int = TYPICAL_SHARE) -> list[Typical]:
+    """The most common task shapes, most common first, until they cover ``share`` % of the
+    list, with their frequencies renormalised to 1 (ties between equally common shapes: the
+    larger shape first)."""
+    counts = Counter((t.cpu, t.milli, t.num_gpu, "|".join(sorted(t.spec or ()))) for t in tasks)
+    total = sum(counts.values())
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    chosen, covered = [], 0
+    for key, count in ordered:
+        if covered >= share * total / 100:
+            break
+        chosen.append((key, count))
+        covered += count
+    out = []
+    for (cpu, milli, num, spec), count in chosen:
+        models = frozenset(spec.split("|")) if spec else None
+        out.append(Typical(cpu, num, milli, models, count / covered))
+    return out
+
+
+def arrival_order(
+    tasks: Sequence[Task], total_gpu_milli: int, tune: float, rng: random.Random, shuffle: bool
+) -> list[Task]:
+    """The list (shuffled unless ``shuffle`` is False), tuned to ``tune`` x the cluster's GPUs."""
+    order = sorted(tasks, key=lambda t: t.name)
+    if shuffle:
+        rng.shuffle(order)
+    if tune <= 0:
+        return order
+    target = tune * total_gpu_milli
+    asked = sum(t.gpu_total for t in order)
+    if asked > target:  # drop random tasks until the list asks no more than the target
+        while asked > target and order:
+            asked -= order.pop(rng.randrange(len(order))).gpu_total
+        return order
+    pool = sorted(tasks, key=lambda t: t.name)
+    i = 0
+    while True:  # the simulator's rule: stop at the first draw whose per-device milli overshoots
+        drawn = pool[rng.randrange(len(pool))]
+        if asked + drawn.milli > target:
+            break
+        order.append(
+            Task(
+                f"{drawn.name}-tuned-{i}",
+                drawn.cpu,
+                drawn.mem,
+                drawn.num_gpu,
+                drawn.milli,
+                drawn.spec,
+            )
+        )
+        asked += drawn.gpu_total
+        i += 1
+    return order
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+
+
+class Node:
+    """One node's state: CPU, memory and per-device GPU milli left, the GPU kinds it holds."""
+
+    __slots__ = (
+        "cache",
+        "cpu_cap",
+        "cpu_left",
+        "devices",
+        "frag",
+        "kinds",
+        "mem_cap",
+        "mem_left",
+        "model",
+        "name",
+        "ngpu",
+    )
+
+    def __init__(self, spec: NodeSpec) -> None:
+        self.name = spec.name
+        self.model = spec.model
+        self.cpu_cap = self.cpu_left = spec.cpu
+        self.mem_cap = self.mem_left = spec.mem
+        self.ngpu = spec.gpus
+        self.devices = [MILLI] * spec.gpus
+        self.kinds: Counter[str] = Counter()
+        self.cache: dict[Any, Any] = {}  # per task shape: (score, hint) or None; cleared on change
+        self.frag: float | None = None  # FGD's fragmentation of the current state
+
+    @property
+    def gpu_left(self) -> int:
+        return sum(self.devices)
+
+    @property
+    def free_devices(self) -> int:
+        return self.devices.count(MILLI)
+
+    def gpu_fits(self, task: Task) -> bool:
+        """CPU, GPU model and devices (memory is checked apart)."""
+        if self.cpu_left < task.cpu:
+            return False
+        if task.num_gpu == 0:
+            return True
+        if self.ngpu == 0 or (task.spec is not None and self.model not in task.spec):
+            return False
+        if task.num_gpu == 1:
+            return max(self.devices) >= task.milli
+        return sum(1 for d in self.devices if d >= task.milli) >= task.num_gpu
+
+    def place(self, task: Task, devices: Sequence[int]) -> None:
+        if self.cpu_left < task.cpu or self.mem_left < task.mem:
+            raise ValueError(f"{task.name} does not fit {self.name}")
+        if len(devices) != task.num_gpu or len(set(devices)) != len(devices):
+            raise ValueError(f"{task.name}: {task.num_gpu} devices wanted, got {devices}")
+        for d in devices:
+            if self.devices[d] < task.milli:
+                raise ValueError(f"{task.name} overfills device {d} of {self.name}")
+        self.cpu_left -= task.cpu
+        self.mem_left -= task.mem
+        for d in devices:
+            self.devices[d] -= task.milli
+        if task.num_gpu:
+            self.kinds[task.kind] += 1
+        self.cache.clear()
+        self.frag = None
+
+
+def exclusive_devices(devices: Sequence[int], n: int) -> list[int]:
+    """The first ``n`` fully free devices, in index order."""
+    return [i for i, left in enumerate(devices) if left == MILLI][:n]
+
+
+def best_fit_device(devices: Sequence[int], milli: int) -> int:
+    """The fullest device that still fits (the first one on a tie)."""
+    best = -1
+    for i, left in enumerate(devices):
+        if left >= milli and (best < 0 or left < devices[best]):
+            best = i
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies
+
+
+class Policy:
+    """Scores one node for one task; the harness places the task on a best-scored node.
+
+    ``evaluate`` returns ``(score, hint)`` (an int, higher better; ``hint`` is passed back to
+    ``devices``) for a node that fits the task's CPU, GPU model and devices. The harness caches
+    it per node and task shape until the node changes, so it must depend on nothing else.
+    """
+
+    name = "policy"
+    ties = "order"  # "order": the first best node in the replay's node order; "random": any
+
+    def __init__(self, typical: Sequence[Typical]) -> None:
+        self.typical = typical
+
+    def evaluate(self, node: Node, task: Task) -> tuple[int, Any]:
+        return 0, None
+
+    def devices(self, node: Node, task: Task, hint: Any, rng: random.Random) -> list[int]:
+        if task.num_gpu == 0:
+            return []
+        if task.is_share:
+            return [best_fit_device(node.devices, task.milli)]
+        return exclusive_devices(node.devices, task.num_gpu)
+
+    def choose(
+        self, task: Task, nodes: Sequence[Node], rng: random.Random
+    ) -> tuple[Node, list[int]] | None:
+        best = -(1 << 62)
+        tied: list[tuple[Node, Any]] = []
+        shape, mem = task.shape, task.mem
+        for node in nodes:
+            if node.mem_left < mem:
+                continue
+            cached = node.cache.get(shape, node)
+            if cached is node:
+                cached = node.cache[shape] = (
+                    self.evaluate(node, task) if node.gpu_fits(task) else None
+                )
+            if cached is None:
+                continue
+            score = cached[0]
+            if score > best:
+                best, tied = score, [(node, cached[1])]
+            elif score == best:
+                tied.append((node, cached[1]))
+        if not tied:
+            return None
+        # The nodes come in the replay's node order: the first of the best is the order's
+        # tie-break; ``ties="random"`` draws one of them instead.
+        if self.ties == "random" and len(tied) > 1:
+            node, hint = tied[rng.randrange(len(tied))]
+        else:
+            node, hint = tied[0]
+        return node, self.devices(node, task, hint, rng)
+
+
+class RandomPolicy(Policy):
+    """Any feasible node, uniformly (the paper draws one of the filtered nodes)."""
+
+    name = "random"
+    ties = "random"
+
+    def devices(self, node: Node, task: Task, hint: Any, rng: random.Random) -> list[int]:
+        if task.is_share:
+            fits = [i for i, left in enumerate(node.devices) if left >= task.milli]
+            return [fits[rng.randrange(len(fits))]]
+        return super().devices(node, task, hint, rng)
+
+
+class DotProdPolicy(Policy):
+    name = "dotprod"
+
+    def evaluate(self, node: Node, task: Task) -> tuple[int, Any]:
+        dot = (node.cpu_left / MAX_SPEC_CPU) * (task.cpu / MAX_SPEC_CPU) + (
+            node.gpu_left / MAX_SPEC_GPU
+        ) * (task.gpu_total / MAX_SPEC_GPU)
+        return int(MAX_SCORE * (1 - dot / 2)), None
+
+
+class ClusteringPolicy(Policy):
+    name = "clustering"
+
+    def evaluate(self, node: Node, task: Task) -> tuple[int, Any]:
+        if task.num_gpu == 0:
+            return 0, None
+        fill = MAX_SCORE // 4 * (MAX_SPEC_GPU - node.gpu_left) // MAX_SPEC_GPU
+        if node.kinds.get(task.kind, 0) > 0:
+            band = 3 if len(node.kinds) == 1 else 2
+        else:
+            band = 1 if not node.kinds else 0
+        return fill + MAX_SCORE * band // 4, None
+
+
+class PackingPolicy(Policy):
+    name = "packing"
+
+    def evaluate(self, node: Node, task: Task) -> tuple[int, Any]:
+        if task.num_gpu == 0:
+            return 0, None
+        free = node.free_devices
+        if free == node.ngpu:  # an empty node: fewest GPUs first
+            return max(MAX_SCORE // 3 - free, free), None
+        want, use_free, used = task.num_gpu, 0, []
+        for i in sorted(range(node.ngpu), key=node.devices.__getitem__):
+            if want == 0:
+                break
+            if node.devices[i] >= task.milli:
+                want -= 1
+                used.append(i)
+                use_free += node.devices[i] == MILLI
+        if use_free:
+            return max(MAX_SCORE // 2 - use_free, MAX_SCORE // 3), None
+        ratio = sum(node.devices[i] * 100 // MILLI for i in used)
+        return max(MAX_SCORE - ratio // 10, MAX_SCORE // 2), None
+
+
+class BestFitPolicy(Policy):
+    """Least left after placing. The paper min-max normalises these scores to 0..100 before
+    taking the best, which keeps the same best nodes, so the raw score is used."""
+
+    name = "bestfit"
+
+    def evaluate(self, node: Node, task: Task) -> tuple[int, Any]:
+        left = (node.cpu_left - task.cpu) / MAX_SPEC_CPU * 0.5 + (
+            node.gpu_left - task.gpu_total
+        ) / MAX_SPEC_GPU * 0.5
+        return int((1.0 - left) * MAX_SCORE), None
+
+
+class FgdPolicy(Policy):
+    """Fragmentation gradient descent against the typical tasks."""
+
+    name = "fgd"
+
+    def __init__(self, typical: Sequence[Typical]) -> None:
+        super().__init__(typical)
+        # CPU-only typical tasks count a node's idle GPU milli as fragment whatever its state.
+        self.cpu_only = sum(t.freq for t in typical if t.milli == 0)
+        groups: dict[tuple[int, int, frozenset[str] | None], list[Typical]] = defaultdict(list)
+        for t in typical:
+            if t.milli:
+                groups[(t.milli, t.num_gpu, t.spec)].append(t)
+        self.groups = []
+        for (milli, num, spec), members in groups.items():
+            members.sort(key=lambda t: t.cpu)
+            cum, running = [0.0], 0.0
+            for t in members:
+                running += t.freq
+                cum.append(running)
+            self.groups.append((milli, num, spec, [t.cpu for t in members], cum, running))
+
+    def fragmentation(self, model: str, cpu_left: int, devices: Sequence[int]) -> float:
+        """Expected idle GPU milli that a typical task could not use on this node state."""
+        ordered = sorted(devices)
+        small = [0]  # small[i]: milli on the i smallest devices
+        for left in ordered:
+            small.append(small[-1] + left)
+        total = small[-1]
+        if total == 0:
+            return 0.0
+        frag = total * self.cpu_only
+        n = len(ordered)
+        for milli, num, spec, cpus, cum, group_freq in self.groups:
+            if spec is not None and model not in spec:
+                frag += total * group_freq
+                continue
+            k = bisect_left(ordered, milli)  # devices too small for this task
+            if n - k < num:
+                frag += total * group_freq
+                continue
+            hosted = cum[bisect_right(cpus, cpu_left)]  # typical tasks that fit CPU too
+            frag += total * (group_freq - hosted) + small[k] * hosted
+        return frag
+
+    def node_frag(self, node: Node) -> float:
+        if node.frag is None:
+            node.frag = self.fragmentation(node.model, node.cpu_left, node.devices)
+        return node.frag
+
+    @staticmethod
+    def _score(before: float, after: float) -> int:
+        return int(1.0 / (1.0 + math.exp(-(before - after) / 1000)) * MAX_SCORE)
+
+    def evaluate(self, node: Node, task: Task) -> tuple[int, Any]:
+        before = self.node_frag(node)
+        cpu_after = node.cpu_left - task.cpu
+        if task.is_share:
+            best, best_dev, seen = -1, -1, set()
+            for i, left in enumerate(node.devices):
+                if left < task.milli or left in seen:  # equal devices give equal scores
+                    continue
+                seen.add(left)
+                after_devices = list(node.devices)
+                after_devices[i] -= task.milli
+                score = self._score(
+                    before, self.fragmentation(node.model, cpu_after, after_devices)
+                )
+                if score > best:
+                    best, best_dev = score, i
+            return best, best_dev
+        after_devices = list(node.devices)
+        for i in exclusive_devices(node.devices, task.num_gpu):
+            after_devices[i] -= task.milli
+        return self._score(before, self.fragmentation(node.model, cpu_after, after_devices)), None
+
+    def devices(self, node: Node, task: Task, hint: Any, rng: random.Random) -> list[int]:
+        if task.is_share:
+            return [hint]
+        return super().devices(node, task, hint, rng)
+
+
+POLICIES: dict[str, Callable[[Sequence[Typical]], Policy]] = {
+    "random": RandomPolicy,
+    "dotprod": DotProdPolicy,
+    "clustering": ClusteringPolicy,
+    "packing": PackingPolicy,
+    "bestfit": BestFitPolicy,
+    "fgd": FgdPolicy,
+}
+
+
+def register_policy(name: str, factory: Callable[[Sequence[Typical]], Policy]) -> None:
+    """Make ``--policy NAME`` build ``factory(typical_tasks)``."""
+    POLICIES[name] = factory
+
+
+def policy_name(name: str) -> str:
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in POLICIES:
+        raise SystemExit(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    return key
+
+
+# ---------------------------------------------------------------------------------------------
+# The replay
+
+
+@dataclass
+class Replay:
+    policy: str
+    seed: int
+    workload: str
+    tune: float
+    total_gpus: int
+    tasks: int = 0
+    placed: int = 0
+    failed: int = 0
+    failed_gpu_milli: int = 0
+    seconds: float = 0.0
+    alloc_pct: list[float | None] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list, repr=False)
+    placements: list[tuple[Task, Node, list[int]]] = field(default_factory=list, repr=False)
+
+    def at(self, x: int) -> float | None:
+        return self.alloc_pct[x] if x < len(self.alloc_pct) else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "workload": self.workload,
+            "tune": self.tune,
+            "total_gpus": self.total_gpus,
+            "tasks": self.tasks,
+            "placed": self.placed,
+            "failed": self.failed,
+            "seconds": round(self.seconds, 2),
+            "alloc_pct": self.alloc_pct,
+        }
+
+
+def allocation_curve(
+    samples: Iterable[tuple[int, int]], total_gpus: int, x_max: int = X_MAX
+) -> list[float | None]:
+    """``samples``: (arrived GPU milli, allocated GPU milli) after each task. For each whole %
+    x of arrived GPU requests, the mean allocation (% of the cluster's GPU milli) over the
+    samples whose arrival rounds to x (those within x +- 1 when none does; None when still
+    none), as the paper's analysis computes it."""
+    by_x: dict[int, list[float]] = defaultdict(list)
+    for arrived, used in samples:
+        by_x[round(arrived / total_gpus / 10)].append(round(used / total_gpus / 10, 2))
+    curve: list[float | None] = []
+    for x in range(x_max + 1):
+        values = by_x.get(x) or [v for y in (x - 1, x, x + 1) for v in by_x.get(y, ())]
+        curve.append(round(statistics.fmean(values), 2) if values else None)
+    return curve
+
+
+def replay(
+    nodes: Sequence[NodeSpec],
+    tasks: Sequence[Task],
+    policy: str,
+    seed: int,
+    tune: float = 1.3,
+    workload: str = "",
+    shuffle: bool = True,
+    keep: bool = False,
+    ties: str = "order",
+) -> Replay:
+    """Place the tuned, ordered tasks one by one; ``keep`` keeps the nodes and placements.
+
+    ``ties="order"``: among equally scored nodes the first in a seeded random order of the
+    nodes wins (the paper's simulator prefixes node names with a random permutation and its
+    scheduler keeps the first best); ``ties="random"``: a uniform draw among them."""
+    began = time.process_time()
+    rng = random.Random(seed)
+    cluster = [Node(n) for n in sorted(nodes, key=lambda n: n.name)]
+    total_gpus = sum(n.ngpu for n in cluster)
+    chooser = POLICIES[policy_name(policy)](typical_tasks(tasks))
+    if not isinstance(chooser, RandomPolicy):
+        chooser.ties = ties
+    order = arrival_order(tasks, total_gpus * MILLI, tune, rng, shuffle)
+    rng.shuffle(cluster)  # the node order that breaks ties
+    result = Replay(policy_name(policy), seed, workload, tune, total_gpus, tasks=len(order))
+    arrived = used = 0
+    samples = []
+    for task in order:
+        arrived += task.gpu_total
+        choice = chooser.choose(task, cluster, rng)
+        if choice is None:
+            result.failed += 1
+            result.failed_gpu_milli += task.gpu_total
+        else:
+            node, devices = choice
+            node.place(task, devices)
+            used += task.gpu_total
+            result.placed += 1
+            if keep:
+                result.placements.append((task, node, devices))
+        samples.append((arrived, used))
+    result.alloc_pct = allocation_curve(samples, total_gpus)
+    result.seconds = time.process_time() - began
+    if keep:
+        result.nodes = cluster
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper's figures
+
+
+def read_paper(path: Path | str = DEFAULT_PAPER) -> dict[tuple[str, str], dict[int, list[float]]]:
+    """(workload, our policy name) -> {seed: [alloc at 0..130 %]} from the paper's CSV."""
+    out: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(dict)
+    labels = {label: name for name, label in PAPER_NAMES.items()}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            name = labels.get(row["sc_policy"])
+            if name is None:
+                continue
+            values = [float(row[str(x)]) if row.get(str(x)) else math.nan for x in range(X_MAX + 1)]
+            out[(row["workload"], name)][int(float(row["seed"]))] = values
+    return dict(out)
+
+
+def paper_mean(
+    paper: dict[tuple[str, str], dict[int, list[float]]], workload: str, policy: str, x: int
+) -> float | None:
+    runs = paper.get((workload, policy))
+    if not runs:
+        return None
+    values = [v[x] for v in runs.values() if not math.isnan(v[x])]
+    return statistics.fmean(values) if values else None
+
+
+def _fmt(v: float | None, width: int = 7, sign: bool = False) -> str:
+    if v is None:
+        return "-".rjust(width)
+    return f"{v:+{width}.2f}" if sign else f"{v:{width}.2f}"
+
+
+def compare(
+    nodes_path: Path,
+    pods_paths: Sequence[Path],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    tune: float,
+    paper_path: Path,
+    as_json: bool,
+    shuffle: bool = True,
+) -> int:
+    nodes = read_nodes(nodes_path)
+    paper = read_paper(paper_path) if paper_path.exists() else {}
+    rows = []
+    if not as_json:
+        print(
+            f"{len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs; seeds {','.join(map(str, seeds))};"
+            f" tune {tune}; paper = mean of its seeds"
+        )
+        print(
+            f"{'list':<13} {'policy':<11} {'ours@100':>8} {'paper':>7} {'diff':>6}"
+            f" {'ours@130':>8} {'paper':>7} {'diff':>6} {'sd@130':>6} {'s/run':>6}"
+        )
+    for pods_path in pods_paths:
+        tasks = read_tasks(pods_path)
+        workload = workload_name(pods_path)
+        short = workload.removeprefix("openb_pod_list_")
+        for policy in policies:
+            name = policy_name(policy)
+            runs = [replay(nodes, tasks, name, s, tune, workload, shuffle) for s in seeds]
+            row: dict[str, Any] = {"workload": workload, "policy": name, "seeds": list(seeds)}
+            for x in (100, 130):
+                ours = [r.at(x) for r in runs if r.at(x) is not None]
+                mine = statistics.fmean(ours) if ours else None
+                theirs = paper_mean(paper, workload, name, x)
+                row[f"ours_{x}"] = None if mine is None else round(mine, 2)
+                row[f"paper_{x}"] = None if theirs is None else round(theirs, 2)
+                row[f"diff_{x}"] = (
+                    None if mine is None or theirs is None else round(mine - theirs, 2)
+                )
+            at130 = [r.at(130) for r in runs if r.at(130) is not None]
+            row["sd_130"] = round(statistics.pstdev(at130), 2) if len(at130) > 1 else None
+            row["seconds_per_run"] = round(statistics.fmean(r.seconds for r in runs), 1)
+            rows.append(row)
+            if as_json:
+                continue
+            print(
+                f"{short:<13} {name:<11} {_fmt(row['ours_100'], 8)} {_fmt(row['paper_100'])}"
+                f" {_fmt(row['diff_100'], 6, True)} {_fmt(row['ours_130'], 8)}"
+                f" {_fmt(row['paper_130'])} {_fmt(row['diff_130'], 6, True)}"
+                f" {_fmt(row['sd_130'], 6)} {row['seconds_per_run']:6.1f}",
+                flush=True,
+            )
+    if as_json:
+        print(json.dumps(rows))
+    return 0
+
+
+def print_table(result: Replay) -> None:
+    print(
+        f"{result.workload} under {result.policy}, seed {result.seed}, tune {result.tune}:"
+        f" {result.tasks} tasks, {result.placed} placed, {result.failed} failed"
+        f" ({result.failed_gpu_milli / MILLI:.1f} GPUs asked by failed tasks);"
+        f" {result.seconds:.1f} s CPU"
+    )
+    print("arrived % of GPUs -> allocated % of GPUs")
+    for x in range(0, X_MAX + 1, 10):
+        print(f"  {x:4d} {_fmt(result.at(x))}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES)
+    parser.add_argument("--pods", type=Path, nargs="+", default=[DEFAULT_PODS])
+    parser.add_argument("--policy", default="fgd")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--tune", type=float, default=1.3)
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object (a list with --compare)"
+    )
+    parser.add_argument("--no-shuffle", action="store_true", help="place the list in its own order")
+    parser.add_argument(
+        "--compare", action="store_true", help="policies x seeds x lists vs the paper"
+    )
+    parser.add_argument("--policies", default=",".join(PAPER_NAMES))
+    parser.add_argument("--seeds", default="42,43")
+    parser.add_argument("--paper", type=Path, default=DEFAULT_PAPER)
+    parser.add_argument("--quick", action="store_true", help="compare random and bestfit, one seed")
+    args = parser.parse_args(argv)
+    if not args.nodes.exists():
+        print(f"no node list at {args.nodes} (see /work/shared/traces/README.md)", file=sys.stderr)
+        return 2
+    shuffle = not args.no_shuffle
+    if args.quick:
+        return compare(
+            args.nodes,
+            args.pods,
+            ["random", "bestfit"],
+            [42],
+            args.tune,
+            args.paper,
+            args.json,
+            shuffle,
+        )
+    if args.compare:
+        policies = [p for p in args.policies.split(",") if p.strip()]
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        return compare(
+            args.nodes, args.pods, policies, seeds, args.tune, args.paper, args.json, shuffle
+        )
+    pods = args.pods[0]
+    result = replay(
+        read_nodes(args.nodes),
+        read_tasks(pods),
+        args.policy,
+        args.seed,
+        args.tune,
+        workload_name(pods),
+        shuffle,
+    )
+    if args.json:
+        print(json.dumps({k: v for k, v in result.as_json().items()}))
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
