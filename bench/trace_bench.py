@@ -1,4 +1,4 @@
-"""Replay the Alibaba GPU-sharing trace (ATC '23, "Beware of Fragmentation") under a placement policy.
+"""Replay the Alibaba GPU-sharing trace (ATC '23, "Beware of Fragmentation") under a policy.
 
     .venv/bin/python bench/trace_bench.py --policy fgd --seed 42 [--tune 1.3] [--json]
         [--nodes FILE] [--pods FILE] [--no-shuffle]
@@ -717,14 +717,16 @@ def compare(
     paper_path: Path,
     as_json: bool,
     shuffle: bool = True,
+    ties: str = "order",
 ) -> int:
     nodes = read_nodes(nodes_path)
     paper = read_paper(paper_path) if paper_path.exists() else {}
     rows = []
     if not as_json:
         print(
-            f"{len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs; seeds {','.join(map(str, seeds))};"
-            f" tune {tune}; paper = mean of its seeds"
+            f"{len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs;"
+            f" seeds {','.join(map(str, seeds))}; tune {tune}; ties by {ties};"
+            " paper = mean of its 10 seeds"
         )
         print(
             f"{'list':<13} {'policy':<11} {'ours@100':>8} {'paper':>7} {'diff':>6}"
@@ -736,7 +738,9 @@ def compare(
         short = workload.removeprefix("openb_pod_list_")
         for policy in policies:
             name = policy_name(policy)
-            runs = [replay(nodes, tasks, name, s, tune, workload, shuffle) for s in seeds]
+            runs = [
+                replay(nodes, tasks, name, s, tune, workload, shuffle, ties=ties) for s in seeds
+            ]
             row: dict[str, Any] = {"workload": workload, "policy": name, "seeds": list(seeds)}
             for x in (100, 130):
                 ours = [r.at(x) for r in runs if r.at(x) is not None]
@@ -794,28 +798,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(PAPER_NAMES))
     parser.add_argument("--seeds", default="42,43")
     parser.add_argument("--paper", type=Path, default=DEFAULT_PAPER)
-    parser.add_argument("--quick", action="store_true", help="compare random and bestfit, one seed")
+    parser.add_argument("--quick", action="store_true", help="compare bestfit and fgd, one seed")
+    parser.add_argument(
+        "--ties",
+        choices=("order", "random"),
+        default="order",
+        help="equal scores: first in a seeded node order (the paper's), or a uniform draw",
+    )
     args = parser.parse_args(argv)
     if not args.nodes.exists():
         print(f"no node list at {args.nodes} (see /work/shared/traces/README.md)", file=sys.stderr)
         return 2
     shuffle = not args.no_shuffle
-    if args.quick:
+    if args.quick or args.compare:
+        policies = ["bestfit", "fgd"] if args.quick else args.policies.split(",")
+        seeds = [42] if args.quick else [int(s) for s in args.seeds.split(",") if s.strip()]
         return compare(
             args.nodes,
             args.pods,
-            ["random", "bestfit"],
-            [42],
+            [p for p in policies if p.strip()],
+            seeds,
             args.tune,
             args.paper,
             args.json,
-            shuffle,
-        )
-    if args.compare:
-        policies = [p for p in args.policies.split(",") if p.strip()]
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        return compare(
-            args.nodes, args.pods, policies, seeds, args.tune, args.paper, args.json, shuffle
+            shuffle=shuffle,
+            ties=args.ties,
         )
     pods = args.pods[0]
     result = replay(
@@ -825,10 +832,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seed,
         args.tune,
         workload_name(pods),
-        shuffle,
+        shuffle=shuffle,
+        ties=args.ties,
     )
     if args.json:
-        print(json.dumps({k: v for k, v in result.as_json().items()}))
+        print(json.dumps(result.as_json()))
     else:
         print_table(result)
     return 0
