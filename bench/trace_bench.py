@@ -1,7 +1,7 @@
 """Replay the Alibaba GPU-sharing trace (ATC '23, "Beware of Fragmentation") under a policy.
 
     .venv/bin/python bench/trace_bench.py --policy fgd --seed 42 [--tune 1.3] [--json]
-        [--nodes FILE] [--pods FILE] [--no-shuffle]
+        [--nodes FILE] [--pods FILE] [--no-shuffle] [--ties order|random]
     .venv/bin/python bench/trace_bench.py --compare [--policies random,bestfit,fgd]
         [--seeds 42,43] [--pods FILE ...] [--paper CSV] [--json]
     .venv/bin/python bench/trace_bench.py --quick      # one short compare (make bench --quick)
@@ -21,7 +21,9 @@ GPU milli that has arrived and the GPU milli allocated; ``alloc_pct[x]`` is the 
 A node is feasible when its CPU and memory left cover the request, its GPU model is in the
 task's ``gpu_spec`` (if any), and its devices fit the GPU request: a share (``gpu_milli`` < 1000)
 on one device with that much left, ``num_gpu`` whole GPUs on fully free devices. The policy
-scores every feasible node (an integer, higher is better; ties broken uniformly at random):
+scores every feasible node (an integer, higher is better); among equal best scores the first
+in a seeded random order of the nodes wins, as in the paper's simulator (``--ties random``
+draws one instead, which costs GPU clustering, GPU packing and FGD 3 to 6 points):
 
 * ``random``: every feasible node alike; a share goes to a random device that fits.
 * ``dotprod``: Tetris: 1 - (cpu_left/128 cores . cpu_req/128 + gpu_left/8 . gpu_req/8) / 2.
@@ -36,13 +38,14 @@ scores every feasible node (an integer, higher is better; ties broken uniformly 
   *typical* tasks (the most common task shapes covering 95 % of the list, with their
   frequencies): for each typical task that the node could not host (not enough CPU, no device
   or not enough devices with enough milli, wrong model) all its idle GPU milli counts as
-  fragment; for one it could host, the milli on devices too small for it counts. The task goes
-  where (and, for a share, to the device where) the expected fragmentation grows least.
+  fragment (so always for a CPU-only one); for one it could host, the milli on devices too
+  small for it counts. The task goes where (and, for a share, to the device where) the
+  expected fragmentation grows least.
 
 Shares use best fit on devices (the fullest device that fits) except under ``random`` and
 ``fgd``; whole GPUs take the first fully free devices.
 
-``random.Random(seed)`` replaces Go's ``math/rand`` (shuffle, tuning draws, tie-breaks), so a
+``random.Random(seed)`` replaces Go's ``math/rand`` (shuffle, tuning draws, node order), so a
 seed here does not replay the paper's seed of the same number: compare means over seeds.
 
 Another placement engine plugs in with ``register_policy(name, factory)``: the factory gets the
