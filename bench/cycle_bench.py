@@ -122,9 +122,9 @@ def reset() -> None:
     with connection.cursor() as cur:
         cur.execute(
             "UPDATE portal_job SET state = 'QUEUED', cluster_id = NULL, gpu_model_id = NULL, "
-            "node_plan = '[]', placement = '{}', admitted_at = NULL, pending_reason_code = '', "
-            "pending_reason = '', queue_position = NULL"
+            "node_plan = '[]', placement = '{}', admitted_at = NULL"
         )
+        cur.execute("DELETE FROM portal_jobwait")
         cur.execute("DELETE FROM portal_jobevent")
         cur.execute("VACUUM ANALYZE portal_job")
 

@@ -174,9 +174,9 @@ def load(*, days: int, teams: int, jobs: int) -> None:
               requires_bf16, requires_fp8, min_fp16_tflops, selection_policy, allow_fallback,
               priority, max_runtime_seconds, port, state, state_changed_at, submitted_at,
               admitted_at, started_at, finished_at, cluster_id, gpu_model_id,
-              pending_reason_code, pending_reason, queue_position, node_plan, placement,
+              node_plan, placement,
               volcano_job_name, dispatch_attempts, usage_accounted_until, idempotency_key,
-              request_fingerprint, max_retry, pending_notes_id, pending_model,
+              request_fingerprint, max_retry,
               env_from_secrets, dispatch_owner, cancel_reason, preemption_count)
             SELECT gen_random_uuid(), {team0} + g % {teams}, {user0} + g % {teams},
               'job-' || g, 'training', 'nvcr.io/nvidia/pytorch:24.05-py3', '["python"]', '[]',
@@ -191,16 +191,11 @@ def load(*, days: int, teams: int, jobs: int) -> None:
                    THEN sub + interval '66 minutes' END,
               CASE WHEN st.state <> 'QUEUED' THEN ({cluster_ids})[1 + (g / 6) % {CLUSTERS}] END,
               CASE WHEN st.state <> 'QUEUED' THEN ({model_ids})[1 + g % 6] END,
-              CASE WHEN st.state = 'QUEUED' THEN 'QUOTA_EXHAUSTED' ELSE '' END,
-              CASE WHEN st.state = 'QUEUED' THEN 'needs GPUs; team quota full' ELSE '' END,
-              CASE WHEN st.state = 'QUEUED' THEN g - {running} END,
               CASE WHEN st.state = 'RUNNING'
                    THEN jsonb_build_array(
                      ({model_keys})[1 + g % 6] || '-' || (g % {NODES_PER_POOL}))
                    ELSE '[]'::jsonb END,
               '{{}}', '', 0, NULL, NULL, '', 3,
-              CASE WHEN st.state = 'QUEUED' THEN 'bench-' || (1 + g % 6) END,
-              CASE WHEN st.state = 'QUEUED' THEN ({model_keys})[1 + g % 6] ELSE '' END,
               '{{}}', '', '', 0
             FROM generate_series(1, {jobs}) AS g,
             LATERAL (SELECT CASE WHEN g <= {running} THEN 'RUNNING'
@@ -213,6 +208,17 @@ def load(*, days: int, teams: int, jobs: int) -> None:
             """
         )
         t = step(f"jobs ({jobs:,})", t)
+        # The last cycle's wait of each queued job, in line order (``JobWait``).
+        cur.execute(
+            f"""
+            INSERT INTO portal_jobwait (job_id, code, reason, position, notes_id, model)
+            SELECT id, 'QUOTA_EXHAUSTED', 'needs GPUs; team quota full',
+              ROW_NUMBER() OVER (ORDER BY id), 'bench-' || (1 + id % 6),
+              ({model_keys})[1 + id % 6]
+            FROM portal_job WHERE state = 'QUEUED'
+            """
+        )
+        t = step("waits (one per queued job)", t)
         cur.execute(
             """
             INSERT INTO dashboards_queuewait (event_id, job_id, team_id, gpu_model_id, gpus,

@@ -70,7 +70,7 @@ def jobs_for_tasks() -> Any:
     they are the largest columns and no manifest needs them). The team's policy comes along
     for the pods' grace period, so a batch costs no statement per job."""
     return Job.objects.select_related("cluster", "gpu_model", "team", "team__policy").defer(
-        "placement", "pending_reason", "gpu_models", "team__description"
+        "placement", "gpu_models", "team__description"
     )
 
 

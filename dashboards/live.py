@@ -404,7 +404,7 @@ class LiveState:
         """(team id, model id or NO_MODEL) → (queued jobs, GPUs they ask for).
 
         A job counts under the model it waits for: the closest candidate the last cycle found
-        (``Job.pending_model``), else the first model the user named, else its first choice
+        (``JobWait.model``), else the first model the user named, else its first choice
         under its policy (a job no cycle has looked at yet). Not under the cheapest catalog
         entry its requirement matches: a job blocked on A100s is an A100 wait, even when T4s
         would have been tried first.
@@ -415,7 +415,7 @@ class LiveState:
         catalog, model_pk = engine_catalog()
         rows = (
             Job.objects.filter(state=JobState.QUEUED)
-            .values("team_id", "pending_model", *REQUIREMENT_FIELDS)
+            .values("team_id", "wait__model", *REQUIREMENT_FIELDS)
             .annotate(n=Count("id"), gpus=Sum(F("replicas") * F("gpus_per_replica")))
             .order_by()
         )
@@ -423,7 +423,7 @@ class LiveState:
         out: dict[tuple[int, int], tuple[int, int]] = defaultdict(lambda: (0, 0))
         for r in rows:
             named = tuple(r["gpu_models"] or ())
-            model_id = model_pk.get(r["pending_model"]) if r["pending_model"] else None
+            model_id = model_pk.get(r["wait__model"]) if r["wait__model"] else None
             if model_id is None and named:
                 model_id = model_pk.get(named[0])
             if model_id is None:

@@ -76,7 +76,7 @@ def jobs_watch(*, now: dt.datetime | None = None) -> list[int]:
             state=JobState.QUEUED, state_changed_at__lte=now - dt.timedelta(minutes=1)
         )
         .exclude(notifications__kind="job.waiting")
-        .values("pk", "owner_id", "name", "state_changed_at", "pending_reason")[:5000]
+        .values("pk", "owner_id", "name", "state_changed_at", "wait__reason")[:5000]
     )
     prefs = preferences_of_many(sorted({j["owner_id"] for j in queued}))
     for job in queued:
@@ -89,7 +89,7 @@ def jobs_watch(*, now: dt.datetime | None = None) -> list[int]:
             job_id=job["pk"],
             kind="job.waiting",
             title=f"{job['name']} has waited {waited} minutes in the queue",
-            message=job["pending_reason"],
+            message=job["wait__reason"] or "",
             created_at=now,
         )
         if n is not None:

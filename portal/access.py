@@ -68,7 +68,7 @@ def job_get_for_user(user: AnyUser, public_id: object) -> Job:
     try:
         return (
             _jobs_visible_by_subquery(user)
-            .select_related("team", "owner", "cluster", "gpu_model", "pending_notes")
+            .select_related("team", "owner", "cluster", "gpu_model", "wait__notes")
             .get(public_id=public_id)
         )
     except (Job.DoesNotExist, ValidationError, ValueError, TypeError) as exc:

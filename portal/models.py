@@ -189,30 +189,6 @@ class Job(models.Model):
     gpu_model = models.ForeignKey(
         "scheduling.GpuModel", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    pending_reason_code = models.CharField(max_length=40, blank=True)
-    pending_reason = models.TextField(blank=True)
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
-    pending_notes = models.ForeignKey(
-        "PendingNotes",
-        null=True,
-        blank=True,
-        # Notes are shared by every job that waits the same way and pruned by the cycle when
-        # no queued job uses them; a missing row reads as "no notes", so no constraint ties
-        # the two (and a job's delete never waits on them).
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        # Never looked up by: joined from the job only. Unindexed, the cycle's rewrite of the
-        # waiting reasons leaves every index alone when it fits the row's page (a HOT update).
-        db_index=False,
-        related_name="+",
-        help_text="The last cycle's note per candidate model (shared by equal waits)",
-    )
-    pending_model = models.CharField(
-        max_length=64,
-        blank=True,
-        help_text="Key of the closest candidate the job could get (the blocker that matters): "
-        "wait statistics count the job under it",
-    )
     node_plan = models.JSONField(
         default=list, blank=True, help_text="Node name per replica (planned, then as bound)"
     )
@@ -316,6 +292,57 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.public_id})"
 
+    # -- why a queued job waits, from its :class:`JobWait` (the last cycle's words) ----------
+    def wait_known_absent(self) -> None:
+        """Remember that the job has no wait yet (one just submitted: no cycle has seen it), so
+        reading its reason or position answers at once instead of asking the database."""
+        Job.wait.related.set_cached_value(self, None)
+
+    def _wait(self) -> JobWait | None:
+        """The last cycle's wait of a job still queued; None for one that left the queue (its
+        row may outlive it until the next prune) or that no cycle has looked at yet."""
+        if self.state != JobState.QUEUED:
+            return None
+        try:
+            return self.wait
+        except JobWait.DoesNotExist:
+            return None
+
+    @property
+    def pending_reason_code(self) -> str:
+        wait = self._wait()
+        return wait.code if wait else ""
+
+    @property
+    def pending_reason(self) -> str:
+        wait = self._wait()
+        return wait.reason if wait else ""
+
+    @property
+    def queue_position(self) -> int | None:
+        wait = self._wait()
+        return wait.position if wait else None
+
+    @property
+    def pending_notes_id(self) -> str | None:
+        wait = self._wait()
+        return wait.notes_id if wait else None
+
+    @property
+    def pending_notes(self) -> PendingNotes | None:
+        wait = self._wait()
+        if wait is None or wait.notes_id is None:
+            return None
+        try:
+            return wait.notes
+        except PendingNotes.DoesNotExist:  # pruned since: reads as no notes
+            return None
+
+    @property
+    def pending_model(self) -> str:
+        wait = self._wait()
+        return wait.model if wait else ""
+
     @property
     def total_gpus(self) -> int:
         """Capacity units held in total (GiB of GPU memory for a shared GPU job)."""
@@ -409,6 +436,46 @@ class Job(models.Model):
         if problems:
             reason += f" Last seen: {'; '.join(problems[:3])}."
         return reason
+
+
+class JobWait(models.Model):
+    """Why a queued job waits and where it stands in line, as the last scheduling cycle found.
+
+    Beside the job, not on it: each cycle rewrites these for thousands of queued jobs (every
+    admission moves everyone behind it up one place, and a reason's figures move with the
+    freed quota), and rewriting this narrow row costs a third of rewriting the job's own
+    60-column one (docs/performance.md, docs/decisions.md). Written only by the cycle, under
+    its lock; deleted as the job is admitted; a row whose job left the queue another way
+    (cancelled) is ignored by readers (:meth:`Job._wait`) and pruned with the notes.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="wait")
+    code = models.CharField(max_length=40, blank=True)
+    reason = models.TextField(blank=True)
+    position = models.PositiveIntegerField(null=True, blank=True)
+    notes = models.ForeignKey(
+        "PendingNotes",
+        null=True,
+        blank=True,
+        # Notes are shared by every job that waits the same way and pruned by the cycle when
+        # no queued job uses them; a missing row reads as "no notes", so no constraint ties
+        # the two. Unindexed: the prune, every ten minutes, reads the table whole anyway, and
+        # every index is one more write for each reason the cycle rewrites.
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+        help_text="The last cycle's note per candidate model (shared by equal waits)",
+    )
+    model = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Key of the closest candidate the job could get (the blocker that matters): "
+        "wait statistics count the job under it",
+    )
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.code}"
 
 
 class PendingNotes(models.Model):

@@ -35,12 +35,12 @@ from django.db.models import (
 from django.utils import timezone
 
 from portal import db, hooks
-from portal.jobs.rowlock import jobs_update_rows
 from portal.jobs.state import Change, job_transition, jobs_transition_bulk
+from portal.jobs.waits import WaitRow, waits_clear, waits_prune, waits_write
 from portal.models import (
     PREEMPTIBLE_STATES,
-    Job,
     JobState,
+    JobWait,
     PendingNotes,
 )
 from portal.telemetry import observe_cycle
@@ -106,11 +106,6 @@ def _admit(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[
                     "borrowed_gpus": a.borrowed_gpus,
                     "starvation_guard": a.starvation_guard,
                 },
-                "pending_reason_code": "",
-                "pending_reason": "",
-                "queue_position": None,
-                "pending_notes_id": None,
-                "pending_model": "",
             },
             message=a.explanation.message,
         )
@@ -119,7 +114,9 @@ def _admit(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[
     won = jobs_transition_bulk(
         changes=changes, expected=JobState.QUEUED, to=JobState.ADMITTED, reason="Admitted", now=now
     )
-    return [c.job_id for c in changes if c.job_id in won]
+    admitted = [c.job_id for c in changes if c.job_id in won]
+    waits_clear(admitted)
+    return admitted
 
 
 def _preempt(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[int]:
@@ -247,30 +244,14 @@ def _reason_rows(decision: engine.Decision, loaded: Loaded) -> Reasons:
 
 def _write_reasons(reasons: Reasons, now: dt.datetime) -> None:
     """Notes first (one row per distinct set, kept if already there), then the reasons,
-    positions and notes keys of jobs still queued, in one statement that locks them in id
-    order (``portal.jobs.rowlock``: in the JSON's order it deadlocked with the estimates)."""
-    rows = reasons.rows
+    positions and notes keys of jobs still queued, in one statement beside the job rows
+    (``portal.jobs.waits``): the job rows themselves are not touched."""
     if reasons.notes:
         PendingNotes.objects.bulk_create(
             [PendingNotes(key=k, notes=v, created_at=now) for k, v in reasons.notes.items()],
             ignore_conflicts=True,
         )
-    if not rows:
-        return
-    jobs_update_rows(
-        [
-            {
-                "id": pk,
-                "pending_reason_code": code,
-                "pending_reason": message,
-                "queue_position": position,
-                "pending_notes_id": key,
-                "pending_model": model,
-            }
-            for pk, code, message, position, key, model in rows
-        ],
-        where={"state": JobState.QUEUED},
-    )
+    waits_write([WaitRow(*row) for row in reasons.rows])
 
 
 NOTES_PRUNE_EVERY = dt.timedelta(minutes=10)
@@ -286,7 +267,8 @@ def notes_prune(*, now: dt.datetime, force: bool = False) -> int:
     if not force and last is not None and now - last < NOTES_PRUNE_EVERY:
         return 0
     _notes_pruned_at[database] = now
-    used = Job.objects.filter(state=JobState.QUEUED, pending_notes_id=OuterRef("key"))
+    waits_prune()
+    used = JobWait.objects.filter(notes_id=OuterRef("key"))
     deleted, _ = PendingNotes.objects.filter(~Exists(used)).delete()
     return deleted
 

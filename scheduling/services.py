@@ -405,12 +405,15 @@ def quota_grid(*, teams: list[Team] | None = None) -> QuotaGrid:
     return QuotaGrid(teams, models, cells, capacity, dict(nominal_total))
 
 
+# A queued job the cycle found no closest model for, or has not looked at yet (no wait row).
+NO_CLOSEST_MODEL = Q(wait__model="") | Q(wait__isnull=True)
+
 # The queue's orders, by the ``sort`` parameter: the line the scheduler keeps (its last cycle's
 # positions; jobs it has not ranked yet follow in priority and submit order), the longest
 # waiting first, the shortest waiting first. A job waits since it last entered QUEUED (its
 # submission, or its requeue after a preemption): ``state_changed_at`` while it is QUEUED.
 QUEUE_SORTS: dict[str, tuple[Any, ...]] = {
-    "position": (F("queue_position").asc(nulls_last=True), "-priority", "submitted_at", "id"),
+    "position": (F("wait__position").asc(nulls_last=True), "-priority", "submitted_at", "id"),
     "waiting": ("state_changed_at", "id"),
     "-waiting": ("-state_changed_at", "-id"),
 }
@@ -423,8 +426,8 @@ def queue_ordered(*, jobs: Any, sort: str = "position", model: str = "") -> Any:
     order = QUEUE_SORTS.get(sort, QUEUE_SORTS["position"])
     queued = jobs.filter(state=JobState.QUEUED)
     if model:
-        queued = queued.filter(Q(pending_model=model) | Q(pending_model="", gpu_models__0=model))
-    return queued.select_related("team", "owner", "pending_notes").order_by(*order)
+        queued = queued.filter(Q(wait__model=model) | (NO_CLOSEST_MODEL & Q(gpu_models__0=model)))
+    return queued.select_related("team", "owner", "wait__notes").order_by(*order)
 
 
 def queue_pending(*, jobs: Any, limit: int = 500, sort: str = "position") -> list[Job]:
@@ -436,9 +439,9 @@ def queue_models(*, jobs: Any) -> list[str]:
     """The models queued jobs wait for (the queue's model filter): the closest candidate the
     cycle stored, or before a cycle the first model the user named."""
     queued = jobs.filter(state=JobState.QUEUED)
-    stored = queued.exclude(pending_model="").values_list("pending_model", flat=True)
+    stored = queued.exclude(NO_CLOSEST_MODEL).values_list("wait__model", flat=True)
     named = (
-        queued.filter(pending_model="")
+        queued.filter(NO_CLOSEST_MODEL)
         .annotate(first=KeyTextTransform("0", "gpu_models"))
         .exclude(first=None)
         .values_list("first", flat=True)
@@ -467,7 +470,7 @@ def queue_oldest_by_team(*, limit: int = 200) -> list[Job]:
     """Each team's longest-waiting queued job, longest first (platform admins' cross-team view
     of who waits longest)."""
     queued = Job.objects.filter(state=JobState.QUEUED).select_related(
-        "team", "owner", "pending_notes"
+        "team", "owner", "wait__notes"
     )
     if db.on_postgresql():
         firsts = list(

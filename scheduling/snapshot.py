@@ -457,11 +457,12 @@ def _pending(lookback: int) -> Pending:
             "gpu_memory_gib",
             "selection_policy",
             "allow_fallback",
-            "pending_reason_code",
-            "pending_reason",
-            "queue_position",
-            "pending_notes_id",
-            "pending_model",
+            # The last cycle's words (``JobWait``; none yet for a job no cycle has seen).
+            "wait__code",
+            "wait__reason",
+            "wait__position",
+            "wait__notes_id",
+            "wait__model",
         )
     )
     jobs = []

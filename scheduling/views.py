@@ -175,8 +175,8 @@ def queue_page(request: HttpRequest) -> HttpResponse:
     if not staff and shown:
         # Positions rank the whole queue; what the viewer cannot see is said in words.
         positions = list(
-            visible.filter(state=JobState.QUEUED, queue_position__isnull=False).values_list(
-                "queue_position", flat=True
+            visible.filter(state=JobState.QUEUED, wait__position__isnull=False).values_list(
+                "wait__position", flat=True
             )
         )
         ahead = hidden_ahead([j.queue_position for j in shown], positions)

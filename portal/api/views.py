@@ -101,7 +101,7 @@ def job_data(job: Job) -> ReturnDict:
 def _job_queryset(request: Request) -> Any:
     # ``volcano``: the cluster's record, from which a RUNNING job's status (RESTARTING) is read.
     return jobs_visible_to(request.user).select_related(
-        "team", "owner", "cluster", "gpu_model", "pending_notes", "volcano"
+        "team", "owner", "cluster", "gpu_model", "wait__notes", "volcano"
     )
 
 

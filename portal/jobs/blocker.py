@@ -1,8 +1,8 @@
 """Why a queued job waits, as pages and the API lead with it: the blocker that matters first.
 
 The scheduling cycle stores, per queued job, the engine's note for every candidate model
-(``Job.pending_notes``, shared by equal waits: ``[model, code, message, kind]``) and the
-closest candidate (``Job.pending_model``). This module only arranges what the cycle stored:
+(``JobWait.notes``, shared by equal waits: ``[model, code, message, kind]``) and the
+closest candidate (``JobWait.model``). This module only arranges what the cycle stored:
 the closest candidate the job could get with its reason and numbers, then each other eligible
 candidate with its own, then one line for the candidates that can never take the job. Nothing
 here reads the database but the notes of a job loaded without them (lists load them with it).
@@ -143,8 +143,6 @@ def blocker_of(job: Any) -> Blocker | None:
 
 def notes_of(job: Any) -> Any:
     """The job's stored notes ([] when it has none, or they were pruned meanwhile)."""
-    if job.pending_notes_id is None:
-        return []
     try:
         notes = job.pending_notes  # loaded with the job by list pages (select_related)
     except ObjectDoesNotExist:

@@ -199,11 +199,14 @@ def queue_limits(team: Team) -> QueueLimits:
 def _insert_job_with_event(job: Job, event: JobEvent) -> None:
     """INSERT a job and its first event, in one round trip where the database allows."""
     db.insert_with_child(job, event, fk="job")
+    job.wait_known_absent()
 
 
 def _insert_jobs_with_events(jobs: list[Job], events: list[JobEvent]) -> None:
     """Insert a batch's jobs and their first events; call inside a transaction."""
     db.insert_rows(jobs, events, fk="job")
+    for job in jobs:
+        job.wait_known_absent()
 
 
 # A limit that is off, in the guard's comparison.
@@ -271,6 +274,7 @@ def _insert_within_queue_limit(job: Job, event: JobEvent, team: Team, user: AnyU
     fits, queued, own = db.insert_with_child_if(
         job, event, fk="job", lock=(QUEUE_LIMIT_LOCK_NAMESPACE, team.pk), guard=guard, params=params
     )
+    job.wait_known_absent()
     if not fits:
         _refuse_beyond_queue_limit(team, user, 1, alias, limits, int(queued), int(own))
 

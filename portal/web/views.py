@@ -82,7 +82,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     scope = "team" if request.GET.get("scope") == "team" else "mine"
     teams = list(teams_visible_to(request.user).distinct())
     jobs = jobs_visible_to(request.user).select_related(
-        "team", "owner", "gpu_model", "cluster", "volcano"
+        "team", "owner", "gpu_model", "cluster", "volcano", "wait"
     )
     team_slug = request.GET.get("team", "")
     if scope == "mine":
@@ -130,7 +130,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
         # Positions rank the whole queue; the jobs ahead the viewer cannot see, in words.
         seen = (
             jobs_visible_to(request.user)
-            .filter(state=JobState.QUEUED, queue_position__lt=job.queue_position)
+            .filter(state=JobState.QUEUED, wait__position__lt=job.queue_position)
             .count()
         )
         hidden = max(0, job.queue_position - 1 - seen)

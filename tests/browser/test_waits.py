@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from portal.jobs.services import job_submit
-from portal.models import Job
+from portal.models import Job, JobWait
 from scheduling.cycle import run_cycle
 from tests.browser.conftest import log_in, wait_until
 from tests.conftest import job_body
@@ -154,7 +154,7 @@ def test_the_job_page_refreshes_without_taking_focus_or_scroll(page, live_server
     p.evaluate("window.scrollTo(0, 120)")
     scrolled = p.evaluate("window.scrollY")
     # The next cycle's words arrive by themselves.
-    Job.objects.filter(pk=blocked.pk).update(pending_reason="needs 4 × a100-80gb; refreshed words")
+    JobWait.objects.filter(job_id=blocked.pk).update(reason="needs 4 × a100-80gb; refreshed words")
     wait_until(
         p,
         "document.querySelector('#pending-reason').textContent.includes('refreshed words')",
@@ -170,7 +170,7 @@ def test_the_queue_refreshes_around_a_focused_filter(page, live_server, blocked)
     p = page.page
     log_in(p, live_server, "bob", next_url="/queue/")
     p.focus("#team")
-    Job.objects.filter(pk=blocked.pk).update(pending_reason="needs 4 × a100-80gb; new words")
+    JobWait.objects.filter(job_id=blocked.pk).update(reason="needs 4 × a100-80gb; new words")
     wait_until(
         p,
         "document.querySelector('#queue-table').textContent.includes('new words')",
@@ -184,7 +184,7 @@ def test_a_refresh_waits_while_focus_is_inside_the_refreshing_part(page, live_se
     p = page.page
     log_in(p, live_server, "bob", next_url=f"/jobs/{blocked.public_id}/")
     p.focus("#blocker-others summary")
-    Job.objects.filter(pk=blocked.pk).update(pending_reason="needs 4 × a100-80gb; later words")
+    JobWait.objects.filter(job_id=blocked.pk).update(reason="needs 4 × a100-80gb; later words")
     p.wait_for_timeout(6500)  # more than one refresh period
     assert p.evaluate("document.activeElement.closest('#blocker-others') !== null")
     assert "later words" not in p.inner_text("#pending-reason")  # not swapped under the user

@@ -207,7 +207,7 @@ class Round:
     @staticmethod
     def waiting_for_victims() -> set[int]:
         return set(
-            Job.objects.filter(state=JobState.QUEUED, pending_reason_code="PREEMPTING").values_list(
+            Job.objects.filter(state=JobState.QUEUED, wait__code="PREEMPTING").values_list(
                 "pk", flat=True
             )
         )

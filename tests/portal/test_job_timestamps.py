@@ -56,7 +56,7 @@ def test_an_admission_read_before_the_submit_is_not_earlier_than_the_submit(bulk
     cycle_now = submitted - 25 * MS
     if bulk:
         jobs_transition_bulk(
-            changes=[Change(job_id=job.pk, updates={"queue_position": None})],
+            changes=[Change(job_id=job.pk, updates={"node_plan": []})],
             expected=S.QUEUED,
             to=S.ADMITTED,
             reason="Admitted",

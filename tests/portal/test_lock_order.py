@@ -23,7 +23,7 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from portal.jobs.state import Change, jobs_transition_bulk
-from portal.models import Job, JobEvent, JobState
+from portal.models import Job, JobEvent, JobState, JobWait
 from scheduling.cycle import Reasons, _write_reasons
 from scheduling.estimates import Estimate, estimates_store
 from tests.factories import JobFactory, TeamFactory, UserFactory
@@ -151,7 +151,7 @@ def _estimate_and_cycle(
     def persist() -> None:
         with transaction.atomic():
             jobs_transition_bulk(
-                changes=[Change(job_id=pk, updates={"queue_position": None}) for pk in admitted],
+                changes=[Change(job_id=pk, updates={"node_plan": []}) for pk in admitted],
                 expected=S.QUEUED,
                 to=S.ADMITTED,
                 reason="Admitted",
@@ -163,7 +163,7 @@ def _estimate_and_cycle(
     def check() -> None:
         states = set(Job.objects.filter(pk__in=admitted).values_list("state", flat=True))
         assert states == {S.ADMITTED}
-        positions = dict(Job.objects.filter(pk__in=queued).values_list("pk", "queue_position"))
+        positions = dict(JobWait.objects.filter(job__in=queued).values_list("job", "position"))
         assert positions == {pk: k for k, pk in enumerate(queued)}, "a reason was not written"
         written = Job.objects.filter(pk__in=ids, estimate_note=f"round {n}").count()
         assert written == stored[0], "the refresh miscounted what it wrote"

@@ -84,7 +84,7 @@ def test_a_row_inserted_with_its_empty_values_written_as_literals_reads_back_the
         max_runtime_seconds=60,
         requires_bf16=True,  # true
         allow_fallback=False,  # false
-        pending_reason="",  # ''
+        cancel_reason="",  # ''
         port=None,  # NULL
         state=JobState.QUEUED,
         state_changed_at=now,

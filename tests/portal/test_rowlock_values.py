@@ -1,5 +1,5 @@
 """``jobs_update_rows`` writes each row's own values, whether a field travels as itself or, when
-it repeats, as an index into its distinct values (the cycle's waiting reasons)."""
+it repeats, as an index into its distinct values (the estimates' notes)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def test_repeated_and_unique_values_each_land_on_their_own_row():
     rows = [
         {
             "id": pk,
-            "pending_reason": messages[i % 3],  # repeats: sent once each
-            "pending_reason_code": f"CODE_{i}",  # all distinct: sent as themselves
-            "queue_position": i + 1,
-            "pending_model": "" if i % 4 else "a100-80gb",
-            "pending_notes_id": None,
+            "estimate_note": messages[i % 3],  # repeats: sent once each
+            "volcano_job_name": f"name-{i}",  # all distinct: sent as themselves
+            "dispatch_attempts": i + 1,
+            "cancel_reason": "" if i % 4 else "by hand",
+            "estimated_start_at": None,
         }
         for i, pk in enumerate(ids)
     ]
@@ -37,11 +37,11 @@ def test_repeated_and_unique_values_each_land_on_their_own_row():
         j["id"]: j
         for j in Job.objects.filter(pk__in=ids).values(
             "id",
-            "pending_reason",
-            "pending_reason_code",
-            "queue_position",
-            "pending_model",
-            "pending_notes_id",
+            "estimate_note",
+            "volcano_job_name",
+            "dispatch_attempts",
+            "cancel_reason",
+            "estimated_start_at",
         )
     }
     assert stored == {row["id"]: row for row in rows}
@@ -49,10 +49,10 @@ def test_repeated_and_unique_values_each_land_on_their_own_row():
 
 def test_rows_not_matching_the_condition_keep_their_values():
     ids = _queued(12)
-    Job.objects.filter(pk=ids[0]).update(state=JobState.ADMITTED, pending_reason="was")
-    rows = [{"id": pk, "pending_reason": "same for all"} for pk in ids]
+    Job.objects.filter(pk=ids[0]).update(state=JobState.ADMITTED, estimate_note="was")
+    rows = [{"id": pk, "estimate_note": "same for all"} for pk in ids]
     assert jobs_update_rows(rows, where={"state": JobState.QUEUED}) == 11
-    assert Job.objects.get(pk=ids[0]).pending_reason == "was"
-    assert set(Job.objects.filter(pk__in=ids[1:]).values_list("pending_reason", flat=True)) == {
+    assert Job.objects.get(pk=ids[0]).estimate_note == "was"
+    assert set(Job.objects.filter(pk__in=ids[1:]).values_list("estimate_note", flat=True)) == {
         "same for all"
     }

@@ -127,7 +127,7 @@ def test_a_new_admission_starts_a_new_dispatch(bulk):
 
     job = JobFactory(state=S.QUEUED, dispatch_attempts=7, dispatch_next_at=timezone.now())
     if bulk:
-        change = Change(job_id=job.pk, updates={"queue_position": None}, message="")
+        change = Change(job_id=job.pk, updates={"node_plan": []}, message="")
         jobs_transition_bulk(changes=[change], expected=S.QUEUED, to=S.ADMITTED, reason="Admitted")
     else:
         job_transition(job_id=job.pk, expected=S.QUEUED, to=S.ADMITTED, reason="Admitted")
@@ -194,7 +194,7 @@ def test_events_of_a_job_keep_causal_order_when_the_caller_read_its_clock_first(
     submitted = job.events.get(reason="Submitted").created_at
     cycle_now = submitted - dt.timedelta(milliseconds=4)
     if bulk:
-        change = Change(job_id=job.pk, updates={"queue_position": None}, message="")
+        change = Change(job_id=job.pk, updates={"node_plan": []}, message="")
         jobs_transition_bulk(
             changes=[change], expected=S.QUEUED, to=S.ADMITTED, reason="Admitted", now=cycle_now
         )

@@ -97,11 +97,21 @@ assert seen.submitted_at == times[1], seen
 assert seen.requirement.bf16 is True and seen.requirement.fp8 is False, seen
 assert seen.requirement.models == ("a100-80gb",) and seen.requirement.min_memory_gib == 24.0
 assert loaded.job_pk[str(job.public_id)] == job.pk
+# The cycle's waits go beside the jobs (``JobWait``): inserted, then replaced in place.
+from portal.models import JobWait
+from scheduling.cycle import run_cycle
+run_cycle(now=times[2])
+waits = dict(JobWait.objects.values_list("job_id", "position"))
+assert sorted(waits.values()) == [1, 2, 3, 4] and set(waits) == {*ids, job.pk}, waits
+JobWait.objects.update(reason="stale")
+run_cycle(now=times[2])
+fresh = Job.objects.get(pk=job.pk)
+assert fresh.pending_reason not in ("", "stale") and fresh.queue_position, fresh.pending_reason
 print("exact")
 """
 
 
-def test_the_snapshot_reads_exactly_on_sqlite_too(tmp_path):
+def test_the_snapshot_reads_exactly_and_the_cycle_writes_its_waits_on_sqlite_too(tmp_path):
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO_ALLOW_ASYNC")},
         "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",

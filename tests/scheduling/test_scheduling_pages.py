@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from portal.jobs.services import job_submit
-from portal.models import JobState
+from portal.models import JobState, JobWait
 from scheduling.cycle import run_cycle
 from scheduling.models import QuotaChange
 from tests.conftest import job_body
@@ -43,12 +43,14 @@ def test_a_long_queue_is_read_a_page_at_a_time(client, bob, vision):
     again at page 1."""
     base = timezone.now() - dt.timedelta(hours=2)
     for i in range(105):
-        JobFactory(
-            team=vision, owner=bob, name=f"line-{i:03d}", queue_position=i + 1,
-            pending_model="t4" if i in (7, 103) else "a100-80gb",
+        job = JobFactory(
+            team=vision, owner=bob, name=f"line-{i:03d}",
             submitted_at=base + dt.timedelta(seconds=i),
             state_changed_at=base + dt.timedelta(seconds=i),
         )  # fmt: skip
+        JobWait.objects.create(
+            job=job, position=i + 1, model="t4" if i in (7, 103) else "a100-80gb"
+        )
     client.force_login(bob)
 
     def names(page: str) -> list[str]:
