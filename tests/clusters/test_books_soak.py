@@ -162,8 +162,14 @@ class Round:
                 if pod["metadata"].get("deletionTimestamp"):
                     continue
                 self.figures.over_admissions += 1
+                why = " ".join(
+                    str(c.get("message") or c.get("reason") or "")
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "PodScheduled"
+                )
                 self.figures.notes.append(
-                    f"step {self.step}: {pod['metadata']['name']} unbound; {self.books()}"
+                    f"step {self.step}: {pod['metadata']['name']} unbound ({why or 'no word'}); "
+                    f"{self.books()}"
                 )
 
     def books(self) -> str:
