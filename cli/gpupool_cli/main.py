@@ -13,12 +13,15 @@ import shlex
 import sys
 import time
 import uuid
+from bisect import bisect_left
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 import yaml
+from click.shell_completion import CompletionItem
 
 from gpupool_cli import __version__
 from gpupool_cli.api import (
@@ -35,7 +38,19 @@ from gpupool_cli.api import (
     settings_load,
     url_normalize,
 )
-from gpupool_cli.output import emit_json, error_print, pairs, table, when
+from gpupool_cli.jobref import MIN_PREFIX, id_prefix, job_resolve
+from gpupool_cli.output import (
+    WIDTH,
+    Column,
+    age,
+    emit_json,
+    error_print,
+    pairs,
+    short_ids,
+    table,
+    table_lines,
+    when,
+)
 
 TERMINAL_STATES = {"SUCCEEDED", "FAILED", "CANCELLED"}
 JOB_STATES = [
@@ -75,6 +90,68 @@ def client() -> Client:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+# ---------------------------------------------------------------------------------------------
+# Shell completion of what the portal knows: a job's name or id, a team's slug. It asks the
+# API with the saved settings; any trouble (not logged in, portal down) completes nothing.
+# ---------------------------------------------------------------------------------------------
+def _completing(ask: Callable[[Client], list[CompletionItem]]) -> list[CompletionItem]:
+    try:
+        asker = Client(settings_load(), retries=1)
+    except ApiError:
+        return []
+    try:
+        return ask(asker)
+    except Exception:  # a completion never fails the shell's prompt
+        return []
+    finally:
+        asker.close()
+
+
+def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Your recent jobs' names (newest first, each once) that start with what is typed; ids of
+    your teams' recent jobs too once a hex prefix is typed."""
+
+    def ask(api: Client) -> list[CompletionItem]:
+        mine = api.get("jobs/", {"mine": "true", "page_size": 200})["results"]
+        names: dict[str, dict[str, Any]] = {}
+        for job in mine:
+            names.setdefault(job["name"], job)
+        items = [
+            CompletionItem(name, help=f"{job.get('status') or job['state']}, {job['team']}")
+            for name, job in names.items()
+            if name.startswith(incomplete)
+        ]
+        if incomplete and id_prefix(incomplete.ljust(MIN_PREFIX, "0")):
+            recent = api.get("jobs/", {"page_size": 200})["results"]
+            items += [
+                CompletionItem(str(job["id"]), help=f"{job['name']} ({job['owner']})")
+                for job in recent
+                if str(job["id"]).startswith(incomplete.lower())
+            ]
+        return items
+
+    return _completing(ask)
+
+
+def complete_team(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """The slugs of your teams that start with what is typed."""
+
+    def ask(api: Client) -> list[CompletionItem]:
+        return [
+            CompletionItem(team["slug"], help=team.get("name") or "")
+            for team in api.get("teams/")
+            if str(team["slug"]).startswith(incomplete)
+        ]
+
+    return _completing(ask)
+
+
+def job_ref(ref: str) -> str:
+    """The full id of the job ``ref`` names: its id, its name (your newest job so named) or
+    6+ characters of its id (:mod:`gpupool_cli.jobref`)."""
+    return job_resolve(client(), ref)
+
+
 @click.group(cls=Cli, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="gpupool")
 def cli() -> None:
@@ -84,7 +161,7 @@ def cli() -> None:
     First:   gpupool login --url https://gpupool.example.org
     Then:    gpupool submit -f job.yaml --wait
              gpupool ls --state RUNNING
-             gpupool logs JOB_ID -f
+             gpupool logs resnet50 -f      # a job: its name, id, or 6+ of its id
 
     Settings come from GPUPOOL_URL and GPUPOOL_TOKEN when set, else from the file `login`
     writes. Exit codes: 0 ok, 1 job failed (--wait), 2 bad input, 3 not found, 4 refused,
@@ -260,7 +337,11 @@ def _job_body(
     help="Set a field (repeatable); the value is read as YAML.",
 )
 @click.option("--template", metavar="NAME", help="Start from a template (its name, key or id).")
-@click.option("--team", help="Team slug (default: the file's, or your only team).")
+@click.option(
+    "--team",
+    help="Team slug (default: the file's, or your only team).",
+    shell_complete=complete_team,
+)
 @click.option("--wait", is_flag=True, help="Follow the job to its end; exit 1 unless it SUCCEEDED.")
 @click.option(
     "--interval", default=5.0, show_default=True, metavar="SECONDS", help="How often --wait asks."
@@ -317,13 +398,75 @@ def submit(
 
 
 @cli.command()
-@click.argument("job_id", required=False)
+@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change a field (repeatable); the value is read as YAML.",
+)
+@click.option("--wait", is_flag=True, help="Follow the job to its end; exit 1 unless it SUCCEEDED.")
+@click.option(
+    "--interval", default=5.0, show_default=True, metavar="SECONDS", help="How often --wait asks."
+)
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    help="Repeat a resubmit safely (default: a new random key, reused by this run's retries).",
+)
+@json_option
+def resubmit(
+    job_id: str,
+    sets: tuple[str, ...],
+    wait: bool,
+    interval: float,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Submit a job again as it was asked for, with --set changes (the web's Resubmit).
+
+    The portal copies the job's request (POST /api/v1/jobs/ with from_job) and notes on the
+    new job's timeline which job it came from. JOB is a job's id, its name (your newest job so
+    named) or 6+ characters of its id: any job of your teams, finished or not.
+
+    \b
+    Example:
+      gpupool resubmit resnet50
+      gpupool resubmit 3f9c2f --set replicas=1 --set name=resnet50-small --wait
+    """
+    body: dict[str, Any] = {"from_job": job_ref(job_id)}
+    for assignment in sets:
+        _set(body, assignment)
+    for field in LIST_FIELDS:
+        if isinstance(body.get(field), str):
+            body[field] = shlex.split(body[field])
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    job = client().post("jobs/", body, idempotency_key=key)
+    if not as_json:
+        click.echo(f"{job['id']}  {job['name']}  team {job['team']}  {job['state']}")
+    if wait:
+        job = job_wait(job["id"], interval, quiet=as_json)
+        if not as_json:
+            click.echo(f"{job['id']} ended {job['state']}")
+    if as_json:
+        emit_json(job)
+    if wait:
+        click.get_current_context().exit(_job_outcome(job))
+
+
+@cli.command()
+@click.argument("job_id", metavar="[JOB]", required=False, shell_complete=complete_job)
 @click.option(
     "-f", "--file", "path", metavar="PATH", help="YAML or JSON with the REST fields; - for stdin."
 )
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a field (repeatable).")
 @click.option("--template", metavar="NAME", help="Start from a template (its name, key or id).")
-@click.option("--team", help="Team slug (default: the file's, or your only team).")
+@click.option(
+    "--team",
+    help="Team slug (default: the file's, or your only team).",
+    shell_complete=complete_team,
+)
 @json_option
 def estimate(
     job_id: str | None,
@@ -336,19 +479,19 @@ def estimate(
     """When a job would start, on which model and cluster, and what could start sooner.
 
     For a job not yet submitted, the same fields as submit (nothing is stored); for a queued
-    job, its id. Each alternative (another model it allows, fewer replicas) is simulated on
-    the queue as it is now: an estimate, not a promise.
+    job, its id, name or id prefix. Each alternative (another model it allows, fewer
+    replicas) is simulated on the queue as it is now: an estimate, not a promise.
 
     \b
     Example:
       gpupool estimate -f job.yaml
       gpupool estimate -f job.yaml --set replicas=2
-      gpupool estimate 3f9c2f1e-...
+      gpupool estimate resnet50          # a queued job: its name, id or id prefix
     """
     if job_id and (path or template or sets):
-        raise click.UsageError("give a queued job's id, or a job spec (-f/--template), not both")
+        raise click.UsageError("give a queued job, or a job spec (-f/--template), not both")
     if job_id:
-        answer = client().get(f"jobs/{job_id}/estimate/")
+        answer = client().get(f"jobs/{job_ref(job_id)}/estimate/")
     else:
         answer = client().post("jobs/estimate/", _job_body(path, sets, template, team))
     if as_json:
@@ -390,22 +533,99 @@ def _gpus(job: dict[str, Any]) -> str:
     return f"{job.get('replicas')}x{job.get('gpus_per_replica')}"
 
 
-JOB_COLUMNS = [
-    ("ID", lambda j: j["id"]),
-    ("NAME", lambda j: j["name"]),
-    ("TEAM", lambda j: j["team"]),
-    ("OWNER", lambda j: j["owner"]),
-    # What the job does now, as the job page shows it: RESTARTING is a RUNNING job whose pods
-    # wait to be placed again (an older portal sends no status: its state then).
-    ("STATE", lambda j: j.get("status") or j["state"]),
-    ("GPUS", _gpus),
-    ("MODEL", lambda j: j.get("gpu_model")),
-    ("SUBMITTED", lambda j: when(j.get("submitted_at"))),
-]
+def _reason(job: dict[str, Any]) -> str:
+    """Why the job is where it is, in words: a queued job's place in line and what it waits
+    for, what stopped a RESTARTING job's pods (the API's status_reason)."""
+    reason = job.get("status_reason") or (
+        job.get("pending_reason") if job.get("state") == "QUEUED" else ""
+    )
+    position = job.get("position")
+    return f"#{position} {reason}".strip() if position else reason or ""
+
+
+def job_columns(jobs: list[dict[str, Any]], wide: bool) -> list[Column]:
+    """``ls``'s columns: in 100 columns a short id (enough of it to tell the jobs apart, which
+    every command takes) and the age; --wide the whole id, the time and the cluster."""
+    ids = short_ids(str(j["id"]) for j in jobs)
+    return [
+        ("ID", (lambda j: j["id"]) if wide else (lambda j: ids[str(j["id"])])),
+        ("NAME", lambda j: j["name"]),
+        ("TEAM", lambda j: j["team"]),
+        ("OWNER", lambda j: j["owner"]),
+        # What the job does now, as the job page shows it: RESTARTING is a RUNNING job whose
+        # pods wait to be placed again (an older portal sends no status: its state then).
+        ("STATE", lambda j: j.get("status") or j["state"]),
+        ("GPUS", _gpus),
+        ("MODEL", lambda j: j.get("gpu_model")),
+        *(
+            [
+                ("CLUSTER", lambda j: j.get("cluster")),
+                ("SUBMITTED", lambda j: when(j.get("submitted_at"))),
+            ]
+            if wide
+            else [("AGE", lambda j: age(j.get("submitted_at")))]
+        ),
+        ("REASON", _reason),
+    ]
+
+
+SHRINKABLE = ("NAME", "REASON", "TEAM", "OWNER", "MODEL")
+
+
+def _fit(wide: bool) -> dict[str, Any]:
+    """How a table is drawn: all of it with --wide, else in :data:`WIDTH` columns."""
+    return {} if wide else {"width": WIDTH, "shrink": SHRINKABLE}
+
+
+wide_option = click.option(
+    "--wide", is_flag=True, help=f"Show every column whole (default: fit {WIDTH} columns)."
+)
+watch_option = click.option(
+    "-w", "--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C."
+)
+
+
+watch_interval_option = click.option(
+    "--interval",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    metavar="SECONDS",
+    help="How often --watch redraws.",
+)
+
+
+def watch_or_print(render: Callable[[], list[str]], watch: bool, interval: float) -> None:
+    """Print ``render()``'s lines once, or with ``watch`` again every ``interval`` seconds
+    until Ctrl-C (exit 130), as ``watch`` and ``kubectl get -w`` do: on a terminal the screen
+    is cleared and redrawn, each draw under a line saying when it was read; elsewhere (a pipe,
+    a file) each draw follows the last."""
+    if not watch:
+        for line in render():
+            click.echo(line)
+        return
+    title = click.get_current_context().command_path
+    terminal = sys.stdout.isatty()
+    while True:
+        lines = render()  # read before clearing: the screen is never blank while it waits
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if terminal:
+            click.clear()
+        click.echo(f"Every {interval:g}s: {title}    {stamp}\n")
+        click.echo("\n".join(lines))
+        if not terminal:
+            click.echo("")
+        sys.stdout.flush()
+        time.sleep(interval)
+
+
+def _no_json_with_watch(watch: bool, as_json: bool) -> None:
+    if watch and as_json:
+        raise click.UsageError("--watch draws a table: leave out --json (or poll with --json)")
 
 
 @cli.command(name="ls")
-@click.option("--team", help="Only this team's jobs (slug).")
+@click.option("--team", help="Only this team's jobs (slug).", shell_complete=complete_team)
 @click.option(
     "--state",
     "states",
@@ -430,6 +650,9 @@ JOB_COLUMNS = [
     type=click.IntRange(1, 10_000),
     help="At most this many, newest first.",
 )
+@wide_option
+@watch_option
+@watch_interval_option
 @json_option
 def list_jobs(
     team: str | None,
@@ -438,16 +661,26 @@ def list_jobs(
     kind: str | None,
     mine: bool,
     limit: int,
+    wide: bool,
+    watch: bool,
+    interval: float,
     as_json: bool,
 ) -> None:
     """List your teams' jobs, newest first (GET /api/v1/jobs/ and its filters).
 
+    The table fits 100 columns: the ID column shows enough of each id to tell the jobs apart
+    (every command takes it), long names and reasons end in an ellipsis; --wide shows every
+    column whole, the full id, the submit time and the cluster. REASON is why a queued job
+    waits (#N: its place in line) or what stopped a RESTARTING job's pods.
+
     \b
     Example:
       gpupool ls --mine --state QUEUED --state RUNNING
-      gpupool ls --status RESTARTING
+      gpupool ls --status RESTARTING --wide
+      gpupool ls --mine -w                 # redraw every 2 s until Ctrl-C
       gpupool ls --team vision --json | jq -r '.[].id'
     """
+    _no_json_with_watch(watch, as_json)
     params: dict[str, Any] = {
         "team": team,
         "state": [s.upper() for s in states],
@@ -456,19 +689,27 @@ def list_jobs(
         "mine": "true" if mine else None,
         "page_size": min(limit, 500),
     }
-    jobs: list[dict[str, Any]] = []
-    page = client().get("jobs/", params)
-    while True:
-        jobs.extend(page["results"])
-        if len(jobs) >= limit or not page.get("next"):
-            break
-        cursor = _cursor(page["next"])
-        page = client().get("jobs/", {**params, "cursor": cursor})
-    jobs = jobs[:limit]
+
+    def fetch() -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = []
+        page = client().get("jobs/", params)
+        while True:
+            jobs.extend(page["results"])
+            if len(jobs) >= limit or not page.get("next"):
+                break
+            cursor = _cursor(page["next"])
+            page = client().get("jobs/", {**params, "cursor": cursor})
+        return jobs[:limit]
+
     if as_json:
-        emit_json(jobs)
-    else:
-        table(jobs, JOB_COLUMNS)
+        emit_json(fetch())
+        return
+
+    def render() -> list[str]:
+        jobs = fetch()
+        return table_lines(jobs, job_columns(jobs, wide), **_fit(wide))
+
+    watch_or_print(render, watch, interval)
 
 
 def _cursor(next_url: str) -> str:
@@ -478,17 +719,19 @@ def _cursor(next_url: str) -> str:
 
 
 @cli.command()
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
 @json_option
 def show(job_id: str, as_json: bool) -> None:
     """One job: its request, state, placement, and why it waits.
 
+    JOB is a job's id, its name (your newest job so named) or 6+ characters of its id.
+
     \b
     Example:
-      gpupool show 3f9c2f1e-...
-      gpupool show 3f9c2f1e-... --json | jq .state
+      gpupool show resnet50
+      gpupool show 3f9c2f --json | jq .state
     """
-    job = client().get(f"jobs/{job_id}/")
+    job = client().get(f"jobs/{job_ref(job_id)}/")
     if as_json:
         emit_json(job)
         return
@@ -516,7 +759,9 @@ def show(job_id: str, as_json: bool) -> None:
         ("finished", when(job.get("finished_at"))),
     ]
     if job.get("position"):
-        items.append(("position", job["position"]))
+        hidden = others_ahead(_queue_line())(job["position"])
+        tail = f" ({hidden} job{'s' if hidden != 1 else ''} of other teams ahead)" if hidden else ""
+        items.append(("position", f"{job['position']}{tail}"))
     if job.get("status_reason") or job.get("pending_reason"):
         items.append(("reason", job.get("status_reason") or job["pending_reason"]))
     if isinstance(blocker, dict) and blocker.get("message"):
@@ -532,28 +777,81 @@ def show(job_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
 @click.option("--reason", default="", help="Why; the job's owner reads it.")
 @json_option
 def cancel(job_id: str, reason: str, as_json: bool) -> None:
     """Cancel a job (a finished one is refused: exit 4).
 
+    JOB is a job's id, its name (your newest job so named) or 6+ characters of its id.
+
     \b
     Example:
-      gpupool cancel 3f9c2f1e-... --reason "wrong learning rate"
+      gpupool cancel resnet50 --reason "wrong learning rate"
+      gpupool cancel 3f9c2f1e
     """
-    job = client().post(f"jobs/{job_id}/cancel/", {"reason": reason} if reason else {})
+    found = job_ref(job_id)
+    job = client().post(f"jobs/{found}/cancel/", {"reason": reason} if reason else {})
     if as_json:
         emit_json(job)
     else:
         click.echo(f"{job['id']}  {job['state']}")
 
 
+def _transition(event: dict[str, Any]) -> str:
+    """``QUEUED -> ADMITTED``; a fact that changed no state (a note, a resubmit) shows the
+    state once, never ``QUEUED -> QUEUED``."""
+    before, after = event.get("from_state") or "", event.get("to_state") or ""
+    return f"{before} -> {after}" if before and before != after else after
+
+
+@cli.command()
+@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
+@wide_option
+@json_option
+def events(job_id: str, wide: bool, as_json: bool) -> None:
+    """A job's timeline, oldest first: each change of state, why, and who made it.
+
+    JOB is a job's id, its name (your newest job so named) or 6+ characters of its id. BY is
+    the person who acted (cancelled it, say); "-" is the portal or the cluster. Long messages
+    end in an ellipsis to fit 100 columns; --wide prints them whole.
+
+    \b
+    Example:
+      gpupool events resnet50
+      gpupool events 3f9c2f --json | jq -r '.[].reason'
+    """
+    found = job_ref(job_id)
+    params: dict[str, Any] = {"page_size": 1000}
+    rows: list[dict[str, Any]] = []
+    page = client().get(f"jobs/{found}/events/", params)
+    while True:
+        rows.extend(page["results"])
+        if not page.get("next"):
+            break
+        page = client().get(f"jobs/{found}/events/", {**params, "cursor": _cursor(page["next"])})
+    if as_json:
+        emit_json(rows)
+        return
+    table(
+        rows,
+        [
+            ("TIME", lambda e: when(e.get("created_at"))),
+            ("STATE", _transition),
+            ("REASON", lambda e: e.get("reason")),
+            ("BY", lambda e: e.get("actor")),
+            ("MESSAGE", lambda e: e.get("message")),
+        ],
+        width=None if wide else WIDTH,
+        shrink=("MESSAGE", "REASON"),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # logs
 # ---------------------------------------------------------------------------------------------
 @cli.command()
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
 @click.option(
     "--replica", default=0, show_default=True, type=click.IntRange(0), help="0-based replica."
 )
@@ -578,13 +876,15 @@ def logs(
     """Print a replica's log; -f follows it until the job ends.
 
     Following reads after the last line's cursor (the API's next_since), so no line is
-    printed twice.
+    printed twice. JOB is a job's id, its name (your newest job so named) or 6+ characters of
+    its id.
 
     \b
     Example:
-      gpupool logs 3f9c2f1e-... --replica 1 --tail 100
-      gpupool logs 3f9c2f1e-... -f
+      gpupool logs resnet50 --replica 1 --tail 100
+      gpupool logs 3f9c2f -f
     """
+    job_id = job_ref(job_id)
     params: dict[str, Any] = {
         "replica": replica,
         "tail": tail,
@@ -610,43 +910,93 @@ def logs(
 # ---------------------------------------------------------------------------------------------
 # queue, quota, usage
 # ---------------------------------------------------------------------------------------------
+QUEUE_ANSWER_MAX = 500  # GET queue/ answers at most this many jobs
+
+
+def others_ahead(line: list[dict[str, Any]]) -> Callable[[Any], int | None]:
+    """How many queued jobs of other teams, which you cannot see, are ahead of a position, as
+    the web's queue and job pages say it. ``line``: ``GET queue/`` in position order with no
+    filter, every queued job you may see; positions rank the whole queue, so a job at position
+    p has p - 1 ahead, and those not in ``line`` are other teams'. None: not ranked yet, or
+    past the end of one answer (unknown)."""
+    positions = sorted(e["position"] for e in line if e.get("position"))
+    last = positions[-1] if positions else 0
+    complete = len(line) < QUEUE_ANSWER_MAX
+
+    def ahead(position: Any) -> int | None:
+        if not position or (not complete and position > last):
+            return None
+        return max(0, int(position) - 1 - bisect_left(positions, position))
+
+    return ahead
+
+
+def _queue_line() -> list[dict[str, Any]]:
+    return client().get("queue/", {"sort": "position"})  # type: ignore[no-any-return]
+
+
 @cli.command()
-@click.option("--team", help="Only this team's queued jobs.")
+@click.option("--team", help="Only this team's queued jobs.", shell_complete=complete_team)
 @click.option(
     "--sort",
     type=click.Choice(["position", "waiting", "-waiting"]),
     help="position (default), waiting, -waiting.",
 )
+@wide_option
+@watch_option
+@watch_interval_option
 @json_option
-def queue(team: str | None, sort: str | None, as_json: bool) -> None:
+def queue(
+    team: str | None, sort: str | None, wide: bool, watch: bool, interval: float, as_json: bool
+) -> None:
     """The queued jobs in the order the scheduler tries them, and why each waits.
+
+    POS is the place in the whole queue; OTHERS AHEAD says how many of the jobs ahead belong
+    to other teams (you do not see them, as on the web's queue page). WAITING is how long
+    since the job (re)entered the queue. --wide shows the whole id, the time it was queued,
+    the reason's code and every column whole.
 
     \b
     Example:
       gpupool queue --team vision
+      gpupool queue -w --interval 5        # redraw every 5 s until Ctrl-C
     """
-    entries = client().get("queue/", {"team": team, "sort": sort})
+    _no_json_with_watch(watch, as_json)
     if as_json:
-        emit_json(entries)
+        emit_json(client().get("queue/", {"team": team, "sort": sort}))
         return
-    table(
-        entries,
-        [
+
+    def render() -> list[str]:
+        line = _queue_line()
+        shown = line if not team and sort in (None, "position") else None
+        if shown is None:
+            shown = client().get("queue/", {"team": team, "sort": sort})
+        ahead = others_ahead(line)
+        ids = short_ids(str(e["id"]) for e in shown)
+        columns: list[Column] = [
             ("POS", lambda e: e.get("position")),
-            ("ID", lambda e: e["id"]),
+            ("OTHERS AHEAD", lambda e: ahead(e.get("position"))),
+            ("ID", (lambda e: e["id"]) if wide else (lambda e: ids[str(e["id"])])),
             ("NAME", lambda e: e["name"]),
             ("TEAM", lambda e: e["team"]),
             ("OWNER", lambda e: e["owner"]),
             ("GPUS", _gpus),
             ("PRIO", lambda e: e.get("priority")),
-            ("QUEUED", lambda e: when(e.get("queued_at") or e.get("submitted_at"))),
-            ("REASON", lambda e: e.get("pending_reason_code")),
-        ],
-    )
+            *(
+                [("QUEUED", lambda e: when(e.get("queued_at") or e.get("submitted_at")))]
+                if wide
+                else [("WAITING", lambda e: age(e.get("queued_at") or e.get("submitted_at")))]
+            ),
+            *([("CODE", lambda e: e.get("pending_reason_code"))] if wide else []),
+            ("REASON", lambda e: e.get("pending_reason") or e.get("pending_reason_code")),
+        ]
+        return table_lines(shown, columns, **_fit(wide))
+
+    watch_or_print(render, watch, interval)
 
 
 @cli.command()
-@click.option("--team", help="Only this team.")
+@click.option("--team", help="Only this team.", shell_complete=complete_team)
 @json_option
 def quota(team: str | None, as_json: bool) -> None:
     """Your teams' GPU quotas per model: nominal, borrowing and lending limits.
@@ -672,7 +1022,9 @@ def quota(team: str | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--team", help="A team slug (default: each of your teams).")
+@click.option(
+    "--team", help="A team slug (default: each of your teams).", shell_complete=complete_team
+)
 @click.option(
     "--period", type=click.Choice(["day", "month"]), help="Rows per day (default) or month."
 )

@@ -178,8 +178,9 @@ def test_queue_quota_and_usage(cli, bob, vision, catalog):
 
     queue = cli(bob, "queue")
     assert queue.exit_code == 0, queue.output
-    assert queue.stdout.splitlines()[0].split()[:3] == ["POS", "ID", "NAME"]
-    assert str(queued.public_id) in queue.stdout
+    assert queue.stdout.splitlines()[0].split()[:5] == ["POS", "OTHERS", "AHEAD", "ID", "NAME"]
+    assert str(queued.public_id)[:8] in queue.stdout  # enough of the id to name it
+    assert str(queued.public_id) in cli(bob, "queue", "--wide").stdout
     assert [e["id"] for e in json.loads(cli(bob, "queue", "--json").stdout)] == [
         str(queued.public_id)
     ]
@@ -226,6 +227,8 @@ def test_estimate_a_spec_and_a_queued_job_with_their_alternatives(
     assert mine.exit_code == 0, mine.output
     assert json.loads(mine.stdout)["estimate"]["cluster"] == "east"
     assert cli(charlie, "estimate", queued["id"]).exit_code == 3
+    by_name = cli(bob, "estimate", queued["name"], "--json")  # its name names it too
+    assert json.loads(by_name.stdout)["estimate"]["cluster"] == "east"
     both = cli(bob, "estimate", queued["id"], "-f", spec)
     assert both.exit_code == 2 and "not both" in both.stderr
 
@@ -283,8 +286,8 @@ def test_not_logged_in_exits_2_and_no_server_exits_5(cli, bob):
 # ---------------------------------------------------------------------------------------------
 # help and completion
 # ---------------------------------------------------------------------------------------------
-COMMANDS = ["login", "submit", "ls", "show", "logs", "cancel", "queue", "quota", "usage",
-            "tokens", "whoami", "completion"]  # fmt: skip
+COMMANDS = ["login", "submit", "resubmit", "ls", "show", "events", "logs", "cancel", "queue",
+            "quota", "usage", "tokens", "whoami", "completion"]  # fmt: skip
 
 
 def test_every_command_has_help_with_an_example(cli):
