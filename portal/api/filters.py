@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import django_filters
@@ -51,6 +52,25 @@ class StrictFilterSet(django_filters.FilterSet):
         return valid and not self.form.errors
 
 
+MIN_ID_PREFIX = 6
+
+
+def id_prefix_range(value: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The lowest and highest id starting with ``value``'s hex digits; a ValidationError when
+    it is not 6 to 32 hex digits (dashes allowed)."""
+    digits = value.replace("-", "").lower()
+    if not (MIN_ID_PREFIX <= len(digits) <= 32) or any(c not in "0123456789abcdef" for c in digits):
+        raise ValidationError(
+            f"Give {MIN_ID_PREFIX} to 32 hex digits of a job's id (dashes allowed).",
+            code="invalid",
+        )
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def validate_id_prefix(value: str) -> None:
+    id_prefix_range(value)
+
+
 class JobFilter(StrictFilterSet):
     team = django_filters.CharFilter(
         field_name="team__slug", validators=[validate_slug], help_text="Team slug"
@@ -65,10 +85,20 @@ class JobFilter(StrictFilterSet):
     )
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)
     mine = FlagFilter(method="filter_mine", help_text="Only my own jobs")
+    name = django_filters.CharFilter(
+        field_name="name", max_length=200, help_text="Jobs of exactly this name"
+    )
+    id_prefix = django_filters.CharFilter(
+        method="filter_id_prefix",
+        max_length=36,
+        validators=[validate_id_prefix],
+        help_text="Jobs whose id starts with these hex digits (6 or more; dashes allowed), as "
+        "a person copies an id: `gpupool show 3f2a9c` finds the job by it",
+    )
 
     class Meta:
         model = Job
-        fields = ["team", "state", "status", "kind", "mine"]
+        fields = ["team", "state", "status", "kind", "mine", "name", "id_prefix"]
 
     def filter_status(self, queryset: QuerySet[Job], name: str, value: list[str]) -> QuerySet[Job]:
         """The same rule as ``Job.status``, as one condition on the job and its record."""
@@ -84,3 +114,9 @@ class JobFilter(StrictFilterSet):
 
     def filter_mine(self, queryset: QuerySet[Job], name: str, value: bool) -> QuerySet[Job]:
         return queryset.filter(owner_id=self.request.user.pk) if value else queryset
+
+    def filter_id_prefix(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        """A range of ids, not a text match: the ids starting with the prefix are those between
+        it padded with 0s and with fs, and that range reads the id's unique index."""
+        low, high = id_prefix_range(value)
+        return queryset.filter(public_id__gte=low, public_id__lte=high)

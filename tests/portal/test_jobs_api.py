@@ -78,6 +78,36 @@ def test_mine_narrows_to_my_own_jobs(api_as, alice, bob, vision):
     assert names == ["alices"]
 
 
+def test_a_job_is_found_by_its_name_or_a_prefix_of_its_id_within_the_callers_teams(
+    api_as, alice, bob, charlie, vision, language
+):
+    import uuid
+
+    mine = JobFactory(
+        owner=bob, team=vision, name="resnet", public_id=uuid.UUID(int=0xABCDEF01 << 96)
+    )
+    near = JobFactory(
+        owner=alice, team=vision, name="resnet", public_id=uuid.UUID(int=0xABCDEF02 << 96)
+    )
+    hidden = JobFactory(owner=charlie, team=language, public_id=uuid.UUID(int=0xABCDEF01 << 96 | 1))
+    client = api_as(bob)
+
+    def ids(query: str) -> set[str]:
+        response = client.get(f"/api/v1/jobs/?{query}")
+        assert response.status_code == 200, response.json()
+        return {j["id"] for j in response.json()["results"]}
+
+    assert ids("mine=true&name=resnet") == {str(mine.public_id)}
+    assert ids("name=resnet") == {str(mine.public_id), str(near.public_id)}
+    assert ids("id_prefix=ABCDEF01") == {str(mine.public_id)}  # not the other team's twin
+    assert ids("id_prefix=abcdef") == {str(mine.public_id), str(near.public_id)}
+    assert ids("id_prefix=abcdef01-0000") == {str(mine.public_id)}
+    assert str(hidden.public_id) not in ids("id_prefix=abcdef01")
+    for bad in ("abc", "abcdefg1", "a" * 33):
+        response = client.get(f"/api/v1/jobs/?id_prefix={bad}")
+        assert response.status_code == 400 and "id_prefix" in response.json()["extra"]["fields"]
+
+
 def test_pages_follow_the_cursor_without_repeats(api_as, bob, vision):
     created = [JobFactory(owner=bob, team=vision, name=f"j{i}") for i in range(7)]
     client = api_as(bob)
