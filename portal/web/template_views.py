@@ -33,7 +33,7 @@ from portal.web.forms import (
     initial_from_request,
     template_spec_from,
 )
-from portal.web.views import _submit_form_kwargs, _submit_teams
+from portal.web.views import _submit_form_kwargs, _submit_teams, command_line
 
 TEMPLATE_FIELDS = {"name": "template_name", "description": "description", "scope": "scope"}
 TEMPLATE_FIELDS["team"] = "template_team"
@@ -53,13 +53,15 @@ def template_list(request: HttpRequest) -> HttpResponse:
         (t, can_manage_template(request.user, t, roles))
         for t in templates_visible_to(request.user).order_by("scope", "team__name", "name")
     ]
-    groups: dict[str, list[tuple[JobTemplate, bool]]] = {}
+    groups: dict[str, list[tuple[JobTemplate, bool, str]]] = {}
     for t, manage in rows:
         label = {
             TemplateScope.BUILTIN: "Built-in",
             TemplateScope.PERSONAL: "Mine",
         }.get(TemplateScope(t.scope), f"Team {t.team.name if t.team else ''}")
-        groups.setdefault(label, []).append((t, manage))
+        spec = t.spec if isinstance(t.spec, dict) else {}
+        runs = command_line(spec.get("command"), spec.get("args"))
+        groups.setdefault(label, []).append((t, manage, runs))
     order = ["Built-in", *sorted(k for k in groups if k.startswith("Team ")), "Mine"]
     context = {
         "groups": [(k, groups[k]) for k in order if k in groups],

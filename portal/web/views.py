@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shlex
 from typing import Any
 
 from django.conf import settings
@@ -26,7 +27,7 @@ from portal.access import (
 )
 from portal.api.throttles import SubmitThrottle
 from portal.errors import ApplicationError, NotFound
-from portal.jobs.attempts import attempt_events, job_attempt, job_attempts
+from portal.jobs.attempts import AttemptView, attempt_events, job_attempt, job_attempts
 from portal.jobs.blocker import blocker_of, start_estimate
 from portal.jobs.job_templates import (
     template_get_for_user,
@@ -68,6 +69,42 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
         return int(request.GET[name])
     except (KeyError, ValueError):
         return None
+
+
+def command_line(command: object, args: object) -> str:
+    """A job's command and arguments as one line a user can paste into a POSIX shell: each
+    word quoted where it needs to be (``sh -c 'torchrun --nproc 8 train.py'``), so what they
+    copy runs what the job runs."""
+    words = [w for part in (command, args) if isinstance(part, list) for w in part]
+    return shlex.join(str(w) for w in words)
+
+
+# How the scheduler words an admission on a model that was not at the head of its policy's
+# order. With a "cheapest" or "fastest" policy that order is not the user's: the model they
+# named first may come later in it, and is still their first choice, not a fallback.
+_FALLBACK_WORDS = "(first fitting fallback candidate;"
+_FIRST_CHOICE_WORDS = "(your first choice;"
+
+
+def _first_choice_words(message: str, model: str | None, job: Job) -> str:
+    """``message`` (an admission's explanation) with the user's first-choice model called
+    that, where the scheduler called it a fallback."""
+    first = job.gpu_models[0] if isinstance(job.gpu_models, list) and job.gpu_models else None
+    if first is not None and model == first and _FALLBACK_WORDS in message:
+        return message.replace(_FALLBACK_WORDS, _FIRST_CHOICE_WORDS, 1)
+    return message
+
+
+def _worded_events(job: Job, events: list[JobEvent], attempts: list[AttemptView]) -> None:
+    """Set ``shown_message`` on each event: its message, with an admission onto the user's
+    first-choice model worded as such (each run's admission event carries its placement's
+    message, kept on the job and on each archived attempt)."""
+    admitted_on: dict[str, str] = {}
+    for placement in [*(a.placement for a in attempts), job.placement or {}]:
+        if isinstance(placement, dict) and placement.get("message"):
+            admitted_on[str(placement["message"])] = str(placement.get("model") or "")
+    for e in events:
+        e.shown_message = _first_choice_words(e.message, admitted_on.get(e.message), job)
 
 
 @login_required
@@ -124,6 +161,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     job = _job_or_404(request, job_id)
     events = list(job.events.select_related("actor"))
     attempts = job_attempts(job)
+    _worded_events(job, events, attempts)
     blocker = blocker_of(job)
     hidden = None
     if blocker is not None and job.queue_position and not request.user.is_staff:
@@ -136,6 +174,12 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
         hidden = max(0, job.queue_position - 1 - seen)
     context = {
         "job": job,
+        "command_line": command_line(job.command, job.args),
+        "placement_message": _first_choice_words(
+            str((job.placement or {}).get("message") or ""),
+            (job.placement or {}).get("model"),
+            job,
+        ),
         "events": events,
         "attempts": attempts,
         "current_attempt": attempts[-1] if attempts and attempts[-1].current else None,
@@ -178,14 +222,21 @@ def job_attempt_view(request: HttpRequest, job_id: str, number: int) -> HttpResp
     attempt = job_attempt(job, number)
     if attempt is None:
         raise Http404("No such attempt.")
+    attempts = job_attempts(job)
+    events = list(attempt_events(job, attempt))
+    _worded_events(job, events, attempts)
+    placement = attempt.placement or {}
     return render(
         request,
         "jobs/attempt.html",
         {
             "job": job,
             "attempt": attempt,
-            "events": list(attempt_events(job, attempt)),
-            "attempt_count": len(job_attempts(job)),
+            "placement_message": _first_choice_words(
+                str(placement.get("message") or ""), placement.get("model"), job
+            ),
+            "events": events,
+            "attempt_count": len(attempts),
             "live_logs": attempt.current and job.cluster_id is not None,
         },
     )
