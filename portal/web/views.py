@@ -45,6 +45,7 @@ from portal.models import (
     JobState,
     JobTemplate,
     Priority,
+    Role,
     Team,
     TemplateScope,
 )
@@ -139,8 +140,14 @@ def job_list(request: HttpRequest) -> HttpResponse:
     query.pop("before", None)
     if has_more:
         query["before"] = str(page[-1].pk)
+    filtered = bool(states) or (scope == "team" and bool(team_slug))
     context = {
         "jobs": page,
+        "filtered": filtered,
+        # Only an empty first page invites a first submit, and only someone who may submit.
+        "can_submit": not page
+        and not filtered
+        and any(r in SUBMIT_ROLES for r in team_roles_of(request.user).values()),
         "scope": scope,
         "teams": teams,
         "team_slug": team_slug,
@@ -379,7 +386,11 @@ def _submit_posted(request: HttpRequest, form: JobSubmitForm) -> tuple[Job | Non
 def job_submit_view(request: HttpRequest) -> HttpResponse:
     teams = _submit_teams(request)
     if not teams:
-        return render(request, "jobs/submit.html", {"teams": teams}, status=200)
+        # Why not, in the words that fit: a viewer is in teams, just not as a member.
+        viewing = Team.objects.filter(
+            memberships__user_id=request.user.pk, memberships__role=Role.VIEWER
+        ).order_by("name")
+        return render(request, "jobs/submit.html", {"teams": teams, "viewer_teams": viewing})
     source_job = template = None
     initial: dict[str, Any] = {}
     if request.method == "GET":
