@@ -53,6 +53,20 @@ def jobs_visible_to(user: AnyUser) -> QuerySet[Job]:
     return Job.objects.filter(team_id__in=team_ids)
 
 
+def others_ahead(user: AnyUser, job: Job) -> int | None:
+    """How many queued jobs the caller cannot see (other teams') are ahead of ``job`` in line:
+    positions rank the whole queue, so a job at position p has p - 1 ahead, and those not
+    among the caller's visible queued jobs are other teams'. None while the job is not ranked;
+    0 for a platform admin, who sees every job."""
+    position = job.queue_position
+    if position is None:
+        return None
+    if user.is_staff:
+        return 0
+    seen = jobs_visible_to(user).filter(state="QUEUED", wait__position__lt=position).count()
+    return max(0, position - 1 - seen)
+
+
 def _jobs_visible_by_subquery(user: AnyUser) -> QuerySet[Job]:
     """``jobs_visible_to`` in one query, for look-ups by a unique key, where plans agree."""
     if not user.is_authenticated:

@@ -22,7 +22,7 @@ from portal.jobs.blocker import blocker_of
 from portal.jobs.resubmit import resolve_from_job
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import parse_job_spec
-from portal.models import Job, Priority, SelectionPolicy, Team
+from portal.models import Job, JobState, Priority, SelectionPolicy, Team
 from scheduling.catalog import catalog_entries
 from scheduling.estimates import job_estimate, spec_estimate
 from scheduling.matching import requirement_preview
@@ -52,6 +52,7 @@ from scheduling.services import (
     cohort_quota_set,
     cohort_quotas,
     gpus_in_use,
+    hidden_ahead,
     pool_cohort,
     queue_pending,
     quota_lowering_warning,
@@ -79,11 +80,20 @@ class QueueEntrySerializer(serializers.Serializer):
         help_text="When it last entered the queue (submitted, or requeued after a preemption)",
     )
     blocker = serializers.SerializerMethodField()
+    others_ahead = serializers.SerializerMethodField(
+        help_text="How many of the jobs ahead in line belong to teams you cannot see (null "
+        "while the job is not ranked)"
+    )
 
     @extend_schema_field(BlockerSerializer)
     def get_blocker(self, job: Job) -> dict[str, Any] | None:
         blocker = blocker_of(job)
         return blocker.as_dict() if blocker else None
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_others_ahead(self, job: Job) -> int | None:
+        position = job.queue_position
+        return None if position is None else self.context["ahead"].get(position, 0)
 
 
 class QueueQuery(serializers.Serializer):
@@ -100,12 +110,24 @@ class QueueView(APIView):
 
     @extend_schema(parameters=[QueueQuery], responses=QueueEntrySerializer(many=True))
     def get(self, request: Request) -> Response:
-        jobs = jobs_visible_to(request.user)
+        visible = jobs = jobs_visible_to(request.user)
         query = query_params(QueueQuery, request)
         if team := query.get("team"):
             jobs = jobs.filter(team__slug=team)
         pending = queue_pending(jobs=jobs, sort=query.get("sort", "position"))
-        return Response(QueueEntrySerializer(pending, many=True).data)
+        ahead: dict[int, int] = {}
+        if pending and not request.user.is_staff:
+            # Positions rank the whole queue; what the caller cannot see is counted, as the
+            # web's queue says it.
+            ahead = hidden_ahead(
+                [j.queue_position for j in pending],
+                list(
+                    visible.filter(state=JobState.QUEUED, wait__position__isnull=False).values_list(
+                        "wait__position", flat=True
+                    )
+                ),
+            )
+        return Response(QueueEntrySerializer(pending, many=True, context={"ahead": ahead}).data)
 
 
 class QuotaSerializer(serializers.ModelSerializer):

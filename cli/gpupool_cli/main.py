@@ -13,7 +13,6 @@ import shlex
 import sys
 import time
 import uuid
-from bisect import bisect_left
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -759,7 +758,7 @@ def show(job_id: str, as_json: bool) -> None:
         ("finished", when(job.get("finished_at"))),
     ]
     if job.get("position"):
-        hidden = others_ahead(_queue_line())(job["position"])
+        hidden = job.get("others_ahead")
         tail = f" ({hidden} job{'s' if hidden != 1 else ''} of other teams ahead)" if hidden else ""
         items.append(("position", f"{job['position']}{tail}"))
     if job.get("status_reason") or job.get("pending_reason"):
@@ -910,31 +909,6 @@ def logs(
 # ---------------------------------------------------------------------------------------------
 # queue, quota, usage
 # ---------------------------------------------------------------------------------------------
-QUEUE_ANSWER_MAX = 500  # GET queue/ answers at most this many jobs
-
-
-def others_ahead(line: list[dict[str, Any]]) -> Callable[[Any], int | None]:
-    """How many queued jobs of other teams, which you cannot see, are ahead of a position, as
-    the web's queue and job pages say it. ``line``: ``GET queue/`` in position order with no
-    filter, every queued job you may see; positions rank the whole queue, so a job at position
-    p has p - 1 ahead, and those not in ``line`` are other teams'. None: not ranked yet, or
-    past the end of one answer (unknown)."""
-    positions = sorted(e["position"] for e in line if e.get("position"))
-    last = positions[-1] if positions else 0
-    complete = len(line) < QUEUE_ANSWER_MAX
-
-    def ahead(position: Any) -> int | None:
-        if not position or (not complete and position > last):
-            return None
-        return max(0, int(position) - 1 - bisect_left(positions, position))
-
-    return ahead
-
-
-def _queue_line() -> list[dict[str, Any]]:
-    return client().get("queue/", {"sort": "position"})  # type: ignore[no-any-return]
-
-
 @cli.command()
 @click.option("--team", help="Only this team's queued jobs.", shell_complete=complete_team)
 @click.option(
@@ -967,15 +941,11 @@ def queue(
         return
 
     def render() -> list[str]:
-        line = _queue_line()
-        shown = line if not team and sort in (None, "position") else None
-        if shown is None:
-            shown = client().get("queue/", {"team": team, "sort": sort})
-        ahead = others_ahead(line)
+        shown = client().get("queue/", {"team": team, "sort": sort})
         ids = short_ids(str(e["id"]) for e in shown)
         columns: list[Column] = [
             ("POS", lambda e: e.get("position")),
-            ("OTHERS AHEAD", lambda e: ahead(e.get("position"))),
+            ("OTHERS AHEAD", lambda e: e.get("others_ahead")),
             ("ID", (lambda e: e["id"]) if wide else (lambda e: ids[str(e["id"])])),
             ("NAME", lambda e: e["name"]),
             ("TEAM", lambda e: e["team"]),

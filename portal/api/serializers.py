@@ -397,9 +397,15 @@ class JobDetailSerializer(JobSerializer):
     start_estimate = StartEstimateSerializer(
         allow_null=True, read_only=True, help_text="Null unless the job is QUEUED"
     )
+    others_ahead = serializers.IntegerField(
+        allow_null=True,
+        read_only=True,
+        help_text="How many of the jobs ahead in line belong to teams you cannot see (null "
+        "unless the job is QUEUED and ranked)",
+    )
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "start_estimate"]
+        fields = [*JobSerializer.Meta.fields, "start_estimate", "others_ahead"]
         read_only_fields = fields
 
 

@@ -21,7 +21,13 @@ from rest_framework.response import Response
 from rest_framework.utils.serializer_helpers import ReturnDict
 from rest_framework.views import APIView
 
-from portal.access import job_get_for_user, jobs_visible_to, team_roles_of, teams_visible_to
+from portal.access import (
+    job_get_for_user,
+    jobs_visible_to,
+    others_ahead,
+    team_roles_of,
+    teams_visible_to,
+)
 from portal.api.body import request_object
 from portal.api.filters import JobFilter
 from portal.api.pagination import EventCursorPagination
@@ -188,6 +194,7 @@ class JobDetailView(APIView):
         job = job_get_for_user(request.user, job_id)
         data = job_data(job)
         data["start_estimate"] = estimate_dict(start_estimate(job, timezone.now()))
+        data["others_ahead"] = others_ahead(request.user, job)
         return Response(data)
 
 

@@ -37,6 +37,30 @@ def test_the_queue_shows_reasons_positions_and_my_jobs(client, alice, bob, visio
     assert [e["position"] for e in api] == [1, 2]
 
 
+def test_the_api_says_how_many_jobs_of_other_teams_are_ahead(
+    client, bob, charlie, vision, language
+):
+    """Positions rank the whole queue: the caller's jobs at 2 and 4 have 1 and 2 of the other
+    team's jobs ahead, which they cannot see; in the queue and on the job alike."""
+    owners = [(charlie, language), (bob, vision), (charlie, language), (bob, vision)]
+    jobs = []
+    for position, (owner, team) in enumerate(owners, start=1):
+        job = JobFactory(team=team, owner=owner, name=f"line-{position}")
+        JobWait.objects.create(job=job, position=position, code="NO_CAPACITY", reason="full")
+        jobs.append(job)
+    unranked = JobFactory(team=vision, owner=bob, name="new")
+    client.force_login(bob)
+    entries = {e["name"]: e for e in client.get("/api/v1/queue/").json()}
+    assert {n: e["others_ahead"] for n, e in entries.items()} == {
+        "line-2": 1,
+        "line-4": 2,
+        "new": None,
+    }
+    detail = client.get(f"/api/v1/jobs/{jobs[3].public_id}/").json()
+    assert (detail["position"], detail["others_ahead"]) == (4, 2)
+    assert client.get(f"/api/v1/jobs/{unranked.public_id}/").json()["others_ahead"] is None
+
+
 def test_a_long_queue_is_read_a_page_at_a_time(client, bob, vision):
     """105 queued jobs: 100 on the first page, the last 5 on the second, in line order; the
     model filter selects across the whole line (not within one page) and a new sort starts
