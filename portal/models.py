@@ -303,6 +303,9 @@ class Job(models.Model):
         row may outlive it until the next prune) or that no cycle has looked at yet."""
         if self.state != JobState.QUEUED:
             return None
+        relation = Job.wait.related
+        if relation.is_cached(self):  # loaded with the job (a list), or known absent
+            return relation.get_cached_value(self)  # type: ignore[no-any-return]
         try:
             return self.wait
         except JobWait.DoesNotExist:
