@@ -132,6 +132,9 @@ class PodView:
     attempt: int | None = None
     """The run whose Volcano Job made it (``gpupool.dev/attempt``); None: made before the
     label existed, taken as the current run's."""
+    restarts: int = 0
+    """Times its containers restarted in place: only then does the kubelet keep a previous
+    run's log (``kubectl logs --previous``)."""
 
     def of_attempt(self, number: int) -> bool:
         """Whether the pod belongs to run ``number`` of its job: an earlier run's pods can
@@ -255,4 +258,8 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
             for c in (obj.get("status") or {}).get("conditions") or []
         ),
         attempt=volcano.attempt_of(labels),
+        restarts=sum(
+            int(cs.get("restartCount") or 0)
+            for cs in (obj.get("status") or {}).get("containerStatuses") or []
+        ),
     )

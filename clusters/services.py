@@ -976,6 +976,16 @@ def _read_log(
     return [line for line in lines if (log_time_nanos(line[0]) or 0) > after]
 
 
+def replica_restarted(job: Any, replica: int) -> bool:
+    """Whether the watch saw replica ``replica``'s containers restart in place (its record's
+    pod entry counts them): only then has the kubelet a previous run's log to give."""
+    pods = (
+        VolcanoJobRecord.objects.filter(job_id=job.pk).values_list("pods", flat=True).first() or {}
+    )
+    entry = pods.get(str(replica)) or {}
+    return int(entry.get("restarts") or 0) > 0
+
+
 def job_logs(
     *,
     job: Any,

@@ -126,6 +126,8 @@ def pods_apply(*, job: Job, pods: Iterable[PodView], plans: bool = True) -> int:
                 entry = {"pod": pod.name, "node": pod.node, "phase": pod.phase}
                 if job.serves:
                     entry["ready"] = pod.ready
+                if pod.restarts:
+                    entry["restarts"] = pod.restarts
                 previous = pod_map.get(str(pod.replica)) or {}
                 entry["problem"] = pod.problem or previous.get("problem", "")
                 pod_map[str(pod.replica)] = entry

@@ -223,13 +223,16 @@ def job_logs_view(request: HttpRequest, job_id: str) -> HttpResponse:
         replica = 0
     logs = services.job_logs(job=job, replica=replica, tail=tail, attempt=attempt)
     choice = {"replica": replica, "attempt": attempt}
+    # The kubelet keeps a previous run's log only for a container that restarted in place:
+    # offered then (or when asked for by hand), not on every job.
+    restarted = attempt == "previous" or services.replica_restarted(job, replica)
     context = {
         "job": job,
         "logs": logs,
         "replicas": range(job.replicas),
         "tail": max(1, min(services.LOG_TAIL_MAX, tail)),
         "attempt": attempt,
-        "attempts": services.LOG_ATTEMPTS,
+        "attempts": services.LOG_ATTEMPTS if restarted else ("current",),
         "timestamps": request.GET.get("timestamps") == "1",
         "follow": request.GET.get("follow") == "1",
         "api_url": f"{reverse('api-job-logs', args=[job.public_id])}?{urlencode(choice)}",

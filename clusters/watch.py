@@ -447,9 +447,10 @@ class ResourceWatcher:
         self._pod_apply(job, pod)
 
     @staticmethod
-    def _pod_signature(pod: Any) -> tuple[str, frozenset[str], bool]:
-        # Readiness counts: it is what an inference job's endpoint waits for.
-        return (pod.node, frozenset(f.key for f in pod.facts), pod.ready)
+    def _pod_signature(pod: Any) -> tuple[str, frozenset[str], bool, int]:
+        # Readiness counts: it is what an inference job's endpoint waits for; restarts are
+        # what makes a previous run's log worth offering.
+        return (pod.node, frozenset(f.key for f in pod.facts), pod.ready, pod.restarts)
 
     def _pod_apply(self, job: Job, pod: Any) -> None:
         pods_apply(job=job, pods=[pod])

@@ -114,3 +114,51 @@ def test_the_whole_log_downloads_as_a_file_for_the_team_only(running, client, bo
     assert len(text.splitlines()) > 2 and "kubesim: container" in text
     client.force_login(charlie)
     assert client.get(url).status_code == 404
+
+
+def test_the_previous_run_is_offered_only_for_a_replica_that_restarted(
+    running, client, bob, watchers
+):
+    """The kubelet keeps a previous run's log only for a container that restarted in place:
+    the page offers it for such a replica (as the watch recorded it), not for the others."""
+    from clusters.models import VolcanoJobRecord
+
+    watchers.stop()  # what follows stands for what the watch records of a restart
+    record = VolcanoJobRecord.objects.get(job_id=running.pk)
+    pods = dict(record.pods)
+    pods["1"] = {**pods.get("1", {}), "restarts": 2}
+    VolcanoJobRecord.objects.filter(pk=record.pk).update(pods=pods)
+    client.force_login(bob)
+
+    def fragment(replica: int) -> str:
+        return client.get(
+            f"/clusters/job-logs/{running.public_id}/?replica={replica}", HTTP_HX_REQUEST="true"
+        ).content.decode()
+
+    assert "previous (before the container restarted)" not in fragment(0)
+    assert 'id="log-attempt"' not in fragment(0)  # one run only: no choice to offer
+    assert "previous (before the container restarted)" in fragment(1)
+
+
+def test_a_pods_restarts_are_read_from_its_containers():
+    from clusters.observed import pod_view
+
+    pod = {
+        "metadata": {
+            "name": "gp-x-master-0",
+            "uid": "u1",
+            "labels": {
+                "app.kubernetes.io/managed-by": "gpupool",
+                "gpupool.dev/job-id": "0f8fad5b-d9cb-469f-a165-70867728950e",
+                "volcano.sh/task-spec": "master",
+                "volcano.sh/task-index": "0",
+            },
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [{"restartCount": 2}, {"restartCount": 1}],
+        },
+    }
+    view = pod_view(pod)
+    assert view is not None and view.restarts == 3
