@@ -27,7 +27,7 @@ from portal.access import (
 )
 from portal.api.throttles import SubmitThrottle
 from portal.errors import ApplicationError, NotFound
-from portal.jobs.attempts import AttemptView, attempt_events, job_attempt, job_attempts
+from portal.jobs.attempts import attempt_events, job_attempt, job_attempts
 from portal.jobs.blocker import blocker_of, start_estimate
 from portal.jobs.job_templates import (
     template_get_for_user,
@@ -78,34 +78,6 @@ def command_line(command: object, args: object) -> str:
     copy runs what the job runs."""
     words = [w for part in (command, args) if isinstance(part, list) for w in part]
     return shlex.join(str(w) for w in words)
-
-
-# How the scheduler words an admission on a model that was not at the head of its policy's
-# order. With a "cheapest" or "fastest" policy that order is not the user's: the model they
-# named first may come later in it, and is still their first choice, not a fallback.
-_FALLBACK_WORDS = "(first fitting fallback candidate;"
-_FIRST_CHOICE_WORDS = "(your first choice;"
-
-
-def _first_choice_words(message: str, model: str | None, job: Job) -> str:
-    """``message`` (an admission's explanation) with the user's first-choice model called
-    that, where the scheduler called it a fallback."""
-    first = job.gpu_models[0] if isinstance(job.gpu_models, list) and job.gpu_models else None
-    if first is not None and model == first and _FALLBACK_WORDS in message:
-        return message.replace(_FALLBACK_WORDS, _FIRST_CHOICE_WORDS, 1)
-    return message
-
-
-def _worded_events(job: Job, events: list[JobEvent], attempts: list[AttemptView]) -> None:
-    """Set ``shown_message`` on each event: its message, with an admission onto the user's
-    first-choice model worded as such (each run's admission event carries its placement's
-    message, kept on the job and on each archived attempt)."""
-    admitted_on: dict[str, str] = {}
-    for placement in [*(a.placement for a in attempts), job.placement or {}]:
-        if isinstance(placement, dict) and placement.get("message"):
-            admitted_on[str(placement["message"])] = str(placement.get("model") or "")
-    for e in events:
-        e.shown_message = _first_choice_words(e.message, admitted_on.get(e.message), job)
 
 
 @login_required
@@ -168,7 +140,6 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     job = _job_or_404(request, job_id)
     events = list(job.events.select_related("actor"))
     attempts = job_attempts(job)
-    _worded_events(job, events, attempts)
     blocker = blocker_of(job)
     hidden = None
     if blocker is not None and job.queue_position and not request.user.is_staff:
@@ -182,11 +153,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     context = {
         "job": job,
         "command_line": command_line(job.command, job.args),
-        "placement_message": _first_choice_words(
-            str((job.placement or {}).get("message") or ""),
-            (job.placement or {}).get("model"),
-            job,
-        ),
+        "placement_message": str((job.placement or {}).get("message") or ""),
         "events": events,
         "attempts": attempts,
         "current_attempt": attempts[-1] if attempts and attempts[-1].current else None,
@@ -231,7 +198,6 @@ def job_attempt_view(request: HttpRequest, job_id: str, number: int) -> HttpResp
         raise Http404("No such attempt.")
     attempts = job_attempts(job)
     events = list(attempt_events(job, attempt))
-    _worded_events(job, events, attempts)
     placement = attempt.placement or {}
     return render(
         request,
@@ -239,9 +205,7 @@ def job_attempt_view(request: HttpRequest, job_id: str, number: int) -> HttpResp
         {
             "job": job,
             "attempt": attempt,
-            "placement_message": _first_choice_words(
-                str(placement.get("message") or ""), placement.get("model"), job
-            ),
+            "placement_message": str(placement.get("message") or ""),
             "events": events,
             "attempt_count": len(attempts),
             "live_logs": attempt.current and job.cluster_id is not None,

@@ -787,6 +787,7 @@ class Placement:
                 borrowed,
                 row.used,
                 row.nominal,
+                named_first=job.requirement.models[:1] == (model.key,),
             )
             explanation = Explanation(
                 model=model.key,

@@ -338,8 +338,17 @@ def msg_admitted(
     borrowed: int,
     used: int,
     nominal: int,
+    named_first: bool = False,
 ) -> str:
-    why = f"first {policy} candidate" if first_choice else "first fitting fallback candidate"
+    """``first_choice``: the model heads the policy's order; ``named_first``: the user named
+    it first. Under ``cheapest`` or ``fastest`` the two differ, and the model the user named
+    first is their first choice even where cheaper candidates were tried before it."""
+    if first_choice:
+        why = f"first {policy} candidate"
+    elif named_first:
+        why = "your first choice"
+    else:
+        why = "first fitting fallback candidate"
     quota = (
         f"on borrowed quota ({borrowed} GPUs above nominal {nominal})"
         if borrowed

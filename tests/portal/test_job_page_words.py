@@ -102,7 +102,9 @@ def first_choice_elsewhere(bob, vision, pool, quota):  # noqa: F811
 
 def test_the_users_first_choice_is_called_that_not_a_fallback(client, bob, first_choice_elsewhere):
     job = first_choice_elsewhere(["a100-80gb", "a100-40gb"], "cheapest")
-    assert "fallback candidate" in job.placement["message"]  # the scheduler's own words
+    # The scheduler's own words (the API, the CLI and notifications show them too).
+    assert "your first choice" in job.placement["message"]
+    assert "fallback" not in job.placement["message"]
     client.force_login(bob)
     page = client.get(f"/jobs/{job.public_id}/").content.decode()
     why = _text(page[page.index('id="placement-message"') :].split("</p>", 1)[0])
