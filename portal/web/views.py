@@ -22,6 +22,7 @@ from portal.access import (
     can_cancel,
     job_get_for_user,
     jobs_visible_to,
+    others_ahead,
     team_roles_of,
     teams_visible_to,
 )
@@ -141,15 +142,8 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     events = list(job.events.select_related("actor"))
     attempts = job_attempts(job)
     blocker = blocker_of(job)
-    hidden = None
-    if blocker is not None and job.queue_position and not request.user.is_staff:
-        # Positions rank the whole queue; the jobs ahead the viewer cannot see, in words.
-        seen = (
-            jobs_visible_to(request.user)
-            .filter(state=JobState.QUEUED, wait__position__lt=job.queue_position)
-            .count()
-        )
-        hidden = max(0, job.queue_position - 1 - seen)
+    # Positions rank the whole queue; the jobs ahead the viewer cannot see, in words.
+    hidden = others_ahead(request.user, job) if blocker is not None else None
     context = {
         "job": job,
         "command_line": command_line(job.command, job.args),
