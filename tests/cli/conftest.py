@@ -10,6 +10,7 @@ exit-code cases), still over HTTP to the live server.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -69,6 +70,14 @@ def gunicorn_portal(celery_worker: WorkerProcess, tmp_path: Path) -> Iterator[st
         "--log-level=warning",
     ) as url:
         yield url
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """``preexec_fn`` of a CLI started to be Ctrl-C'd: SIGINT back to its default. A shell
+    starts background commands (``make test &``, nohup, some CI runners) with SIGINT ignored,
+    a child inherits that, and Python then installs no KeyboardInterrupt handler: the signal
+    the test sends, as a terminal would, would be ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def token_for(user: Any) -> str:

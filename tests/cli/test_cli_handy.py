@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from portal.models import Job, JobEvent, JobState, JobWait
-from tests.cli.conftest import SCRIPT, token_for
+from tests.cli.conftest import SCRIPT, ctrl_c_as_in_a_terminal, token_for
 from tests.clusters.conftest import wait_for
 from tests.factories import JobFactory
 
@@ -197,6 +197,7 @@ def test_watch_redraws_until_ctrl_c(live_server, cli, cli_env, bob, vision, tmp_
             stdout=sink,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=ctrl_c_as_in_a_terminal,
         )
         try:
             header = f"Every 0.2s: gpupool {command}"

@@ -21,7 +21,7 @@ import pytest
 from portal.models import Job, JobState
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
-from tests.cli.conftest import SCRIPT, token_for
+from tests.cli.conftest import SCRIPT, ctrl_c_as_in_a_terminal, token_for
 from tests.clusters.conftest import wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -58,6 +58,7 @@ def _submit_waiting(cli_env: dict[str, str], *args: str, stdin: Any = None) -> s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
 
 
