@@ -78,6 +78,10 @@ def test_every_page_a_member_sees_works_under_the_policy(page, live_server, bob,
     expect(models).not_to_contain_text(re.compile(r"\b(t4|v100-16gb|l4|a10)\b"))
     expect(p.locator("#match-preview")).to_contain_text("No cluster has a model")
     expect(models).to_be_hidden()
+    # The typing's own refresh (300 ms after the last key) done: a click landing on the list
+    # while a refresh replaces it would open the list being thrown away.
+    p.wait_for_timeout(400)
+    p.wait_for_function("!document.querySelector('#match-preview.htmx-request')")
     absent.locator("summary").click()
     expect(models).to_be_visible()
     expect(models).to_contain_text("a100-80gb")
