@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from portal.errors import Forbidden, NotFound
-from portal.models import Job, Membership, Role, Team
+from portal.models import Job, JobState, Membership, Role, Team
 from scheduling.models import TeamPolicy
 
 AnyUser = AbstractBaseUser | AnonymousUser
@@ -63,7 +63,7 @@ def others_ahead(user: AnyUser, job: Job) -> int | None:
         return None
     if user.is_staff:
         return 0
-    seen = jobs_visible_to(user).filter(state="QUEUED", wait__position__lt=position).count()
+    seen = jobs_visible_to(user).filter(state=JobState.QUEUED, wait__position__lt=position).count()
     return max(0, position - 1 - seen)
 
 

@@ -300,6 +300,35 @@ def _job_outcome(job: dict[str, Any]) -> int:
     return EXIT_OK if job["state"] == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
+def _apply_sets(body: dict[str, Any], sets: tuple[str, ...]) -> None:
+    """Each --set onto ``body``; a command or args given as a string split as a shell would."""
+    for assignment in sets:
+        _set(body, assignment)
+    for field in LIST_FIELDS:
+        if isinstance(body.get(field), str):
+            body[field] = shlex.split(body[field])
+
+
+def _post_and_follow(
+    body: dict[str, Any], idempotency_key: str | None, wait: bool, interval: float, as_json: bool
+) -> None:
+    """POST ``body`` as a job (submit, resubmit), say what was made, and with ``wait`` follow
+    it to its end, exiting 1 unless it SUCCEEDED."""
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    job = client().post("jobs/", body, idempotency_key=key)
+    if not as_json:
+        click.echo(f"{job['id']}  {job['name']}  team {job['team']}  {job['state']}")
+    if wait:
+        job = job_wait(job["id"], interval, quiet=as_json)
+        if not as_json:
+            tail = f": {job['pending_reason']}" if job.get("pending_reason") else ""
+            click.echo(f"{job['id']} ended {job['state']}{tail}")
+    if as_json:
+        emit_json(job)
+    if wait:
+        click.get_current_context().exit(_job_outcome(job))
+
+
 def _job_body(
     path: str | None, sets: tuple[str, ...], template: str | None, team: str | None
 ) -> dict[str, Any]:
@@ -310,13 +339,9 @@ def _job_body(
     body: dict[str, Any] = _template(template) if template else {}
     if path:
         body.update(_spec_file(path))
-    for assignment in sets:
-        _set(body, assignment)
+    _apply_sets(body, sets)
     if team:
         body["team"] = team
-    for field in LIST_FIELDS:
-        if isinstance(body.get(field), str):
-            body[field] = shlex.split(body[field])
     if not body.get("team"):
         only = _only_team()
         if only:
@@ -380,20 +405,7 @@ def submit(
       gpupool submit -f job.yaml --set replicas=1 --wait
       gpupool submit --template "GPU smoke test" --set name=smoke --team vision
     """
-    body = _job_body(path, sets, template, team)
-    key = idempotency_key or f"cli-{uuid.uuid4()}"
-    job = client().post("jobs/", body, idempotency_key=key)
-    if not as_json:
-        click.echo(f"{job['id']}  {job['name']}  team {job['team']}  {job['state']}")
-    if wait:
-        job = job_wait(job["id"], interval, quiet=as_json)
-        if not as_json:
-            tail = f": {job['pending_reason']}" if job.get("pending_reason") else ""
-            click.echo(f"{job['id']} ended {job['state']}{tail}")
-    if as_json:
-        emit_json(job)
-    if wait:
-        click.get_current_context().exit(_job_outcome(job))
+    _post_and_follow(_job_body(path, sets, template, team), idempotency_key, wait, interval, as_json)
 
 
 @cli.command()
@@ -435,23 +447,8 @@ def resubmit(
       gpupool resubmit 3f9c2f --set replicas=1 --set name=resnet50-small --wait
     """
     body: dict[str, Any] = {"from_job": job_ref(job_id)}
-    for assignment in sets:
-        _set(body, assignment)
-    for field in LIST_FIELDS:
-        if isinstance(body.get(field), str):
-            body[field] = shlex.split(body[field])
-    key = idempotency_key or f"cli-{uuid.uuid4()}"
-    job = client().post("jobs/", body, idempotency_key=key)
-    if not as_json:
-        click.echo(f"{job['id']}  {job['name']}  team {job['team']}  {job['state']}")
-    if wait:
-        job = job_wait(job["id"], interval, quiet=as_json)
-        if not as_json:
-            click.echo(f"{job['id']} ended {job['state']}")
-    if as_json:
-        emit_json(job)
-    if wait:
-        click.get_current_context().exit(_job_outcome(job))
+    _apply_sets(body, sets)
+    _post_and_follow(body, idempotency_key, wait, interval, as_json)
 
 
 @cli.command()

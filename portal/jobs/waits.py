@@ -18,7 +18,7 @@ from typing import NamedTuple
 from django.db import connection
 
 from portal import db
-from portal.models import Job, JobState, JobWait
+from portal.models import JobState, JobWait
 
 __all__ = ["WaitRow", "waits_clear", "waits_prune", "waits_write"]
 
@@ -107,6 +107,5 @@ def waits_clear(job_ids: Iterable[int]) -> int:
 def waits_prune() -> int:
     """Delete the waits of jobs no longer queued (cancelled, failed while queued: their rows
     are ignored by readers, ``Job._wait``); returns how many."""
-    left = Job.objects.exclude(state=JobState.QUEUED).filter(pk__in=JobWait.objects.values("job"))
-    deleted, _ = JobWait.objects.filter(job__in=left.values("pk")).delete()
+    deleted, _ = JobWait.objects.exclude(job__state=JobState.QUEUED).delete()
     return deleted
