@@ -405,7 +405,9 @@ def submit(
       gpupool submit -f job.yaml --set replicas=1 --wait
       gpupool submit --template "GPU smoke test" --set name=smoke --team vision
     """
-    _post_and_follow(_job_body(path, sets, template, team), idempotency_key, wait, interval, as_json)
+    _post_and_follow(
+        _job_body(path, sets, template, team), idempotency_key, wait, interval, as_json
+    )
 
 
 @cli.command()
