@@ -63,6 +63,8 @@ from kubesim.selectors import (
 from kubesim.sim import Simulation
 from kubesim.store import Entry, ResourceType, Watcher, WatchEvent
 from kubesim.validation import (
+    configmap_causes,
+    configmap_update_causes,
     ingress_causes,
     metadata_causes,
     secret_admitted,
@@ -1036,6 +1038,12 @@ class Api:
             if causes:
                 raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
             return secret_admitted(obj)
+        if rt is self.types.configmaps:
+            self._validate(rt, obj)
+            causes = configmap_causes(obj)
+            if causes:
+                raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
+            return obj
         if rt is self.types.services:
             self._validate(rt, obj)
             causes = service_name_causes(obj["metadata"]) + service_causes(obj)
@@ -1165,6 +1173,10 @@ class Api:
             )
         elif rt is self.types.namespaces and result.get("spec") != current.get("spec"):
             result["spec"] = current.get("spec")
+        elif rt is self.types.configmaps:
+            causes = configmap_causes(result) + configmap_update_causes(current, result)
+            if causes:
+                raise invalid("ConfigMap", "", current["metadata"]["name"], causes)
 
     def update(self, req: Request, route: Route) -> Response:
         """PUT: replace the object (or its status)."""

@@ -36,7 +36,7 @@ from kubesim.errors import ApiError, bad_request
 from kubesim.faults import FaultInjector
 from kubesim.objects import clone
 from kubesim.resources import Types
-from kubesim.runtime import BUILTIN_NAMESPACES
+from kubesim.runtime import BUILTIN_NAMESPACES, INSTALLED_NAMESPACES
 from kubesim.server import HttpServer
 from kubesim.sim import Simulation
 from kubesim.store import ResourceType, Store
@@ -59,6 +59,8 @@ _ALIASES = {
     "podgroup": "podgroups",
     "pg": "podgroups",
     "command": "commands",
+    "configmap": "configmaps",
+    "cm": "configmaps",
 }
 
 
@@ -338,7 +340,7 @@ class KubeSim:
             namespaces = sorted(
                 obj["metadata"]["name"]
                 for obj in self.store.select(self.types.namespaces, "")
-                if obj["metadata"]["name"] not in BUILTIN_NAMESPACES
+                if obj["metadata"]["name"] not in (*BUILTIN_NAMESPACES, *INSTALLED_NAMESPACES)
             )
             for name in namespaces:
                 self.sim.delete_namespace(name)

@@ -1,5 +1,6 @@
 """The resource types kubesim serves: core v1 (nodes, namespaces, pods, events, secrets,
-services), ``networking.k8s.io/v1`` Ingresses, the three Volcano CRDs and Volcano Commands.
+configmaps, services), ``networking.k8s.io/v1`` Ingresses, the three Volcano CRDs and Volcano
+Commands.
 
 Each :class:`~kubesim.store.ResourceType` lists its verbs (anything else is 405), its
 subresources and the fields a ``fieldSelector`` may use, exactly as discovery advertises them.
@@ -141,6 +142,18 @@ class Types:
             (),
             _fields("type"),
         )
+        self.configmaps = ResourceType(
+            "",
+            "v1",
+            "configmaps",
+            "configmap",
+            "ConfigMap",
+            True,
+            READ | WRITE,
+            ("cm",),
+            (),
+            _fields(),
+        )
         self.services = ResourceType(
             "",
             "v1",
@@ -175,6 +188,7 @@ class Types:
             self.pods,
             self.events,
             self.secrets,
+            self.configmaps,
             self.services,
             self.ingresses,
             self.jobs,

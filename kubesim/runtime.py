@@ -28,6 +28,9 @@ JOB_ACTIONS = frozenset(
     }
 )
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# Namespaces of what the cluster's admin installed (Volcano): created on start, kept when the
+# API server "loses state", but deletable like any namespace.
+INSTALLED_NAMESPACES = ("volcano-system",)
 STEP_SECONDS = 0.005  # work per step before the lock (and the GIL) go back to API threads
 STEP_SECONDS_UNDER_LOAD = 0.001  # the slice while API requests keep arriving
 API_BUSY_SECONDS = 0.02  # the API counts as busy this long after a request

@@ -36,6 +36,7 @@ from kubesim.resources import Types
 from kubesim.runtime import (
     API_BUSY_SECONDS,
     BUILTIN_NAMESPACES,
+    INSTALLED_NAMESPACES,
     QUEUE_PUBLISH_SECONDS,
     QUEUE_QUIET_SECONDS,
     STEP_SECONDS,
@@ -56,6 +57,15 @@ from kubesim.scheduler import (
 )
 from kubesim.store import Store, WatchEvent
 from kubesim.volcano import VolcanoScheduler
+from kubesim.volcano_conf import (
+    CONF_KEY,
+    CONFIGMAP,
+    DEFAULT,
+    NAMESPACE,
+    ConfError,
+    configmap,
+    parse_conf,
+)
 
 log = logging.getLogger("kubesim")
 
@@ -107,6 +117,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         self.api_inflight = 0
         self.last_api_request = 0.0
         self._node_ips: dict[str, str] = {}
+        self.volcano_conf = DEFAULT  # replaced when volcano-scheduler-configmap changes
+        self.volcano_conf_error: str | None = None
 
     # ==================================================================================
     # bootstrap
@@ -114,9 +126,12 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
     def bootstrap(self) -> None:
         """Create built-in namespaces, configured nodes, queues and namespaces."""
         with self.lock:
-            for name in (*BUILTIN_NAMESPACES, *self.config.namespaces):
+            for name in (*BUILTIN_NAMESPACES, *self.config.namespaces, *INSTALLED_NAMESPACES):
                 if self.store.get(self.types.namespaces, "", name) is None:
                     self.store.create(self.types.namespaces, self.new_namespace(name))
+            conf = configmap()
+            if self.store.get(self.types.configmaps, NAMESPACE, CONFIGMAP) is None:
+                self.store.create(self.types.configmaps, conf)
             now = self.now_text()
             for node in build_nodes(self.config):
                 node["status"]["conditions"] = self._node_conditions(True, now)
@@ -413,6 +428,10 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                 self._on_command_added(event.entry.obj)
         elif rt is self.types.podgroups and event.type == "DELETED":
             self._on_podgroup_deleted(event.entry.obj)
+        elif rt is self.types.configmaps and event.type != "DELETED":
+            meta = event.entry.obj["metadata"]
+            if meta.get("namespace") == NAMESPACE and meta["name"] == CONFIGMAP:
+                self._load_volcano_conf(event.entry.obj)
         if not self.wake.is_set():
             self.wake.set()
 
@@ -462,6 +481,29 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             or event.old.obj.get("spec") != spec
             or ((event.old.obj.get("status") or {}).get("state") != status.get("state"))
         ):
+            self._capacity_changed()
+
+    def _load_volcano_conf(self, obj: dict[str, Any]) -> None:
+        """Re-read the scheduler configuration, as Volcano does when its mounted file changes.
+
+        A configuration that cannot be parsed (or a missing key) is refused and the previous
+        one stays in force, as the real scheduler logs and keeps it; deleting the ConfigMap
+        changes nothing either (the running scheduler keeps the file it mounted).
+        """
+        text = (obj.get("data") or {}).get(CONF_KEY)
+        try:
+            if text is None:
+                raise ConfError(f"ConfigMap {CONFIGMAP} has no key {CONF_KEY}")
+            conf = parse_conf(text)
+        except ConfError as exc:
+            self.volcano_conf_error = str(exc)
+            log.warning("kubesim: scheduler configuration refused, keeping the previous: %s", exc)
+            return
+        self.volcano_conf_error = None
+        if conf != self.volcano_conf:
+            self.volcano_conf = conf
+            for gang in self.gangs.values():
+                gang.blocked_epoch = -1
             self._capacity_changed()
 
     def _capacity_changed(self) -> None:
@@ -559,6 +601,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                 self.store.delete(self.types.pods, name, obj["metadata"]["name"])
             for obj in self.store.select(self.types.events, name):
                 self.store.delete(self.types.events, name, obj["metadata"]["name"])
+            for obj in self.store.select(self.types.configmaps, name):
+                self.store.delete(self.types.configmaps, name, obj["metadata"]["name"])
             self.terminating_ns.discard(name)
             self.store.delete(self.types.namespaces, "", name)
 

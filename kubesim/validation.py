@@ -167,6 +167,60 @@ def secret_admitted(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def configmap_causes(obj: dict[str, Any]) -> list[dict]:
+    """A ConfigMap's ``data`` (strings) and ``binaryData`` (base64) keys and values."""
+    causes: list[dict] = []
+    seen: set[str] = set()
+    for part in ("data", "binaryData"):
+        values = obj.get(part) or {}
+        if not isinstance(values, dict):
+            causes.append(_invalid(part, str(values), "must be a map of strings"))
+            continue
+        for key, value in values.items():
+            causes.extend(_secret_key_causes(f"{part}[{key}]", key))
+            if key in seen:
+                causes.append(_invalid(part, str(key), "duplicate of key present in data"))
+            seen.add(key)
+            if not isinstance(value, str):
+                causes.append(_invalid(f"{part}[{key}]", str(value), "must be a string"))
+            elif part == "binaryData":
+                try:
+                    base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    causes.append(
+                        _invalid(f"binaryData[{key}]", "<value>", "must be base64-encoded")
+                    )
+    immutable = obj.get("immutable")
+    if immutable is not None and not isinstance(immutable, bool):
+        causes.append(_invalid("immutable", str(immutable), "must be a boolean"))
+    return causes
+
+
+def configmap_update_causes(current: dict[str, Any], new: dict[str, Any]) -> list[dict]:
+    """An immutable ConfigMap keeps its data and stays immutable (ValidateConfigMapUpdate)."""
+    if not current.get("immutable"):
+        return []
+    causes = []
+    if not new.get("immutable"):
+        causes.append(
+            {
+                "reason": "FieldValueForbidden",
+                "field": "immutable",
+                "message": "immutable: Forbidden: field is immutable when `immutable` is set",
+            }
+        )
+    for part in ("data", "binaryData"):
+        if (current.get(part) or {}) != (new.get(part) or {}):
+            causes.append(
+                {
+                    "reason": "FieldValueForbidden",
+                    "field": part,
+                    "message": f"{part}: Forbidden: field is immutable when `immutable` is set",
+                }
+            )
+    return causes
+
+
 # --- Services and Ingresses (pkg/apis/core/validation, pkg/apis/networking/validation) --------
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
