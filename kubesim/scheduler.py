@@ -280,7 +280,7 @@ class Scheduler:
         return f"0/{len(self._order)} nodes are unavailable: {parts}."
 
     # -- placement -----------------------------------------------------------------------
-    def place_gang(self, pods: Iterable[GangPod], need: int) -> Placement:
+    def place_gang(self, pods: Iterable[GangPod], need: int, *, spread: bool = False) -> Placement:
         """Bind at least ``need`` of ``pods`` at once, or none of them.
 
         Pods are tried in order; each takes the next node (from the signature's cursor) with
@@ -288,6 +288,9 @@ class Scheduler:
         it. If fewer than ``need`` pods found a node, every tentative deduction is undone and
         the first pod that failed is explained against the state *including* its gang-mates,
         which is why a gang of four 8-GPU pods on three free nodes reports "Insufficient".
+
+        ``spread`` (Volcano without the binpack plugin) picks, instead of the next node that
+        fits, the fitting node with the most of the pod's main resource free: a full scan.
         """
         members = list(pods)
         # Fail fast when the cluster as a whole lacks the free resources for ``need`` pods:
@@ -308,6 +311,9 @@ class Scheduler:
             fs = self.feasible(pod.constraints)
             nodes, count = fs.nodes, len(fs.nodes)
             chosen = None
+            if spread:
+                chosen = _least_requested(nodes, pod.req)
+                count = 0  # the scan above replaced next-fit
             for step in range(count):
                 node = nodes[(fs.cursor + step) % count]
                 if node.fits(pod.req):
@@ -331,3 +337,14 @@ class Scheduler:
         for pod, node in placed:
             node.subtract(pod.req, pod.key)
         return Placement(bound=[], unplaced=unplaced, fit_error=error)
+
+
+def _least_requested(nodes: list[NodeState], req: dict[str, int]) -> NodeState | None:
+    """The node that fits ``req`` with the most free GPUs (else CPU) left: nodeorder's spread."""
+    main = "nvidia.com/gpu" if req.get("nvidia.com/gpu") else "cpu"
+    best, best_free = None, -1
+    for node in nodes:
+        free = node.allocatable.get(main, 0) - node.used.get(main, 0)
+        if free > best_free and node.fits(req):
+            best, best_free = node, free
+    return best

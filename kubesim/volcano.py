@@ -1,5 +1,11 @@
 """The Volcano scheduler cycle (enqueue + allocate actions, gang plugin), as a mixin.
 
+What runs follows ``volcano-system/volcano-scheduler-configmap`` (:mod:`kubesim.volcano_conf`):
+with Volcano's default configuration everything below applies; without ``gang`` placement is
+pod by pod, without ``predicates`` selectors and taints are not checked, without
+``proportion``/``capacity`` queue capabilities are not enforced, without ``overcommit`` enqueue
+does not check the cluster's idle resources, without ``binpack`` pods spread.
+
 ``enqueue`` admits a PodGroup when its queue is Open, the queue's capability still has room
 for ``minResources`` and the cluster (times the overcommit factor) is not already promised
 away; only then does the job controller create pods. ``allocate`` places a gang's pending
@@ -28,7 +34,12 @@ from kubesim.runtime import (
 )
 from kubesim.scheduler import (
     GangPod,
+    PodConstraints,
 )
+from kubesim.volcano_conf import SchedulerConf
+
+# Without the predicates plugin nothing static is checked: every taint is as good as tolerated.
+_NO_PREDICATES = PodConstraints({}, (), ({"operator": "Exists"},), "<no predicates>")
 
 
 class VolcanoScheduler:
@@ -173,6 +184,7 @@ class VolcanoScheduler:
         self.sched_dirty = False
         self.stats.scheduling_cycles += 1
         failed_shapes: dict[Any, str] = {}
+        conf = self.volcano_conf
         for key, gang in sorted(self.gangs.items(), key=lambda item: item[1].seq):
             job = gang.job
             if self.jobs.get(key) is not job or job.phase not in ACTIVE_JOB_PHASES:
@@ -182,7 +194,7 @@ class VolcanoScheduler:
                 continue
             volcano = job.scheduler_name == "volcano"
             if gang.phase == "Pending":
-                if volcano and not self._enqueue(gang):
+                if volcano and conf.enqueue and not self._enqueue(gang):
                     continue
                 gang.phase = "Inqueue"
                 self.dirty_jobs[key] = None
@@ -192,9 +204,12 @@ class VolcanoScheduler:
             if not pending:
                 self.gangs.pop(key, None)
                 continue
+            if volcano and not conf.allocate:
+                gang.blocked_epoch = self.capacity_epoch  # nothing binds until allocate is back
+                continue
             pending.sort(key=lambda p: (self._task_order(job, p.task), p.index))
             ready = sum(1 for p in job.pods.values() if p.node is not None and not p.deleting)
-            need = max(job.min_available - ready, 0) if volcano else 0
+            need = max(job.min_available - ready, 0) if volcano and conf.gang else 0
             shape = (tuple(p.shape for p in pending), need, gang.queue)
             if shape in failed_shapes:
                 self._unschedulable(gang, pending, failed_shapes[shape], need)
@@ -206,12 +221,24 @@ class VolcanoScheduler:
                 message = f'queue "{gang.queue}" is {queue.state}; only Open queues are allocated'
                 self._unschedulable(gang, pending, message, need, reason="QueueNotOpen")
                 continue
-            candidates, quota_error = self._within_capability(gang, pending, need)
+            candidates, quota_error = pending, None
+            if not volcano or conf.queue_capacity:
+                candidates, quota_error = self._within_capability(gang, pending, need)
             if quota_error:
                 self._unschedulable(gang, pending, quota_error, need, reason="NotEnoughResources")
                 continue
             placement = self.scheduler.place_gang(
-                [GangPod(p.key, p.req, p.constraints, p.shape) for p in candidates], need
+                [
+                    GangPod(
+                        p.key,
+                        p.req,
+                        _constraints(conf, p.constraints) if volcano else p.constraints,
+                        p.shape,
+                    )
+                    for p in candidates
+                ],
+                need,
+                spread=volcano and not conf.binpack,
             )
             if not placement.bound:
                 message = placement.fit_error or "no nodes available"
@@ -254,7 +281,7 @@ class VolcanoScheduler:
         elif queue.state != "Open":
             message = f'queue "{gang.queue}" is {queue.state}; only Open queues admit pod groups'
             reason = "QueueNotOpen"
-        elif queue.capability is not None:
+        elif queue.capability is not None and self.volcano_conf.queue_capacity:
             for res, need in sorted(gang.min_resources.items()):
                 cap = queue.capability.get(res)
                 if cap is None:
@@ -267,7 +294,7 @@ class VolcanoScheduler:
                         f"capability {format_milli(cap, res)}"
                     )
                     break
-        if message is None:
+        if message is None and self.volcano_conf.overcommit:
             factor = self.settings.overcommit_factor
             reserved_total: dict[str, int] = {}
             for q in self.queues.values():
@@ -383,3 +410,17 @@ class VolcanoScheduler:
         }
         self._replace_pod(obj, status=status)
         self.record_event(obj, "Warning", "FailedScheduling", message, component="volcano")
+
+
+def _constraints(conf: SchedulerConf, constraints: PodConstraints) -> PodConstraints:
+    """The static constraints the configured predicates plugin checks for a pod."""
+    if not conf.predicates:
+        return _NO_PREDICATES
+    if not conf.node_affinity and (constraints.node_selector or constraints.affinity_terms):
+        return PodConstraints(
+            {},
+            (),
+            constraints.tolerations,
+            f"{constraints.signature}<no node affinity>",
+        )
+    return constraints
