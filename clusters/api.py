@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters import selectors, services, tasks
-from clusters.models import Cluster, ClusterState, SharingMode
+from clusters.models import Cluster, ClusterFinding, ClusterState, SharingMode
 from portal.access import job_get_for_user
 from portal.api.query import FlagField, WholeNumberField, query_params
 from portal.errors import NotFound
@@ -34,6 +34,25 @@ from portal.errors import NotFound
 # ---------------------------------------------------------------------------------------------
 
 
+class FindingSerializer(serializers.ModelSerializer):
+    """One finding of the cluster doctor: what is wrong, what it means for jobs, the fix."""
+
+    class Meta:
+        model = ClusterFinding
+        fields = [
+            "code",
+            "severity",
+            "title",
+            "explanation",
+            "fix",
+            "nodes",
+            "first_seen_at",
+            "seen_at",
+        ]
+        read_only_fields = fields
+        extra_kwargs = {"nodes": {"help_text": "The nodes it concerns (none: the cluster)"}}
+
+
 class ClusterSerializer(serializers.ModelSerializer):
     """What every user may know about a cluster."""
 
@@ -41,10 +60,24 @@ class ClusterSerializer(serializers.ModelSerializer):
     reachable = serializers.BooleanField(
         read_only=True, help_text="False while the portal's calls do not reach the API server"
     )
+    findings = FindingSerializer(
+        many=True,
+        read_only=True,
+        help_text="What the cluster doctor found at its last check, most serious first",
+    )
 
     class Meta:
         model = Cluster
-        fields = ["name", "state", "gpus", "inventory_synced_at", "reachable", "unreachable_since"]
+        fields = [
+            "name",
+            "state",
+            "gpus",
+            "inventory_synced_at",
+            "reachable",
+            "unreachable_since",
+            "doctor_checked_at",
+            "findings",
+        ]
 
     def get_gpus(self, cluster: Cluster) -> dict[str, int]:
         return dict(self.context.get("gpus", {}).get(cluster.pk, {}))
@@ -197,7 +230,7 @@ class ClusterListView(APIView):
 
     @extend_schema(responses={200: _cluster_view(many=True)})
     def get(self, request: Request) -> Response:
-        clusters = selectors.clusters_visible_to(request.user)
+        clusters = selectors.clusters_visible_to(request.user).prefetch_related("findings")
         serializer = _serializer_for(request.user)(
             clusters, many=True, context=_gpu_context(request.user)
         )

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from clusters import volcano
 from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings
+from clusters.checkup import cluster_checkup
 from clusters.kube import KubeError
 from clusters.models import Cluster, Node
 from clusters.services import ClusterUnavailable, cluster_client
@@ -526,6 +527,12 @@ def inventory_sync(*, cluster: Cluster) -> InventoryResult:
     # The same list says where every portal replica runs: plans that drifted are corrected
     # here too, all in one pass, whether or not the watcher and the reconcile caught them.
     node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk)
+    # The cluster doctor reads the same node list. Its own trouble is logged, never the sync's:
+    # the scheduler needs the rows above whatever the doctor makes of them.
+    try:
+        cluster_checkup(cluster=cluster, client=client, nodes=nodes)
+    except Exception:
+        log.exception("cluster doctor failed on %s; the inventory stands", cluster.name)
     unknown = sum(1 for r in rows if r.model_pk is None)
     gpu_nodes = len({r.name for r in rows})
     troubled = {

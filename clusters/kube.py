@@ -427,6 +427,17 @@ class KubeClient:
     def get_namespace(self, name: str) -> dict[str, Any]:
         return dict(self._call(f"reading namespace {name}", self.core.read_namespace, name))
 
+    def read_config_map(self, namespace: str, name: str) -> dict[str, Any]:
+        """One ConfigMap (the cluster doctor reads Volcano's scheduler configuration)."""
+        return dict(
+            self._call(
+                f"reading configmap {namespace}/{name}",
+                self.core.read_namespaced_config_map,
+                name,
+                namespace,
+            )
+        )
+
     def create_namespace(self, name: str, *, labels: dict[str, str]) -> dict[str, Any]:
         body = {
             "apiVersion": "v1",

@@ -136,6 +136,9 @@ class Cluster(models.Model):
     # refused, no answer in time, credentials refused), cleared by the next one that did.
     unreachable_since = models.DateTimeField(null=True, blank=True)
     unreachable_error = models.TextField(blank=True)
+    doctor_checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the cluster doctor last looked (clusters.doctor)"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -247,3 +250,43 @@ class VolcanoJobRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} ({self.phase or 'unknown'})"
+
+
+class FindingSeverity(models.TextChoices):
+    ERROR = "error", "Error"
+    WARNING = "warning", "Warning"
+    INFO = "info", "Info"
+
+
+class ClusterFinding(models.Model):
+    """Something the cluster doctor (``clusters.doctor``) found wrong with a cluster's setup,
+    in plain words with the fix: GPUs not advertised, a model label the catalog does not know,
+    MIG and whole cards mixed, Volcano missing or misconfigured, no DCGM data.
+
+    The rows of a cluster are replaced by every check (on registration, every inventory sync,
+    and "Check now" on the cluster page); ``key`` (rule code and subject) is a finding's
+    identity from one check to the next, so ``first_seen_at`` survives the replacement and only
+    a finding that was not there before is news to the platform admins. ``rank`` orders the
+    list, most serious first.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="findings")
+    key = models.CharField(max_length=255)
+    code = models.CharField(max_length=64)
+    severity = models.CharField(max_length=16, choices=FindingSeverity.choices)
+    rank = models.PositiveSmallIntegerField(default=0)
+    title = models.CharField(max_length=500)
+    explanation = models.TextField()
+    fix = models.TextField()
+    nodes = models.JSONField(default=list, blank=True)
+    first_seen_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["cluster", "rank", "code", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "key"], name="one_finding_per_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.severity} {self.key}"

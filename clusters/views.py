@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from clusters import selectors, services
+from clusters import selectors, services, tasks
+from clusters.checkup import cluster_checkup
 from clusters.forms import ClusterRegisterForm
 from clusters.models import Cluster, ClusterState
 from portal.access import job_get_for_user
@@ -46,8 +49,23 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
             "cluster": cluster,
             "models": selectors.cluster_capacity(cluster),
             "states": ClusterState.choices,
+            "findings": list(cluster.findings.all()),
         },
     )
+
+
+@staff_member_required
+@require_POST
+def cluster_doctor_view(request: HttpRequest, name: str) -> HttpResponse:
+    """ "Check now" on the cluster page: run the cluster doctor at once (it also runs on every
+    inventory sync) and show the page again with what it found."""
+    cluster = _cluster_or_404(name)
+    result = cluster_checkup(cluster=cluster)
+    if result.ok:
+        messages.success(request, f"Cluster doctor: {result.message}.")
+    else:
+        messages.error(request, f"Cluster doctor: {result.message}")
+    return redirect(f"{reverse('cluster-detail', args=[cluster.name])}#doctor")
 
 
 # Where each error of the registration services belongs on the form.
@@ -115,6 +133,8 @@ def cluster_register_view(request: HttpRequest) -> HttpResponse:
                 field = _REGISTER_FIELDS.get(key, key)
                 form.add_error(field if field in form.fields else None, field_problems)
         if cluster is not None:
+            # The inventory and the cluster doctor look at it in the background at once.
+            transaction.on_commit(functools.partial(tasks.sync_inventory.delay, cluster.pk))
             messages.success(
                 request,
                 f"Registered {cluster.name} ({cluster.get_state_display().lower()}). "

@@ -11,6 +11,8 @@ class DashboardsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from dashboards.dcgm import dcgm_presence
         from dashboards.estimates import job_start_estimate  # it reads this app's models
 
         hooks.start_estimate.connect(job_start_estimate)
+        hooks.dcgm_presence.connect(dcgm_presence)  # the cluster doctor's DCGM question

@@ -364,6 +364,30 @@ def gpu_metrics_collect(
     return CollectResult(cluster.name, True, jobs=len(rows), idle=idle_count)
 
 
+# Which nodes have any DCGM series at all (the cluster doctor's question): one instant query,
+# counted per exporter host label, whichever spelling the exporter's release writes.
+PRESENCE_QUERY = " or ".join(
+    f"count by (Hostname, hostname) ({metric})" for metric in (GPU_UTIL, ENGINE_ACTIVE)
+)
+
+
+def dcgm_presence(cluster: Any, *, fetch: Fetch = prometheus_query) -> dict[str, Any]:
+    """The answer to ``portal.hooks.dcgm_presence``: ``{"error": words or "", "hosts": node
+    names with DCGM series, "series": how many series}`` for the cluster's Prometheus."""
+    try:
+        base = prometheus_url_check(getattr(cluster, "prometheus_url", ""))
+        samples = fetch(
+            base_url=base,
+            query=PRESENCE_QUERY,
+            at=timezone.now(),
+            timeout=settings.GPUPOOL_PROMETHEUS_TIMEOUT_SECONDS,
+        )
+    except PrometheusError as exc:
+        return {"error": str(exc), "hosts": [], "series": 0}
+    hosts = sorted({h for s in samples if (h := _first(s.labels, ("Hostname", "hostname")))})
+    return {"error": "", "hosts": hosts, "series": int(sum(s.value for s in samples))}
+
+
 def gpu_metrics_collect_all(*, now: dt.datetime | None = None) -> list[CollectResult]:
     """Every cluster with a Prometheus URL, one after the other (each bounded in time)."""
     if not any(f.name == "prometheus_url" for f in Cluster._meta.get_fields()):

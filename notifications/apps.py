@@ -18,6 +18,7 @@ class NotificationsConfig(AppConfig):
         hooks.notifications_created.connect(events.fan_out_and_enqueue)
         hooks.quota_changed.connect(events.quota_changed)
         hooks.cluster_unreachable.connect(events.cluster_unreachable)
+        hooks.cluster_findings.connect(events.cluster_findings)
         pre_save.connect(
             events.cluster_state_remember, sender="clusters.Cluster", dispatch_uid="notify-pre"
         )

@@ -20,7 +20,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from clusters.models import Cluster, ClusterState
+from clusters.models import Cluster, ClusterFinding, ClusterState
 from notifications.outbox import deliveries_enqueue, fan_out, fan_out_and_enqueue
 from notifications.preferences import preferences_of_many
 from portal import hooks
@@ -199,6 +199,30 @@ def cluster_unreachable(cluster_id: int) -> list[int]:
         )
 
 
+@_never_raises
+def cluster_findings(cluster_id: int, keys: list[str]) -> list[int]:
+    """The listener of ``portal.hooks.cluster_findings``: tell the platform admins what the
+    cluster doctor found that was not there before (one notice per check, however many)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return []
+    findings = list(ClusterFinding.objects.filter(cluster=cluster, key__in=keys))
+    if not findings:
+        return []  # gone again already (a later check replaced them): nothing to say
+    if len(findings) == 1:
+        (only,) = findings
+        title = f"Cluster {cluster.name}: {only.title}"
+        message = f"{only.explanation}\n\nFix: {only.fix}"
+    else:
+        title = f"Cluster {cluster.name}: the cluster doctor found {len(findings)} new problems"
+        message = "\n".join(f"- {f.get_severity_display()}: {f.title}" for f in findings)
+        message += "\n\nThe cluster page explains each, with the fix."
+    with transaction.atomic():
+        return _notify_users(
+            _platform_admins(), kind="cluster.finding", title=title, message=message
+        )
+
+
 def cluster_state_remember(sender: Any, instance: Cluster, **_: Any) -> None:
     """``pre_save`` of Cluster: note the state it had, to tell a drain from other saves."""
     if instance.pk is None:
@@ -234,6 +258,7 @@ def cluster_drained(cluster_id: int) -> list[int]:
 
 __all__ = [
     "cluster_drained",
+    "cluster_findings",
     "cluster_state_remember",
     "cluster_state_saved",
     "cluster_unreachable",

@@ -28,6 +28,7 @@ EVENTS: dict[str, str] = {
     "team.quota_changed": "A quota of my team changed",
     "cluster.unreachable": "A cluster became unreachable (platform admins)",
     "cluster.draining": "A cluster was drained (platform admins)",
+    "cluster.finding": "The cluster doctor found a new problem on a cluster (platform admins)",
 }
 DEFAULT_EMAIL = frozenset(
     {
@@ -37,6 +38,7 @@ DEFAULT_EMAIL = frozenset(
         "job.cancelled",
         "cluster.unreachable",
         "cluster.draining",
+        "cluster.finding",
     }
 )
 PERSONAL_CHANNELS = (Channel.EMAIL.value,)

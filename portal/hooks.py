@@ -43,6 +43,9 @@ hook (arguments)       fired by, when                  listeners (connected in)
 ``quota_changed``      ``scheduling.services.quota_``  ``notifications.events.quota_changed``:
 ``(change_ids)``       ``set``: the QuotaChange rows   tell the team's members
                        of a team's quota edit          (``notifications/apps.py``)
+``cluster_findings``   ``clusters.checkup``: the       ``notifications.events.cluster_
+``(id, keys)``         cluster doctor found problems   findings``: tell the platform admins
+                       that were not there before      (``notifications/apps.py``)
 =====================  ==============================  ============================================
 
 One hand-off is a question rather than news: a :class:`Question` is answered at once (not on
@@ -54,6 +57,9 @@ question (arguments)   asked by, when                  answered by (connected in
 ``start_estimate``     ``portal.jobs.blocker``: a      ``dashboards.estimates.job_start_estimate``
 ``(job, now)``         queued job's page, list or API  from the wait history
                        row                             (``dashboards/apps.py``)
+``dcgm_presence``      ``clusters.checkup``: the       ``dashboards.dcgm.dcgm_presence``: which
+``(cluster)``          cluster doctor, where a         nodes have DCGM series in the cluster's
+                       Prometheus URL is set           Prometheus (``dashboards/apps.py``)
 =====================  ==============================  ============================================
 
 The same table is in ``docs/architecture.md``. This module is Django's ``transaction`` and
@@ -76,7 +82,9 @@ __all__ = [
     "Hook",
     "Question",
     "admitted",
+    "cluster_findings",
     "cluster_unreachable",
+    "dcgm_presence",
     "job_cancelling",
     "jobs_changed",
     "notifications_created",
@@ -130,6 +138,7 @@ over_counted: Hook[[list[int]]] = Hook("over_counted")
 notifications_created: Hook[[list[int]]] = Hook("notifications_created")
 cluster_unreachable: Hook[[int]] = Hook("cluster_unreachable")
 quota_changed: Hook[[list[int]]] = Hook("quota_changed")
+cluster_findings: Hook[[int, list[str]]] = Hook("cluster_findings")
 
 
 class Question(Generic[P, R]):
@@ -155,3 +164,4 @@ class Question(Generic[P, R]):
 
 
 start_estimate: Question[[Any, dt.datetime], Any] = Question("start_estimate")
+dcgm_presence: Question[[Any], Any] = Question("dcgm_presence")

@@ -1,0 +1,196 @@
+"""Running the cluster doctor (:mod:`clusters.doctor`) on a registered cluster: fetch, check,
+store, tell.
+
+(1) Fetch what the rules read: the nodes (the inventory sync passes the list it just read),
+the API groups and Volcano's scheduler ConfigMap through the kube adapter, the catalog from
+the database, and, where a Prometheus URL is set, which nodes have DCGM series (asked of the
+dashboards room through ``portal.hooks.dcgm_presence``: clusters never imports it).
+(2) :func:`clusters.doctor.diagnose`, pure. (3) Replace the cluster's ``ClusterFinding`` rows
+under a lock on the cluster row, so two checks at once (the periodic sync and an admin's
+"Check now") never both take the same finding for new. (4) On commit, fire
+``portal.hooks.cluster_findings`` with the findings that are new: a key not seen in the
+previous check, or one that now concerns nodes it did not. Info findings are stored and shown
+but told to nobody.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.doctor import (
+    INFO,
+    SEVERITIES,
+    VOLCANO_CONF_KEY,
+    VOLCANO_CONFIGMAP,
+    VOLCANO_NAMESPACE,
+    CatalogFacts,
+    DcgmFacts,
+    Finding,
+    ModelFacts,
+    VolcanoFacts,
+    diagnose,
+)
+from clusters.kube import KubeClient, KubeError
+from clusters.models import Cluster, ClusterFinding
+from clusters.services import ClusterUnavailable, cluster_client
+from portal import hooks
+from scheduling.models import GpuModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CheckupResult", "catalog_facts", "cluster_checkup", "findings_store"]
+
+
+@dataclass
+class CheckupResult:
+    """What one check found (``ok`` false: the cluster could not be read, nothing stored), and
+    the keys of what was news."""
+
+    ok: bool
+    message: str
+    findings: list[Finding] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+
+
+def catalog_facts() -> CatalogFacts:
+    """The catalog as the rules read it (one query)."""
+    return CatalogFacts(
+        [
+            ModelFacts(
+                key=key,
+                product_labels=tuple(str(label) for label in labels or []),
+                resource_name=resource,
+                shared=shares is not None,
+            )
+            for key, labels, resource, shares in GpuModel.objects.values_list(
+                "key", "product_labels", "resource_name", "shares_id"
+            )
+        ]
+    )
+
+
+def _volcano_facts(client: KubeClient) -> VolcanoFacts:
+    try:
+        served: frozenset[str] | None = frozenset(client.api_group_versions())
+    except KubeError as exc:
+        if exc.cluster_unreachable:
+            raise
+        served = None
+    try:
+        cm = client.read_config_map(VOLCANO_NAMESPACE, VOLCANO_CONFIGMAP)
+    except KubeError as exc:
+        if exc.cluster_unreachable:
+            raise
+        problem = "not-found" if exc.not_found else exc.message
+        if exc.status == 403:
+            problem = f"403 Forbidden: the portal may not get configmaps in {VOLCANO_NAMESPACE}"
+        return VolcanoFacts(served=served, config=None, config_problem=problem)
+    data = cm.get("data") or {}
+    text = data.get(VOLCANO_CONF_KEY)
+    if text is None:
+        return VolcanoFacts(
+            served=served, config=None, config_problem=f"it has no key {VOLCANO_CONF_KEY}"
+        )
+    return VolcanoFacts(served=served, config=str(text))
+
+
+def _dcgm_facts(cluster: Cluster) -> DcgmFacts | None:
+    """None without a Prometheus URL, or while no room answers the question."""
+    if not cluster.prometheus_url:
+        return None
+    answer = hooks.dcgm_presence.ask(cluster)
+    if not isinstance(answer, Mapping):
+        return None
+    return DcgmFacts(
+        configured=True,
+        error=str(answer.get("error") or ""),
+        hosts=frozenset(str(h) for h in answer.get("hosts") or ()),
+        series=int(answer.get("series") or 0),
+    )
+
+
+def findings_store(
+    cluster: Cluster, findings: Sequence[Finding], *, now: dt.datetime | None = None
+) -> list[str]:
+    """Replace the cluster's findings; the keys of those that are news (see the module)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        # The row lock serialises checks of one cluster: the second reads what the first wrote.
+        Cluster.objects.select_for_update().filter(pk=cluster.pk).values_list("pk").first()
+        before = {
+            key: (first, set(nodes or []))
+            for key, first, nodes in ClusterFinding.objects.filter(cluster=cluster).values_list(
+                "key", "first_seen_at", "nodes"
+            )
+        }
+        ClusterFinding.objects.filter(cluster=cluster).delete()
+        ClusterFinding.objects.bulk_create(
+            [
+                ClusterFinding(
+                    cluster=cluster,
+                    key=f.key[:255],
+                    code=f.code,
+                    severity=f.severity,
+                    rank=SEVERITIES.index(f.severity),
+                    title=f.title[:500],
+                    explanation=f.explanation,
+                    fix=f.fix,
+                    nodes=list(f.nodes),
+                    first_seen_at=before.get(f.key[:255], (now, set()))[0],
+                    seen_at=now,
+                )
+                for f in findings
+            ]
+        )
+        Cluster.objects.filter(pk=cluster.pk).update(doctor_checked_at=now)
+        new = [
+            f.key[:255]
+            for f in findings
+            if f.severity != INFO
+            and (f.key[:255] not in before or not set(f.nodes) <= before[f.key[:255]][1])
+        ]
+        if new:
+            hooks.cluster_findings.fire_on_commit(cluster.pk, new)
+    cluster.doctor_checked_at = now
+    return new
+
+
+def cluster_checkup(
+    *,
+    cluster: Cluster,
+    client: KubeClient | None = None,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
+    now: dt.datetime | None = None,
+) -> CheckupResult:
+    """Check the cluster now and store what was found. An unreachable cluster keeps the findings
+    of the last check (the result says why nothing new was learned)."""
+    try:
+        client = client or cluster_client(cluster)
+        if nodes is None:
+            nodes = client.list_nodes()
+        volcano = _volcano_facts(client)
+    except (ClusterUnavailable, KubeError) as exc:
+        message = exc.message if isinstance(exc, KubeError) else str(exc)
+        log.warning("cluster doctor: %s cannot be read: %s", cluster.name, message)
+        return CheckupResult(False, f"The cluster cannot be read: {message}")
+    findings = diagnose(
+        nodes=nodes,
+        catalog=catalog_facts(),
+        gpu_label=cluster.gpu_label,
+        volcano=volcano,
+        dcgm=_dcgm_facts(cluster),
+    )
+    new = findings_store(cluster, findings, now=now)
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
+    message = (
+        ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+        or "nothing found"
+    )
+    return CheckupResult(True, message, list(findings), new)

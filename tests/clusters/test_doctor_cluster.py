@@ -1,0 +1,158 @@
+"""The cluster doctor against kubesim: a node whose device plugin stopped advertising GPUs and
+a node labelled with the wrong case show up, explained, on the cluster page and in
+``GET /api/v1/clusters/{name}/``; the platform admins hear of each new problem once; a broken
+Volcano scheduler ConfigMap is found too. Nodes and the ConfigMap are edited through the
+official client, as a kubelet, an admin's ``kubectl label`` or ``kubectl edit`` would."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from clusters.checkup import cluster_checkup
+from clusters.inventory import inventory_sync
+from clusters.models import ClusterFinding
+from kubesim import KubeSim
+from portal.models import Notification
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def core(sim: KubeSim) -> Iterator[k8s.CoreV1Api]:
+    api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
+    try:
+        yield k8s.CoreV1Api(api)
+    finally:
+        api.close()
+
+
+def _device_plugin_gone(core: k8s.CoreV1Api, node: str) -> None:
+    """What a node looks like when the device plugin never registered: GFD's labels, but no
+    nvidia.com/gpu in capacity or allocatable (a merge patch's null removes the key)."""
+    core.patch_node_status(
+        node,
+        {"status": {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}},
+    )
+    status = core.read_node(node).status
+    assert "nvidia.com/gpu" not in (status.allocatable or {})
+
+
+def _findings(cluster: Any) -> dict[str, ClusterFinding]:
+    return {f.key: f for f in ClusterFinding.objects.filter(cluster=cluster)}
+
+
+def test_a_gpu_node_without_gpus_and_a_mislabelled_node_are_explained_everywhere(
+    sim, register, core, root, bob, api_as, client, django_capture_on_commit_callbacks
+):
+    cluster = register(sim)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert inventory_sync(cluster=cluster).ok
+    before = _findings(cluster)
+    # kubesim's small pool has what a real one often has: MIG beside whole cards on a100-mig-0
+    # and an unknown B300 product; Volcano's configuration is the chart's, so nothing there.
+    assert {"mig-and-whole-gpus", "model-label-unknown:b300"} <= set(before)
+    assert not [k for k in before if k.startswith(("volcano", "gpus-", "model-label-case"))]
+    notices = Notification.objects.filter(user=root, kind="cluster.finding")
+    assert notices.count() == 1  # one notice for the first check, listing what it found
+
+    _device_plugin_gone(core, "a100-1")
+    core.patch_node("v100-0", {"metadata": {"labels": {"gpu-type": "V100-32GB"}}})
+    with django_capture_on_commit_callbacks(execute=True):
+        assert inventory_sync(cluster=cluster).ok
+
+    found = _findings(cluster)
+    gone = found["gpus-not-advertised"]
+    assert (gone.severity, gone.nodes) == ("error", ["a100-1"])
+    case = found["model-label-case:V100-32GB"]
+    assert case.severity == "warning" and case.nodes == ["v100-0"]
+    assert "kubectl label node v100-0 gpu-type=v100-32gb --overwrite" in case.fix
+    assert found["model-label-split:v100-32gb"].nodes == ["v100-0", "v100-1"]
+    # A finding that stays keeps when it was first seen.
+    assert found["mig-and-whole-gpus"].first_seen_at == before["mig-and-whole-gpus"].first_seen_at
+
+    # The API: every logged-in user reads the findings, most serious first; no secret in them.
+    for user in (bob, root):
+        detail = api_as(user).get(f"/api/v1/clusters/{cluster.name}/").json()
+        assert detail["doctor_checked_at"]
+        first = detail["findings"][0]
+        assert (first["code"], first["severity"], first["nodes"]) == (
+            "gpus-not-advertised",
+            "error",
+            ["a100-1"],
+        )
+        assert "Insufficient nvidia.com/gpu" in first["explanation"]
+        codes = [f["code"] for f in detail["findings"]]
+        assert "model-label-case" in codes and "model-label-split" in codes
+        assert "credential" not in str(detail["findings"]).lower()
+
+    # The page says the same in words, with the fix.
+    client.force_login(bob)
+    page = client.get(f"/clusters/{cluster.name}/").content.decode()
+    assert "Cluster doctor" in page
+    assert "1 GPU node advertises no GPUs: a100-1" in page
+    assert "gpu-type=V100-32GB differs only in case from the catalog&#x27;s v100-32gb" in page
+    assert "kubectl label node v100-0 gpu-type=v100-32gb --overwrite" in page
+    assert "Check now" not in page  # running it is for platform admins
+
+    # The admins heard of the two new problems in one notice, and only once.
+    assert notices.count() == 2
+    latest = notices.order_by("-id").first()
+    assert latest.title == "Cluster sim: the cluster doctor found 3 new problems"
+    assert "a100-1" in latest.message and "V100-32GB" in latest.message
+    with django_capture_on_commit_callbacks(execute=True):
+        assert inventory_sync(cluster=cluster).ok  # nothing new: no notice
+    assert notices.count() == 2
+
+    # Fixed: the findings go, and the page says what is left.
+    core.patch_node("v100-0", {"metadata": {"labels": {"gpu-type": "v100-32gb"}}})
+    client.force_login(root)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(f"/clusters/{cluster.name}/doctor/")
+    assert answer.status_code == 302 and answer["Location"].endswith("#doctor")
+    after = _findings(cluster)
+    assert "model-label-case:V100-32GB" not in after and "gpus-not-advertised" in after
+    assert notices.count() == 2
+
+
+def test_a_scheduler_configmap_without_gang_is_an_error_and_a_missing_one_a_warning(
+    sim, register, core
+):
+    cluster = register(sim)
+    conf = core.read_namespaced_config_map("volcano-scheduler-configmap", "volcano-system")
+    text = conf.data["volcano-scheduler.conf"]
+    assert "name: gang" in text
+    without_gang = "\n".join(line for line in text.splitlines() if "name: gang" not in line)
+    core.patch_namespaced_config_map(
+        "volcano-scheduler-configmap",
+        "volcano-system",
+        {"data": {"volcano-scheduler.conf": without_gang}},
+    )
+    result = cluster_checkup(cluster=cluster)
+    assert result.ok
+    gang = _findings(cluster)["volcano-no-gang"]
+    assert gang.severity == "error" and "half a gang" in gang.explanation
+
+    core.delete_namespaced_config_map("volcano-scheduler-configmap", "volcano-system")
+    cluster_checkup(cluster=cluster)
+    found = _findings(cluster)
+    assert "volcano-no-gang" not in found
+    unseen = found["volcano-config-unseen"]
+    assert (unseen.severity, unseen.title) == (
+        "warning",
+        "Cannot see the Volcano scheduler configuration",
+    )
+
+
+def test_an_unreachable_cluster_keeps_the_last_findings(sim, register):
+    cluster = register(sim)
+    assert cluster_checkup(cluster=cluster).ok
+    kept = set(_findings(cluster))
+    sim.stop()
+    result = cluster_checkup(cluster=cluster)
+    assert not result.ok and "cannot be read" in result.message
+    assert set(_findings(cluster)) == kept
