@@ -90,7 +90,7 @@ def _volcano_facts(client: KubeClient) -> VolcanoFacts:
             raise
         problem = "not-found" if exc.not_found else exc.message
         if exc.status == 403:
-            problem = f"403 Forbidden: the portal may not get configmaps in {VOLCANO_NAMESPACE}"
+            problem = "forbidden"
         return VolcanoFacts(served=served, config=None, config_problem=problem)
     data = cm.get("data") or {}
     text = data.get(VOLCANO_CONF_KEY)

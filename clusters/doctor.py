@@ -649,6 +649,24 @@ def check_volcano(volcano: VolcanoFacts) -> list[Finding]:
                     "volcano-system --create-namespace), then test the connection again.",
                 )
             ]
+    if volcano.config is None and volcano.config_problem == "forbidden":
+        # deploy/rbac.yaml grants no ConfigMaps on purpose: not knowing is the expected state
+        # there, so it is said (info), not raised to the admins on every cluster.
+        return [
+            Finding(
+                code="volcano-config-forbidden",
+                severity=INFO,
+                title="The portal may not read the Volcano scheduler configuration",
+                explanation=f"Reading {_WHERE} was refused (403): the portal's RBAC grants no "
+                "ConfigMaps, so the doctor cannot check that Volcano runs the gang and "
+                "predicates plugins and the allocate action the portal's jobs need.",
+                fix="To let it check, grant get on that one ConfigMap: kubectl -n "
+                f"{VOLCANO_NAMESPACE} create role gpupool-doctor --verb=get "
+                f"--resource=configmaps --resource-name={VOLCANO_CONFIGMAP}, then kubectl -n "
+                f"{VOLCANO_NAMESPACE} create rolebinding gpupool-doctor --role=gpupool-doctor "
+                "--serviceaccount=gpupool-system:gpupool-portal",
+            )
+        ]
     if volcano.config is None:
         problem = volcano.config_problem or "not read"
         if problem == "not-found":
@@ -663,9 +681,9 @@ def check_volcano(volcano: VolcanoFacts) -> list[Finding]:
                 explanation=f"{why}. Whether Volcano schedules gangs all-or-nothing and honours "
                 "the jobs' node selectors depends on it, so the doctor cannot tell whether "
                 "the portal's jobs will be placed as planned.",
-                fix=f"If Volcano runs with another configuration, create {_WHERE} as the "
-                "Volcano Helm chart does; if it exists, allow the portal's service account "
-                f"to get configmaps in {VOLCANO_NAMESPACE} (deploy/rbac.yaml).",
+                fix=f"Create {_WHERE} as the Volcano Helm chart does (Volcano reads its "
+                "scheduler configuration from it), or, if Volcano was installed into another "
+                "namespace, make sure the portal can read it there.",
             )
         ]
     try:

@@ -272,6 +272,14 @@ def test_a_missing_scheduler_configmap_is_a_warning_that_it_cannot_be_seen():
     assert "volcano-system/volcano-scheduler-configmap" in finding.explanation
 
 
+def test_a_scheduler_configmap_the_portal_may_not_read_is_only_said():
+    (finding,) = check_volcano(
+        VolcanoFacts(served=VOLCANO_OK.served, config=None, config_problem="forbidden")
+    )
+    assert (finding.code, finding.severity) == ("volcano-config-forbidden", "info")
+    assert "--resource-name=volcano-scheduler-configmap" in finding.fix
+
+
 @pytest.mark.parametrize(
     ("change", "code", "severity"),
     [

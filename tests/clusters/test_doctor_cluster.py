@@ -6,8 +6,13 @@ official client, as a kubelet, an admin's ``kubectl label`` or ``kubectl edit`` 
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client as k8s
@@ -156,3 +161,88 @@ def test_an_unreachable_cluster_keeps_the_last_findings(sim, register):
     result = cluster_checkup(cluster=cluster)
     assert not result.ok and "cannot be read" in result.message
     assert set(_findings(cluster)) == kept
+
+
+class FakePrometheus:
+    """Answers every instant query with ``result`` (the DCGM presence counts per host)."""
+
+    def __init__(self) -> None:
+        self.result: list[dict[str, Any]] = []
+        self.status = 200
+        self.queries: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                fake.queries.append(parse_qs(url.query).get("query", [""])[0])
+                if url.path != "/api/v1/query" or fake.status != 200:
+                    self.send_response(fake.status if fake.status != 200 else 404)
+                    self.end_headers()
+                    return
+                body = {
+                    "status": "success",
+                    "data": {"resultType": "vector", "result": fake.result},
+                }
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def hosts(self, counts: dict[str, int]) -> None:
+        self.result = [
+            {"metric": {"Hostname": host}, "value": [time.time(), str(n)]}
+            for host, n in counts.items()
+        ]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prometheus(settings) -> Iterator[FakePrometheus]:
+    settings.GPUPOOL_PROMETHEUS_TIMEOUT_SECONDS = 1
+    fake = FakePrometheus()
+    yield fake
+    fake.stop()
+
+
+def test_dcgm_data_missing_for_some_nodes_or_all_where_prometheus_is_set(sim, register, prometheus):
+    cluster = register(sim, prometheus_url=prometheus.url)
+    gpu_nodes = ["a100-0", "a100-1", "a100-mig-0", "mystery-0", "t4-0", "t4-1", "v100-0", "v100-1"]
+    prometheus.hosts({name: 8 for name in gpu_nodes})
+    assert cluster_checkup(cluster=cluster).ok
+    assert not [k for k in _findings(cluster) if k.startswith("dcgm")]
+    assert "DCGM_FI_DEV_GPU_UTIL" in prometheus.queries[-1]
+
+    prometheus.hosts({name: 8 for name in gpu_nodes if not name.startswith("t4")})
+    cluster_checkup(cluster=cluster)
+    silent = _findings(cluster)["dcgm-nodes-silent"]
+    assert (silent.severity, silent.nodes) == ("warning", ["t4-0", "t4-1"])
+    assert silent.title == "2 GPU nodes report no DCGM metrics: t4-0, t4-1"
+
+    prometheus.hosts({})
+    cluster_checkup(cluster=cluster)
+    none = _findings(cluster)["dcgm-no-data"]
+    assert none.title == "Prometheus has no DCGM exporter data" and none.nodes == gpu_nodes
+
+    prometheus.status = 503
+    cluster_checkup(cluster=cluster)
+    unreadable = _findings(cluster)["dcgm-prometheus-unreadable"]
+    assert "HTTP 503" in unreadable.explanation
+    assert prometheus.url not in unreadable.explanation  # the URL is for platform admins
+
+
+def test_no_prometheus_url_no_dcgm_question(sim, register):
+    cluster = register(sim)
+    assert cluster_checkup(cluster=cluster).ok
+    assert not [k for k in _findings(cluster) if k.startswith("dcgm")]
