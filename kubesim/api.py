@@ -44,6 +44,7 @@ from kubesim.errors import (
 )
 from kubesim.faults import FaultInjector
 from kubesim.objects import clone
+from kubesim.openapi import OpenAPI
 from kubesim.patch import (
     json_patch,
     manager_from_user_agent,
@@ -157,7 +158,7 @@ class Response:
 class Route:
     """Where a path points."""
 
-    kind: str  # version | health | discovery | resource | control
+    kind: str  # version | health | discovery | resource | control | openapi
     rt: ResourceType | None = None
     namespace: str | None = None
     name: str | None = None
@@ -206,6 +207,7 @@ class Api:
         self.cpu_seconds = 0.0  # thread CPU spent in handle(), for the benchmark
         self._admitted: dict[Any, tuple[dict[str, Any], list[str], list[dict[str, str]]]] = {}
         self._admitted_lock = threading.Lock()
+        self.openapi = OpenAPI(self.types.all)
 
     # ==================================================================================
     # entry point
@@ -235,6 +237,8 @@ class Api:
                 return Response(200, b"ok", "text/plain; charset=utf-8")
             if route.kind == "discovery":
                 return self._ok(self.discovery(route.parts))
+            if route.kind == "openapi":
+                return self._openapi(req, route.parts)
             if route.kind == "control":
                 assert principal is not None
                 if not principal.admin:
@@ -276,6 +280,8 @@ class Api:
             return Route("health")
         if parts[:2] == ["kubesim", "v1"]:
             return Route("control", parts=parts[2:])
+        if parts[:1] == ["openapi"]:
+            return Route("openapi", parts=parts[1:])
         if parts[:1] == ["api"] and len(parts) <= 2:
             return Route("discovery", parts=parts)
         if parts[:1] == ["apis"] and len(parts) <= 3:
@@ -467,6 +473,26 @@ class Api:
         if parts[2] not in {rt.version for rt in groups[group]}:
             raise self._no_route()
         return self._resource_list(group, parts[2])
+
+    def _openapi(self, req: Request, parts: list[str]) -> Response:
+        """``/openapi/v2`` (JSON only) and ``/openapi/v3[/<group-version>]``."""
+        if parts == ["v2"]:
+            accept = req.headers.get("accept", "")
+            if accept and "json" not in accept and "*/*" not in accept:
+                raise ApiError(
+                    406,
+                    "NotAcceptable",
+                    "only the following media types are accepted: application/json",
+                    details={},
+                )
+            return Response(200, self.openapi.v2(), JSON)
+        if parts == ["v3"]:
+            return self._ok(self.openapi.v3_index())
+        if parts[:1] == ["v3"]:
+            body = self.openapi.v3("/".join(parts[1:]))
+            if body is not None:
+                return Response(200, body, JSON, {"Cache-Control": "public, immutable"})
+        raise self._no_route()
 
     # ==================================================================================
     # reads
@@ -1039,6 +1065,7 @@ class Api:
                 raise invalid(rt.kind, rt.group, str(obj["metadata"].get("name") or ""), causes)
             return secret_admitted(obj)
         if rt is self.types.configmaps:
+            _configmap_decodes(obj)
             self._validate(rt, obj)
             causes = configmap_causes(obj)
             if causes:
@@ -1174,6 +1201,7 @@ class Api:
         elif rt is self.types.namespaces and result.get("spec") != current.get("spec"):
             result["spec"] = current.get("spec")
         elif rt is self.types.configmaps:
+            _configmap_decodes(result)
             causes = configmap_causes(result) + configmap_update_causes(current, result)
             if causes:
                 raise invalid("ConfigMap", "", current["metadata"]["name"], causes)
@@ -1366,6 +1394,23 @@ class Api:
 
 
 _IDLE: Any = object()
+
+
+def _configmap_decodes(obj: dict[str, Any]) -> None:
+    """A non-string value fails to decode into a ConfigMap (400, as Go's JSON decoder says)."""
+    for part in ("data", "binaryData"):
+        values = obj.get(part)
+        if not isinstance(values, dict):
+            continue
+        for value in values.values():
+            if not isinstance(value, str):
+                got = "number" if isinstance(value, int | float) else type(value).__name__
+                if isinstance(value, bool):
+                    got = "bool"
+                raise bad_request(
+                    'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot '
+                    f"unmarshal {got} into Go struct field ConfigMap.{part} of type string"
+                )
 
 
 def _same(current: dict[str, Any], result: dict[str, Any]) -> bool:
