@@ -29,6 +29,7 @@ import yaml
 
 from kubesim import admission
 from kubesim.auth import Authenticator, Principal
+from kubesim.clock import wall_text
 from kubesim.errors import (
     ApiError,
     bad_request,
@@ -968,7 +969,7 @@ class Api:
             if rt is self.types.queues:
                 admission.validate_queue(created, self._queues())
             created["metadata"]["managedFields"] = record_update(
-                None, created, self._manager(req), self.sim.now_text()
+                None, created, self._manager(req), wall_text()
             )
             if dry_run:
                 key = (route.namespace or "", created["metadata"]["name"])
@@ -977,7 +978,7 @@ class Api:
 
                     raise already_exists(rt.plural, rt.group, key[1])
                 created["metadata"].setdefault("uid", _dry_uid())
-                created["metadata"].setdefault("creationTimestamp", self.sim.now_text())
+                created["metadata"].setdefault("creationTimestamp", wall_text())
                 created["metadata"].setdefault("generation", 1)
                 return self._ok(created, 201, self._warn_headers(warnings))
             stored = self.store.create(rt, created)
@@ -1154,7 +1155,7 @@ class Api:
                 result["metadata"]["managedFields"] = managed(current, result)
             elif route.sub is None:
                 result["metadata"]["managedFields"] = record_update(
-                    current, result, manager, self.sim.now_text(), operation=operation
+                    current, result, manager, wall_text(), operation=operation
                 )
             if _same(current, result):
                 return Response(200, self._entry(route).raw, JSON, self._warn_headers(warnings))
@@ -1261,7 +1262,7 @@ class Api:
                     raise not_found(rt.plural, rt.group, route.name or "")
                 self._prune(rt, applied, self._field_validation(req), warnings)
                 obj, managed = server_side_apply(
-                    None, applied, manager, force, self.sim.now_text(), qualified
+                    None, applied, manager, force, wall_text(), qualified
                 )
                 for key in _SERVER_META:
                     obj["metadata"].pop(key, None)
@@ -1281,7 +1282,7 @@ class Api:
 
             def build(current: dict[str, Any]) -> dict[str, Any]:
                 merged, managed = server_side_apply(
-                    current, applied, manager, force, self.sim.now_text(), qualified
+                    current, applied, manager, force, wall_text(), qualified
                 )
                 holder["managed"] = managed
                 return merged
@@ -1364,7 +1365,7 @@ class Api:
             if meta.get("deletionTimestamp"):
                 return obj
             return self.store.replace(
-                rt, {**obj, "metadata": {**meta, "deletionTimestamp": self.sim.now_text()}}
+                rt, {**obj, "metadata": {**meta, "deletionTimestamp": wall_text()}}
             )
         return self.store.delete(rt, namespace, name)
 

@@ -68,6 +68,17 @@ class SimClock:
             return delta / self._speed
 
 
+def wall_text(offset: float = 0.0) -> str:
+    """The wall clock as an RFC 3339 timestamp, for object metadata.
+
+    Metadata times (creationTimestamp, deletionTimestamp, managedFields, Event timestamps) are
+    what ``kubectl`` turns into AGE and "Last Seen" against the reader's own clock, so they
+    follow the wall clock whatever the simulated clock's speed; status times (startTime,
+    conditions, container states) stay on the simulated clock the portal measures jobs by.
+    """
+    return rfc3339(time.time() + offset)
+
+
 def rfc3339(ts: float) -> str:
     """Kubernetes timestamp format (second precision, UTC, ``Z``)."""
     return _rfc3339_second(int(ts))

@@ -108,9 +108,10 @@ class KubeSim:
         self.sim.bootstrap()
 
     def _now_text(self) -> str:
-        from kubesim.clock import rfc3339
+        """creationTimestamp of new objects: wall clock (see :func:`kubesim.clock.wall_text`)."""
+        from kubesim.clock import wall_text
 
-        return rfc3339(self.clock.now())
+        return wall_text()
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> KubeSim:

@@ -19,7 +19,7 @@ import random
 import re
 from typing import Any
 
-from kubesim.clock import rfc3339, rfc3339_micro
+from kubesim.clock import rfc3339, rfc3339_micro, wall_text
 from kubesim.objects import (
     DURATION,
     EXIT_CODE,
@@ -536,7 +536,7 @@ class Kubelet:
             obj,
             metadata={
                 **obj["metadata"],
-                "deletionTimestamp": rfc3339(self.now() + grace),
+                "deletionTimestamp": wall_text(grace),
                 "deletionGracePeriodSeconds": int(grace),
             },
         )
@@ -565,7 +565,7 @@ class Kubelet:
             obj,
             metadata={
                 **obj["metadata"],
-                "deletionTimestamp": rfc3339(self.now() + grace),
+                "deletionTimestamp": wall_text(grace),
                 "deletionGracePeriodSeconds": int(grace),
             },
         )

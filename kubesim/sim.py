@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubesim.clock import SimClock, rfc3339
+from kubesim.clock import SimClock, rfc3339, wall_text
 from kubesim.commands import CommandController
 from kubesim.config import GPU_CATALOG, ClusterConfig, SimSettings, build_nodes
 from kubesim.controller import JobController
@@ -548,7 +548,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                         **obj,
                         "metadata": {
                             **obj["metadata"],
-                            "deletionTimestamp": self.now_text(),
+                            "deletionTimestamp": wall_text(),
                             "finalizers": finalizers,
                         },
                     },
@@ -559,7 +559,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                     return obj
                 return self.store.replace(
                     self.types.jobs,
-                    {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": self.now_text()}},
+                    {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": wall_text()}},
                 )
             return self.store.delete(self.types.jobs, namespace, name)
 
@@ -575,7 +575,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                 self.types.namespaces,
                 {
                     **obj,
-                    "metadata": {**obj["metadata"], "deletionTimestamp": self.now_text()},
+                    "metadata": {**obj["metadata"], "deletionTimestamp": wall_text()},
                     "status": {"phase": "Terminating"},
                 },
             )
@@ -836,7 +836,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
                         **obj,
                         "metadata": dict(obj["metadata"]),
                         "count": obj.get("count", 1) + 1,
-                        "lastTimestamp": rfc3339(now),
+                        "lastTimestamp": wall_text(),
                     },
                 )
                 return
@@ -850,8 +850,8 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             "message": message,
             "type": type_,
             "source": {"component": component},
-            "firstTimestamp": rfc3339(now),
-            "lastTimestamp": rfc3339(now),
+            "firstTimestamp": wall_text(),
+            "lastTimestamp": wall_text(),
             "eventTime": None,
             "count": 1,
             "reportingComponent": component,
