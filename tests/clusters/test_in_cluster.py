@@ -58,6 +58,10 @@ def test_register_in_cluster_stores_no_secret_and_connects(pod, catalog, capsys)
     assert cluster.credential_hint == "service account gpupool-system/gpupool-portal"
     assert cluster.api_url.startswith("https://127.0.0.1:")
     assert "cluster local registered" in out
+    # The cluster doctor's first look, right after the test: kubesim's small pool has a B300
+    # the catalog does not know.
+    assert "cluster doctor: 2 warnings" in out
+    assert "  warning: gpu-type=b300 is not a GPU model the catalog knows" in out
     assert cluster_test(cluster=cluster).ok
 
 

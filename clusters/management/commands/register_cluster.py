@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from clusters import services
+from clusters.checkup import cluster_checkup
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES
 from portal.errors import ApplicationError
 
@@ -113,6 +114,11 @@ class Command(BaseCommand):
             self.stdout.write(report.summary)
             if not report.ok:
                 raise CommandError("the connection test failed")
+            # Connected: the cluster doctor's first look (it runs with every sync after this).
+            doctor = cluster_checkup(cluster=cluster)
+            self.stdout.write(f"cluster doctor: {doctor.message}")
+            for finding in doctor.findings:
+                self.stdout.write(f"  {finding.severity}: {finding.title}")
 
 
 def _kubeconfig_read(source: str) -> bytes:
