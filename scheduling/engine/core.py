@@ -39,7 +39,7 @@ from typing import TypeVar
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
-from scheduling.engine.capacity import Pool
+from scheduling.engine.capacity import PLAIN, Pool, ask_of
 from scheduling.engine.decision import (
     Admission,
     CandidateNote,
@@ -55,6 +55,7 @@ from scheduling.engine.decision import (
 )
 from scheduling.engine.fairshare import ShareBook
 from scheduling.engine.holds import try_hold
+from scheduling.engine.placement import fragmentation_for
 from scheduling.engine.preemption import Victim, try_preempt
 from scheduling.engine.quota import COHORT_SHORT, QuotaBook
 from scheduling.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
@@ -144,9 +145,10 @@ _Words = tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
 """A blocked job's reason: code, message (empty for WAITING_BEHIND), candidate notes, and the
 frame its message has around the detail."""
 
-_Signature = tuple[str, int, int, int, int]
-"""(team, id(candidates), candidates tried, GPUs per replica, replicas): jobs with equal
-signatures are decided alike, so the memos are per signature."""
+_Signature = tuple[object, ...]
+"""(team, id(candidates), candidates tried, GPUs per replica, replicas[, the ask's tail:
+devices, compute, CPU, memory, when not plain]): jobs with equal signatures are decided
+alike, so the memos are per signature."""
 
 _Blocked = tuple[PendingJob, "tuple[_Failure, ...]", Candidates, int, int, int]
 """A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
@@ -204,6 +206,8 @@ class Placement:
         self._free_cache: dict[str, tuple[int, str, int, int]] = {}
         self._fallback_memo: dict[str, CandidateNote] = {}
         self._not_tried_memo: dict[str, CandidateNote] = {}
+        self.frag = fragmentation_for(snapshot.demand)
+        self._devices_of: dict[int, list[list[int]]] = {}  # id(pool) -> planned devices
 
     # -- step 1 -------------------------------------------------------------------------------
 
@@ -213,6 +217,10 @@ class Placement:
         capacity = self._index_pools()
         self.initial_counts = {
             key: [len(b) for b in pool.buckets] for key, pool in self.pools.items()
+        }
+        # Pools booked per device: their start, whole (a count per bucket cannot tell).
+        self.initial_general = {
+            key: pool.copy() for key, pool in self.pools.items() if pool.general
         }
         self.quota, self.shares, self.preempted_gpus = self._books(capacity)
         self._running_on: dict[str, list[tuple[str, list[RunningAllocation]]]] | None = None
@@ -264,12 +272,21 @@ class Placement:
         self.enabled: dict[str, list[Pool]] = {}
         self.unavailable: dict[str, list[Pool]] = {}
         capacity: dict[str, int] = {}
+        shared = {m.key: int(m.memory_gib) for m in self.snap.models if m.shared_of}
         for cluster in sorted(self.snap.clusters, key=lambda c: c.id):
             by_model: dict[tuple[str, str], list[Node]] = {}
             for node in cluster.nodes:
                 by_model.setdefault((node.model, node.group), []).append(node)
             for model, group in sorted(by_model):
-                pool = Pool(cluster.id, cluster.state, model, by_model[(model, group)], group)
+                pool = Pool(
+                    cluster.id,
+                    cluster.state,
+                    model,
+                    by_model[(model, group)],
+                    group,
+                    shared=model in shared,
+                    device_size=shared.get(model, 0),
+                )
                 self.pools[pool.key] = pool
                 for name in pool.names:
                     self._pool_of_node[(cluster.id, model, name)] = pool.key
@@ -501,7 +518,12 @@ class Placement:
                     )
                 ) or candidates(req, policy)
                 n_tried = len(cands.matched) if job.fallback else 1
-                signature = (team, id(cands), n_tried, job.gpus_per_replica, job.replicas)
+                tail = (job.share_devices, job.cores_percent, job.cpu_milli, job.memory_mib)
+                signature = (
+                    (team, id(cands), n_tried, job.gpus_per_replica, job.replicas)
+                    if tail == PLAIN
+                    else (team, id(cands), n_tried, job.gpus_per_replica, job.replicas, tail)
+                )
                 starving = job.id in starving_ids
                 known = None if starving else failed.get(signature)
                 if known is not None:  # an equal job already failed: it fails the same way
@@ -602,6 +624,8 @@ class Placement:
             return True
         tried = cands.matched[:n_tried]
         need = g * r
+        tail = (job.share_devices, job.cores_percent, job.cpu_milli, job.memory_mib)
+        ask = ask_of(g, tail)
         failures: list[_Failure] = []
         enabled = self.enabled
         quota_failed = self._quota_failed
@@ -626,26 +650,26 @@ class Placement:
                 quota_failed[qkey] = (need, f)
                 failures.append(f)
                 continue
-            ckey = (key, g, r)
+            ckey = (key, g, r) if tail == PLAIN else (key, g, r, tail)
             cf = cap_failed.get(ckey)
             if cf is not None:
                 if cf.code is SkipCode.HELD_FOR_OTHER_JOB:
-                    cf = self._still_held(cf, g, r)
+                    cf = self._still_held(cf, g, r, ask)
                 failures.append(cf)
                 continue
             if nominal_only and borrowed:
-                if any(p.free_total >= need and p.fits(g, r) for p in pools):
+                if any(p.free_total >= need and _fits(p, g, r, ask) for p in pools):
                     self._deferred_sig.add(signature)
                     return False  # would borrow: wait for the borrowing pass of this band
-                cf = cap_failed[ckey] = self._capacity_failure(model, g, r)
+                cf = cap_failed[ckey] = self._capacity_failure(model, g, r, ask)
                 failures.append(cf)
                 continue
-            fitting = self._fitting(pools, g, r, need)
+            fitting = self._fitting(pools, g, r, need, ask)
             if not fitting:
-                cf = cap_failed[ckey] = self._capacity_failure(model, g, r)
+                cf = cap_failed[ckey] = self._capacity_failure(model, g, r, ask)
                 failures.append(cf)
                 continue
-            self._admit(job, model, fitting, borrowed, cands, failures, starving)
+            self._admit(job, model, fitting, borrowed, cands, failures, starving, ask)
             return True
         # Reclaim: a team within nominal takes back what borrowers hold.
         if self.config.preemption:
@@ -689,13 +713,27 @@ class Placement:
         return cands
 
     def _fitting(
-        self, pools: Sequence[Pool], g: int, r: int, need: int
+        self, pools: Sequence[Pool], g: int, r: int, need: int, ask: tuple[int, ...] = ()
     ) -> list[tuple[tuple[int, int, str], Pool, list[int]]]:
         """Every enabled cluster the gang fits, best fit first: least leftover on the nodes
-        used, then least free left in the cluster, then cluster id."""
+        used, then least free left in the cluster, then cluster id. A pool booked per device
+        (``Pool.general``) places by its own rule and keeps the devices it planned in
+        ``self._devices_of[id(pool)]``."""
         out: list[tuple[tuple[int, int, str], Pool, list[int]]] = []
         for pool in pools:
-            if pool.max_total < g or pool.free_total < need or not pool.fits(g, r):
+            if pool.max_total < g or pool.free_total < need:
+                continue
+            if pool.general and ask:
+                if not pool.fits_ask(ask, r):  # type: ignore[arg-type]
+                    continue
+                placed = pool.plan_ask(ask, r, self.frag)  # type: ignore[arg-type]
+                if placed is None:  # pragma: no cover - fits_ask() said yes
+                    continue
+                plan, devices, leftover = placed
+                self._devices_of[id(pool)] = devices
+                out.append(((leftover, pool.free_total - need, pool.cluster), pool, plan))
+                continue
+            if not pool.fits(g, r):
                 continue
             planned = pool.plan(g, r)
             if planned is None:  # pragma: no cover - fits() said yes
@@ -705,43 +743,56 @@ class Placement:
         out.sort(key=lambda c: c[0])
         return out
 
-    def _ever_fits(self, model: str, g: int, r: int) -> bool:
+    def _ever_fits(self, model: str, g: int, r: int, ask: tuple[int, ...] = ()) -> bool:
         """Whether the gang could fit on an enabled pool of ``model`` were it empty (static
         within a cycle, so memoised)."""
-        key = (model, g, r)
-        ever = self._ever_memo.get(key)
+        key = (model, g, r, ask)
+        ever = self._ever_memo.get(key)  # type: ignore[call-overload]
         if ever is None:
             pools = self.enabled.get(model, ())
-            ever = self._ever_memo[key] = any(p.could_ever_fit(g, r) for p in pools)
+            ever = self._ever_memo[key] = any(  # type: ignore[index]
+                p.could_ever_fit_ask(ask, r) if p.general and ask else p.could_ever_fit(g, r)  # type: ignore[arg-type]
+                for p in pools
+            )
         return ever
 
-    def _capacity_failure(self, model: GpuModel, g: int, r: int) -> _Failure:
+    def _capacity_failure(
+        self, model: GpuModel, g: int, r: int, ask: tuple[int, ...] = ()
+    ) -> _Failure:
         key = (model.key, g, r)
         pools = self.enabled[model.key]
-        if not self._ever_fits(model.key, g, r):
+        if not self._ever_fits(model.key, g, r, ask):
             return _Failure(SkipCode.TOO_LARGE, model)
         if self._held_by:
             for pool in pools:
                 holder = self._held_by.get(id(pool))
                 if holder is not None and pool.fits_without_holds(g, r):
                     return _Failure(SkipCode.HELD_FOR_OTHER_JOB, model, holder=holder)
+        if ask and any(p.general for p in pools):
+            key = (model.key, g, r, ask)  # type: ignore[assignment]
         fit0 = self._fit0_memo.get(key)
         if fit0 is None:
             fit0 = self._fit0_memo[key] = any(
-                _fits_counts(self.initial_counts[p.key], g, r) for p in pools
+                self.initial_general[p.key].fits_ask(ask, r)  # type: ignore[arg-type]
+                if p.general and ask
+                else _fits_counts(self.initial_counts[p.key], g, r)
+                for p in pools
             )
         return _Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
 
-    def _still_held(self, failure: _Failure, g: int, r: int) -> _Failure:
+    def _still_held(self, failure: _Failure, g: int, r: int, ask: tuple[int, ...] = ()) -> _Failure:
         """A "held for another job" failure as it stands now. Room only shrinks within a
         cycle: once the gang would not fit even without the holds, what stops it is no room,
         which a job within its nominal quota may reclaim. Read again where it is used, so
         that how a failure is worded, and whether a later job reclaims, does not depend on
         which job of that shape the cycle happened to ask first."""
-        now = self._capacity_failure(failure.model, g, r)
+        now = self._capacity_failure(failure.model, g, r, ask)
         if now.code is failure.code:
             return failure
-        self._cap_failed[(failure.model.key, g, r)] = now
+        tail = tuple(ask[1:]) if ask else PLAIN
+        self._cap_failed[
+            (failure.model.key, g, r) if tail == PLAIN else (failure.model.key, g, r, tail)
+        ] = now
         return now
 
     def _charge(self, team: str, model: str, need: int) -> None:
@@ -757,13 +808,24 @@ class Placement:
         cands: Candidates,
         failures: list[_Failure],
         starving: bool,
+        ask: tuple[int, ...] = (),
     ) -> None:
         g = job.gpus_per_replica
         (leftover, _, _), pool, plan = fitting[0]
         # Computed before charging; an unworded step needs no explanation at all.
         cluster_notes = self._cluster_notes(model, fitting) if self.worded else None
-        for i in plan:
-            pool.take(i, g)
+        device_plan: tuple[str, ...] = ()
+        if pool.general and ask:
+            devices = self._devices_of[id(pool)]
+            for i, devs in zip(plan, devices, strict=True):
+                pool.take_ask(i, ask, devs)  # type: ignore[arg-type]
+            if pool.dev is not None:
+                device_plan = tuple(
+                    pool.device_names(i, devs) for i, devs in zip(plan, devices, strict=True)
+                )
+        else:
+            for i in plan:
+                pool.take(i, g)
         row = self.quota.row(job.team, model.key)
         self._charge(job.team, model.key, job.gpus)
         if cluster_notes is None:
@@ -807,6 +869,7 @@ class Placement:
                 borrowed_gpus=borrowed,
                 explanation=explanation,
                 starvation_guard=starving,
+                device_plan=device_plan,
             )
         )
 
@@ -970,6 +1033,13 @@ def _line_order(jobs: list[PendingJob]) -> list[PendingJob]:
         out.extend(run)
         start = end
     return out
+
+
+def _fits(pool: Pool, g: int, r: int, ask: tuple[int, ...]) -> bool:
+    """Whether the gang fits the pool now: by its devices, CPU and memory where it books them."""
+    if pool.general and ask:
+        return pool.fits_ask(ask, r)  # type: ignore[arg-type]
+    return pool.fits(g, r)
 
 
 def _fits_counts(counts: list[int], g: int, r: int) -> bool:

@@ -69,6 +69,11 @@ class Admission:
     starvation_guard: bool = False
     """Admitted as a head of line past the starvation guard (capacity may have been held for
     it in earlier cycles)."""
+    device_plan: tuple[str, ...] = ()
+    """For a share on nodes that book devices: the device of each replica, index = replica
+    number (its UUID when the node reported one, else its index on the node; several devices
+    of one replica joined by ``+``). Empty for whole GPUs and slices. The manifest pins it
+    where the sharing mode allows (HAMi); the cycle charges it until the pods are bound."""
 
     @property
     def on_borrowed_quota(self) -> bool:

@@ -224,6 +224,40 @@ def detail_no_node_fits(
     return f"{where} ({block}, {free} free in enabled clusters{down})"
 
 
+def detail_share_too_large(per_device: int, devices: int, device_size: int) -> str:
+    """A share larger than any device of the pool: it can never run there."""
+    each = f" on each of {devices} devices" if devices > 1 else " on one device"
+    return (
+        f"needs {per_device} GiB{each}; a share lives on one device and the largest device "
+        f"holds {device_size} GiB"
+    )
+
+
+def detail_no_device_fits(
+    replicas: int,
+    per_device: int,
+    devices: int,
+    largest: int,
+    largest_in: str,
+    free: int,
+    stranded: bool = False,
+) -> str:
+    """No device has room for a share now (the pool's sum may well be larger)."""
+    where = f" in {largest_in}" if largest_in else ""
+    if stranded:
+        return (
+            f"the devices with {per_device} GiB free are on nodes without the CPU or memory "
+            f"it asks ({free} GiB free in enabled clusters)"
+        )
+    many = f" for {replicas} replicas" if replicas > 1 else ""
+    each = f" on {devices} devices of one node" if devices > 1 else ""
+    return (
+        f"no single device has {per_device} GiB free{each}{many} (the most free on one "
+        f"device is {largest} GiB{where}; {free} GiB free in enabled clusters, split "
+        f"across devices)"
+    )
+
+
 def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:
     return (
         f"waiting behind {count(ahead, 'job')} ahead in line (higher priority or lower team "

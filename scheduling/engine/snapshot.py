@@ -163,6 +163,27 @@ class Node:
     the model under, since a MIG profile offered as ``nvidia.com/gpu`` (single strategy) on
     some nodes and as ``nvidia.com/mig-1g.10gb`` (mixed) on others is requested by a different
     name on each: a gang spanning both could never run."""
+    devices: tuple[int, ...] = ()
+    """For a node of a shared pool: the units (GiB) free on each device, in device order. A
+    share lives on one device, so a replica is placed only where one device holds all of it
+    (two devices with 30 GiB free cannot take 40 GiB). Empty: the node's ``free_gpus`` count
+    as one device (the node-wide books of before). ``free_gpus`` still caps the node."""
+    device_ids: tuple[str, ...] = ()
+    """The devices' identities (HAMi and the vGPU plugin register each GPU's UUID), in the
+    order of ``devices``; an admission names the planned device by it, else by its index."""
+    device_cores: tuple[int, ...] = ()
+    """Compute (% of the device) free on each device, in the order of ``devices``; empty:
+    compute is not booked (a share that caps no compute needs none)."""
+    device_policy: str = ""
+    """Who picks the device within the node. ``""``: the portal does, and the manifest pins
+    it (HAMi's device-UUID annotation). ``"binpack"`` / ``"spread"``: the cluster's scheduler
+    does (Volcano vGPU), by that policy (the fullest / the emptiest device that fits), and the
+    engine books the device that policy will take."""
+    cpu_free: int | None = None
+    """Milli-CPU free on the node for new pods; ``None``: not known, not checked. A node whose
+    CPUs are taken strands its GPUs: no replica is planned where its CPU does not fit."""
+    memory_free: int | None = None
+    """MiB of host memory free on the node for new pods; ``None``: not known, not checked."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -354,6 +375,16 @@ class PendingJob:
     """How the qualifying models are ordered."""
     fallback: bool = True
     """Whether later candidates may be tried when the first has no room."""
+    cpu_milli: int = 0
+    """Milli-CPU each replica asks (checked against ``Node.cpu_free`` where nodes report it;
+    a pod always takes some CPU, so a node with none free takes no replica)."""
+    memory_mib: int = 0
+    """MiB of host memory each replica asks (checked against ``Node.memory_free``)."""
+    share_devices: int = 1
+    """For a share: the devices each replica's ``gpus_per_replica`` units are split over,
+    equally (HAMi's ``nvidia.com/gpu: N`` with ``gpumem`` each); 1 for one device."""
+    cores_percent: int = 0
+    """For a share: compute (% of a device) it reserves on each of its devices (0: none)."""
 
     @property
     def gpus(self) -> int:
@@ -405,6 +436,24 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    """One shape of the work the pool expects, and how often it comes: the reference the
+    placement rule measures fragmentation against (see ``scheduling.engine.placement``)."""
+
+    gpus_per_replica: int
+    """Units one replica asks (GPUs, slices, or a shared pool's units); 0: a CPU-only pod,
+    which can use no GPU at all."""
+    share_devices: int = 1
+    """For a share: the devices those units are split over."""
+    cpu_milli: int = 0
+    """Milli-CPU one replica asks."""
+    models: tuple[str, ...] = ()
+    """``GpuModel.key`` values it may run on; empty: any."""
+    weight: float = 1.0
+    """Relative frequency (> 0); normalised over the snapshot's demand."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
     """Everything one decision depends on, at instant ``now``."""
 
@@ -428,3 +477,7 @@ class Snapshot:
     """Quota owned by cohorts (optional)."""
     backlog: tuple[Backlog, ...] = field(default=())
     """Per team, queued jobs the cycle did not load."""
+    demand: tuple[Demand, ...] = ()
+    """The expected mix of work (optional). With it, pools that book devices or CPU place
+    each replica where the free room left is least fragmented for this mix; without it,
+    every pool places by best fit."""

@@ -22,6 +22,7 @@ from scheduling.engine.reasons import ReasonCode, SkipCode
 from scheduling.engine.snapshot import ClusterState, GpuModel, PendingJob
 
 if TYPE_CHECKING:
+    from scheduling.engine.capacity import Pool
     from scheduling.engine.core import Placement, _Failure, _Waiting
 
 
@@ -82,6 +83,9 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
             [p.cluster for p in unavailable if p.state is ClusterState.DISABLED],
             [p.cluster for p in unavailable if p.state is ClusterState.UNREACHABLE],
         )
+    booked = [p for p in pl.enabled.get(m, ()) if p.dev is not None]
+    if booked and code in (SkipCode.TOO_LARGE, SkipCode.NO_NODE_FITS):
+        return _device_detail(pl, code, booked, job)
     if code is SkipCode.TOO_LARGE:
         pools = pl.enabled[m]
         split = len({p.cluster for p in pools}) < len(pools)
@@ -101,6 +105,28 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
         )
     largest, where, free, out_of_service = model_free(pl, m)
     return reasons.detail_no_node_fits(r, g, largest, free, out_of_service, where)
+
+
+def _device_detail(pl: Placement, code: SkipCode, pools: list[Pool], job: PendingJob) -> str:
+    """Why a share finds no room on pools booked per device: a share lives on one device,
+    so the most free on one device is what a user needs to know, not the node's sum."""
+    d = max(1, job.share_devices)
+    per = -(-job.gpus_per_replica // d)
+    if code is SkipCode.TOO_LARGE:
+        return reasons.detail_share_too_large(per, d, max(p.device_size for p in pools))
+    blocks = sorted(((p.max_device_free(), p.cluster) for p in pools), key=lambda b: (-b[0], b[1]))
+    largest, where = blocks[0] if blocks else (0, "")
+    # Room on a device, yet no node takes it: its CPU or memory is what is taken.
+    stranded = largest >= per and job.replicas == 1
+    return reasons.detail_no_device_fits(
+        job.replicas,
+        per,
+        d,
+        largest,
+        where if largest else "",
+        sum(p.free_total for p in pools),
+        stranded=stranded and any(p.cpu is not None or p.mem is not None for p in pools),
+    )
 
 
 def _team_of_holder(pl: Placement, holder: str) -> str:
