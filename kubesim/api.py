@@ -64,6 +64,9 @@ from kubesim.selectors import (
 )
 from kubesim.sim import Simulation
 from kubesim.store import Entry, ResourceType, Watcher, WatchEvent
+from kubesim.tables import TABLE_MEDIA, wants_table
+from kubesim.tables import row_for as table_row
+from kubesim.tables import table as make_table
 from kubesim.validation import (
     configmap_causes,
     configmap_update_causes,
@@ -369,6 +372,8 @@ class Api:
             raise method_not_allowed()
         if route.sub == "log":
             return self.pod_log(req, route)
+        if wants_table(req.headers.get("accept")) and verb in ("get", "list") and not route.sub:
+            return self._table(req, route, verb)
         if verb == "get":
             return self.get(route)
         if verb == "list":
@@ -510,6 +515,22 @@ class Api:
         if entry is None:
             raise not_found(rt.plural, rt.group, route.name or "")
         return entry
+
+    def _table(self, req: Request, route: Route, verb: str) -> Response:
+        """``kubectl get``'s request: the object(s) as a meta.k8s.io/v1 Table."""
+        rt = route.rt
+        assert rt is not None
+        include = req.query.get("includeObject") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise bad_request(
+                f"includeObject must be one of None, Metadata or Object, got {include!r}"
+            )
+        if verb == "get":
+            body = make_table(rt, [self._entry(route).obj], include=include)
+            return Response(200, _json(body), TABLE_MEDIA)
+        listed = json.loads(self.list(req, route).body)
+        body = make_table(rt, listed["items"], include=include, metadata=listed["metadata"])
+        return Response(200, _json(body), TABLE_MEDIA)
 
     def get(self, route: Route) -> Response:
         """GET one object (or its status subresource: the same object)."""
@@ -678,6 +699,19 @@ class Api:
             ("gone",), "watch", rt.plural, rt.group, None, route.namespace, None
         )
         interval = self.sim.settings.bookmark_interval_seconds
+        render = None
+        if wants_table(req.headers.get("accept")):
+            include = req.query.get("includeObject") or "Metadata"
+            columns_sent = [False]
+
+            def render(entry: Entry) -> bytes:
+                # kubectl -w: each event carries a one-row Table, the first one with columns
+                body = make_table(rt, [], include=include)
+                if columns_sent[0]:
+                    body["columnDefinitions"] = []
+                columns_sent[0] = True
+                body["rows"] = [table_row(rt, entry.obj, include, time.time())]
+                return _json(body)
 
         def error_line(err: ApiError) -> bytes:
             return b'{"type":"ERROR","object":' + _json(err.status()) + b"}\n"
@@ -699,7 +733,9 @@ class Api:
                 writer.send(error_line(err))
                 return
             try:
-                self._pump(writer, watcher, initial, label, fields, timeout, bookmarks, interval)
+                self._pump(
+                    writer, watcher, initial, label, fields, timeout, bookmarks, interval, render
+                )
             finally:
                 self.store.unwatch(watcher)
 
@@ -743,6 +779,7 @@ class Api:
         timeout: float,
         bookmarks: bool,
         interval: float,
+        render: Callable[[Entry], bytes] | None = None,
     ) -> None:
         rt = watcher.rt
         deadline = time.monotonic() + timeout
@@ -766,7 +803,8 @@ class Api:
                 )
                 if fault is not None and fault.kind == "drop":
                     continue
-                line = b'{"type":"' + view[0].encode() + b'","object":' + view[1].raw + b"}\n"
+                raw = view[1].raw if render is None else render(view[1])
+                line = b'{"type":"' + view[0].encode() + b'","object":' + raw + b"}\n"
                 out.append(line)
                 if fault is not None:
                     out.append(line)
