@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, unquote
 import yaml
 
 from kubesim import admission
+from kubesim import metrics as metrics_api
 from kubesim.auth import Authenticator, Principal
 from kubesim.clock import wall_text
 from kubesim.errors import (
@@ -162,7 +163,7 @@ class Response:
 class Route:
     """Where a path points."""
 
-    kind: str  # version | health | discovery | resource | control | openapi
+    kind: str  # version | health | discovery | resource | control | openapi | metrics
     rt: ResourceType | None = None
     namespace: str | None = None
     name: str | None = None
@@ -243,6 +244,9 @@ class Api:
                 return self._ok(self.discovery(route.parts))
             if route.kind == "openapi":
                 return self._openapi(req, route.parts)
+            if route.kind == "metrics":
+                assert principal is not None
+                return self._metrics(req, principal, route.parts)
             if route.kind == "control":
                 assert principal is not None
                 if not principal.admin:
@@ -286,6 +290,8 @@ class Api:
             return Route("control", parts=parts[2:])
         if parts[:1] == ["openapi"]:
             return Route("openapi", parts=parts[1:])
+        if parts[:3] == ["apis", metrics_api.GROUP, metrics_api.VERSION] and len(parts) > 3:
+            return Route("metrics", parts=parts[3:])
         if parts[:1] == ["api"] and len(parts) <= 2:
             return Route("discovery", parts=parts)
         if parts[:1] == ["apis"] and len(parts) <= 3:
@@ -469,9 +475,14 @@ class Api:
             return {
                 "kind": "APIGroupList",
                 "apiVersion": "v1",
-                "groups": [self._group(g) for g in sorted(groups) if g],
+                "groups": [self._group(g) for g in sorted(groups) if g] + [metrics_api.api_group()],
             }
         group = parts[1]
+        if group == metrics_api.GROUP:
+            if len(parts) == 2:
+                return metrics_api.api_group()
+            if parts[2] == metrics_api.VERSION:
+                return metrics_api.resource_list()
         if group not in groups or not group:
             raise self._no_route()
         if len(parts) == 2:
@@ -499,6 +510,50 @@ class Api:
             if body is not None:
                 return Response(200, body, JSON, {"Cache-Control": "public, immutable"})
         raise self._no_route()
+
+    def _metrics(self, req: Request, principal: Principal, parts: list[str]) -> Response:
+        """``metrics.k8s.io/v1beta1`` nodes and pods (what ``kubectl top`` reads)."""
+        namespace = None
+        if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] == "pods":
+            namespace, parts = parts[1], parts[2:]
+        if not parts or parts[0] not in ("nodes", "pods") or len(parts) > 2:
+            raise self._no_route()
+        resource, name = parts[0], parts[1] if len(parts) == 2 else None
+        if req.method != "GET":
+            raise method_not_allowed()
+        verb = "get" if name else "list"
+        if not principal.allows(verb, metrics_api.GROUP, resource, namespace):
+            raise forbidden(principal.user, verb, resource, metrics_api.GROUP, namespace, name)
+        label = parse_label_selector(req.query.get("labelSelector"))
+        with self.store.lock:
+            if resource == "pods":
+                pods = [
+                    p
+                    for p in self.store.select(self.types.pods, namespace)
+                    if metrics_api.running(p)
+                    and (name is None or p["metadata"]["name"] == name)
+                    and label.matches(p["metadata"].get("labels"))
+                ]
+                items = [metrics_api.pod_metrics(p) for p in pods]
+            else:
+                on_node: dict[str, list[dict[str, Any]]] = {}
+                for pod in self.store.select(self.types.pods):
+                    node_name = (pod.get("spec") or {}).get("nodeName")
+                    if node_name and metrics_api.running(pod):
+                        on_node.setdefault(node_name, []).append(pod)
+                items = [
+                    metrics_api.node_metrics(n, on_node.get(n["metadata"]["name"], []))
+                    for n in self.store.select(self.types.nodes)
+                    if (name is None or n["metadata"]["name"] == name)
+                    and label.matches(n["metadata"].get("labels"))
+                ]
+        items.sort(key=lambda m: (m["metadata"].get("namespace", ""), m["metadata"]["name"]))
+        if name is not None:
+            if not items:
+                raise not_found(resource, metrics_api.GROUP, name)
+            return self._ok(items[0])
+        kind = "PodMetrics" if resource == "pods" else "NodeMetrics"
+        return self._ok(metrics_api.metrics_list(kind, items))
 
     # ==================================================================================
     # reads
