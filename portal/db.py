@@ -16,7 +16,7 @@ import fcntl
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ __all__ = [
     "insert_rows",
     "insert_with_child",
     "insert_with_child_if",
+    "int_array",
     "on_postgresql",
     "row_format",
     "transaction_lock",
@@ -336,6 +337,18 @@ def _insert_values(obj: Model, connection: Any, *, skip: str = "") -> tuple[list
         columns.append(connection.ops.quote_name(f.column))
         values.append(value)
     return columns, values
+
+
+def int_array(values: Iterable[int | None]) -> str:
+    """A PostgreSQL array literal (``{1,2,NULL}``) of integers, sent as one text parameter and
+    cast in the SQL (``%s::bigint[]``).
+
+    psycopg adapts a Python list element by element in Python: 9,000 ids cost about 20 ms, a
+    sixth of the cycle's whole write of its waits, where this text costs about 1.5 ms."""
+    items = list(values)
+    if None in items:
+        return "{" + ",".join("NULL" if v is None else str(v) for v in items) + "}"
+    return "{" + ",".join(map(str, items)) + "}"
 
 
 def _literal(value: Any) -> str | None:

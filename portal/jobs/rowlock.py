@@ -148,7 +148,7 @@ def jobs_update_rows(
     # bigint[] like the column: a list of small ints arrives as smallint[], and a comparison
     # across types cannot use a hash of the array (each row then scanned it through).
     conditions = ["id = ANY(%s::bigint[])"]
-    where_params: list[Any] = [sorted(row["id"] for row in rows)]
+    where_params: list[Any] = [db.int_array(sorted(row["id"] for row in rows))]
     for name, value in where.items():
         field = meta.get_field(name)
         conditions.append(f"{qn(field.column)} = %s")

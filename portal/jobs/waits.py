@@ -5,9 +5,10 @@ The cycle rewrites thousands of these per run, so they live in a narrow table be
 lock; the rows are locked in job id order all the same (``portal.jobs.rowlock``), so a writer
 added later cannot meet it in the opposite order.
 
-PostgreSQL: an ``INSERT … SELECT … FROM unnest(…) ON CONFLICT DO UPDATE``, each string column
-sent once as its distinct values and an index per row (a deep queue waits in a handful of
-ways: 9,450 reasons were 8 distinct messages). SQLite (the demo): the ORM's upsert.
+PostgreSQL: one statement that updates the rows already there and inserts the rest, from
+arrays (``unnest``), each string column sent once as its distinct values and an index per row
+(a deep queue waits in a handful of ways: 9,450 reasons were 8 distinct messages). SQLite (the
+demo): the ORM's upsert.
 """
 
 from __future__ import annotations
@@ -65,27 +66,38 @@ def waits_write(rows: Sequence[WaitRow]) -> int:
     table = connection.ops.quote_name(JobWait._meta.db_table)
     with connection.cursor() as cur:
         cur.execute(
-            f"INSERT INTO {table} (job_id, code, reason, position, notes_id, model) "  # noqa: S608 - the model's table
-            "SELECT u.id, (%s::varchar[])[u.c], (%s::text[])[u.r], u.p, "
-            "(%s::varchar[])[u.n], (%s::varchar[])[u.m] "
-            "FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::int[], %s::int[], %s::int[]) "
-            "AS u(id, c, r, p, n, m) ORDER BY u.id "
-            "ON CONFLICT (job_id) DO UPDATE SET code = EXCLUDED.code, reason = EXCLUDED.reason, "
-            "position = EXCLUDED.position, notes_id = EXCLUDED.notes_id, model = EXCLUDED.model",
+            # Each row is decoded once (``v``); a job that already waits is updated in place
+            # and the others are inserted. The UPDATE joined on the key costs half what the
+            # upsert's speculative insert did per row, and the table's free space (fillfactor,
+            # migration 0025) keeps most new versions on their page with no index entry to add.
+            # Its rows are locked first in id order (``portal.jobs.rowlock``).
+            "WITH v AS MATERIALIZED (SELECT u.id AS job_id, (%s::varchar[])[u.c] AS code, "  # noqa: S608 - the model's table
+            "(%s::text[])[u.r] AS reason, u.p AS position, (%s::varchar[])[u.n] AS notes_id, "
+            "(%s::varchar[])[u.m] AS model FROM unnest(%s::bigint[], %s::int[], %s::int[], "
+            "%s::int[], %s::int[], %s::int[]) AS u(id, c, r, p, n, m)), "
+            f"updated AS (UPDATE {table} AS w SET code = v.code, reason = v.reason, "
+            "position = v.position, notes_id = v.notes_id, model = v.model "
+            "FROM v WHERE w.job_id = v.job_id RETURNING w.job_id), "
+            f"inserted AS (INSERT INTO {table} (job_id, code, reason, position, notes_id, model) "
+            "SELECT * FROM v WHERE NOT EXISTS (SELECT 1 FROM updated AS d WHERE d.job_id = "
+            "v.job_id) ORDER BY v.job_id ON CONFLICT (job_id) DO UPDATE SET code = "
+            "EXCLUDED.code, reason = EXCLUDED.reason, position = EXCLUDED.position, "
+            "notes_id = EXCLUDED.notes_id, model = EXCLUDED.model RETURNING job_id) "
+            "SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted)",
             [
                 codes,
                 reasons,
                 notes,
                 models,
-                [r.job_id for r in ordered],
-                code_at,
-                reason_at,
-                [r.position for r in ordered],
-                notes_at,
-                model_at,
+                db.int_array(r.job_id for r in ordered),
+                db.int_array(code_at),
+                db.int_array(reason_at),
+                db.int_array(r.position for r in ordered),
+                db.int_array(notes_at),
+                db.int_array(model_at),
             ],
         )
-        return int(cur.rowcount)
+        return int(cur.fetchone()[0])
 
 
 def _indexed(values: Iterable[str | None]) -> tuple[list[str | None], list[int]]:
