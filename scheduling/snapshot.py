@@ -8,6 +8,7 @@ cycle's own numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -228,6 +229,9 @@ class Holding:
     # is one Node row per resource, so the row of the job's model is charged.
     planned: dict[tuple[str, str, str], int]
     job_pk: dict[str, int]
+    # (cluster, node, model) -> GiB of each replica planned there, oldest admission first,
+    # for the models in ``shared``: what the per-device books are rebuilt from.
+    shares: dict[tuple[str, str, str], list[int]] = dataclasses.field(default_factory=dict)
 
 
 def effective_priority() -> Any:
@@ -241,7 +245,9 @@ def effective_priority() -> Any:
     return Least(F("priority"), allowed)
 
 
-def _holding() -> Holding:
+def _holding(shared: frozenset[str] = frozenset()) -> Holding:
+    """Every job holding GPUs; for the models in ``shared`` (shared pools) also each replica's
+    GiB per node, from which :func:`device_books` rebuilds the devices' books."""
     rows = cursor_rows(
         Job.objects.filter(state__in=HOLDING_STATES, cluster__isnull=False, gpu_model__isnull=False)
         .annotate(
@@ -269,11 +275,15 @@ def _holding() -> Holding:
     running = []
     plans = []
     job_pk = {}
+    shares: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
     for pk, public_id, team, cluster, model, replicas, gpus, priority, *rest in rows:
         started_us, changed_us, plan_text, state = rest
         job_id = uuid_text(public_id)
         plan = json_tuple(plan_text)
         plans.append((cluster, plan, gpus, model))
+        if model in shared:
+            for node in plan:
+                shares[(cluster, node, model)].append((started_us or changed_us or 0, gpus))
         running.append(
             engine.running_allocation(
                 job_id,
@@ -292,11 +302,51 @@ def _holding() -> Holding:
             )
         )
         job_pk[job_id] = pk
-    return Holding(tuple(running), planned_gpus_by_node(plans), job_pk)
+    return Holding(
+        tuple(running),
+        planned_gpus_by_node(plans),
+        job_pk,
+        {key: [gib for _, gib in sorted(replicas)] for key, replicas in shares.items()},
+    )
+
+
+def device_books(allocatable: int, device_gib: int, foreign: int, shares: list[int]) -> list[int]:
+    """Free GiB per device of a shared node, rebuilt from what is known.
+
+    The inventory records a shared node's GiB in all (``gpu_allocatable``) and its card's
+    device size (the catalog's ``memory_gib``), but not which device each share landed on:
+    the devices are ``allocatable / device size`` (rounded), and the shares the portal
+    planned there (oldest admission first), then the foreign pods' GiB, are charged to the
+    fullest device that holds each, as the cluster's scheduler places them (HAMi's and the
+    Volcano vGPU plugin's ``binpack``, the policy the manifest asks for). A share that no
+    device holds any more (an over-count) is taken from the fullest devices, never below 0.
+    """
+    if allocatable <= 0:
+        return []
+    count = max(1, round(allocatable / device_gib)) if device_gib > 0 else 1
+    size, extra = divmod(allocatable, count)
+    devices = [size + (1 if i < extra else 0) for i in range(count)]
+    for gib in [*shares, foreign]:
+        if gib <= 0:
+            continue
+        fit = [i for i in range(count) if devices[i] >= gib]
+        if fit:
+            i = min(fit, key=lambda i: (devices[i], i))
+            devices[i] -= gib
+            continue
+        for i in sorted(range(count), key=devices.__getitem__):
+            take = min(devices[i], gib)
+            devices[i] -= take
+            gib -= take
+            if not gib:
+                break
+    return devices
 
 
 def _clusters(
     planned: dict[tuple[str, str, str], int],
+    shares: dict[tuple[str, str, str], list[int]] | None = None,
+    device_gib: dict[str, int] | None = None,
 ) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
     """Clusters with free GPUs per node, by the one capacity rule (``clusters.capacity``), and
     each one's state (an enabled cluster marked unreachable is ``UNREACHABLE``).
@@ -304,7 +354,13 @@ def _clusters(
     An over-count (a node whose plans exceed what it allocates: the replicas run elsewhere in
     the pool and the portal has not heard yet) is logged, charged to the pool's other nodes,
     and handed to ``on_over_count`` so that the cluster's bindings are read again.
+
+    A node of a shared pool (a model in ``device_gib``: its device size in GiB) gets its
+    devices' free GiB (:func:`device_books`), so that the engine admits a share only where
+    one device holds it; its devices are picked by the cluster's scheduler, ``binpack``.
     """
+    shares = shares or {}
+    device_gib = device_gib or {}
     # A pool per GPU resource too: a MIG profile offered as ``nvidia.com/gpu`` on single-
     # strategy nodes and as ``nvidia.com/mig-…`` on mixed ones is one catalog model but two
     # pools (``engine.Node.group``), since a job's pods ask for one resource name.
@@ -342,6 +398,7 @@ def _clusters(
         for over in overs:
             _warn_over_count(cluster_name, model, over)
             over_counted.add(cluster_id)
+        size = device_gib.get(model, 0)
         nodes_by_cluster[cluster_id].extend(
             engine.Node(
                 name=load.name,
@@ -350,6 +407,17 @@ def _clusters(
                 free_gpus=free.free,
                 out_of_service_gpus=free.out_of_service,
                 group=resource,
+                devices=tuple(
+                    device_books(
+                        load.allocatable,
+                        size,
+                        load.used_by_others,
+                        shares.get((cluster_name, load.name, model), []),
+                    )
+                )
+                if size
+                else (),
+                device_policy="binpack" if size else "",
             )
             for load, free in zip(loads, frees, strict=True)
         )
@@ -377,7 +445,14 @@ def _clusters(
 def clusters_now() -> tuple[engine.Cluster, ...]:
     """Every cluster with its free GPUs per node as the next cycle will see them: the submit
     form's preview says from this which models are full now, by the cycle's own numbers."""
-    return _clusters(_holding().planned)[0]
+    device_gib = _device_gib(engine_catalog()[0])
+    holding = _holding(frozenset(device_gib))
+    return _clusters(holding.planned, holding.shares, device_gib)[0]
+
+
+def _device_gib(models: tuple[engine.GpuModel, ...]) -> dict[str, int]:
+    """Shared pools' device size in GiB (the card's memory), by model key."""
+    return {m.key: int(m.memory_gib) for m in models if m.shared_of and m.memory_gib >= 1}
 
 
 _over_counts_told: dict[tuple[str, str, str], int] = {}
@@ -513,8 +588,9 @@ def _pending(lookback: int) -> Pending:
 def snapshot_load(*, now: dt.datetime, config: engine.EngineConfig) -> Loaded:
     """Read everything the engine needs (about ten queries, whatever the number of jobs)."""
     models, model_pk = engine_catalog()
-    holding = _holding()
-    clusters, cluster_pk = _clusters(holding.planned)
+    device_gib = _device_gib(models)
+    holding = _holding(frozenset(device_gib))
+    clusters, cluster_pk = _clusters(holding.planned, holding.shares, device_gib)
     pending = _pending(config.lookback_per_team)
     usage = decayed_usage(now=now, half_life=config.usage_half_life)
     snapshot = engine.Snapshot(

@@ -154,17 +154,23 @@ def test_a_share_runs_on_the_shared_node_and_a_whole_gpu_job_on_a_whole_card(
     assert devices.in_use() == (2 * 20480, 2 * 50)
 
 
-def test_the_shared_pool_fills_in_gib(sim, mixed_cluster, bob):
-    # 160 GiB over two 80 GiB devices: three 50 GiB shares fit the pool, a fourth does not.
+def test_the_shared_pool_fills_device_by_device(sim, mixed_cluster, bob):
+    # 160 GiB over two 80 GiB devices: the node's sum would take three 50 GiB shares, but a
+    # share lives on one device, and each device holds one (issue 31).
     jobs = [share(bob, replicas=1, gpu_memory_gib=50, gpu_cores_percent=None) for _ in range(4)]
     run_cycle()
     states = []
     for job in jobs:
         job.refresh_from_db()
         states.append(job.state)
-    assert states.count(JobState.ADMITTED) == 3
-    waiting = next(j for j in jobs if j.state == JobState.QUEUED)
-    assert waiting.pending_reason_code
+    assert states.count(JobState.ADMITTED) == 2
+    waiting = [j for j in jobs if j.state == JobState.QUEUED]
+    assert all(j.pending_reason_code for j in waiting)
+    # The next cycle sees the admitted shares on their devices: no device has room at all.
+    run_cycle()
+    waiting[-1].refresh_from_db()
+    assert waiting[-1].state == JobState.QUEUED
+    assert "no single device has 50 GiB free" in waiting[-1].pending_reason
 
 
 @pytest.mark.parametrize(
