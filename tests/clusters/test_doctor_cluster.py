@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -23,6 +24,7 @@ from clusters.inventory import inventory_sync
 from clusters.models import ClusterFinding
 from kubesim import KubeSim
 from portal.models import Notification
+from tests.clusters.conftest import kubeconfig_text, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -246,3 +248,22 @@ def test_no_prometheus_url_no_dcgm_question(sim, register):
     cluster = register(sim)
     assert cluster_checkup(cluster=cluster).ok
     assert not [k for k in _findings(cluster) if k.startswith("dcgm")]
+
+
+def test_a_cluster_registered_in_the_page_is_checked_at_once_in_the_background(
+    sim, catalog, root, client, celery_worker
+):
+    client.force_login(root)
+    upload = SimpleUploadedFile("east.kubeconfig", kubeconfig_text(sim).encode())
+    answer = client.post("/clusters/register/", {"name": "east", "kubeconfig_file": upload})
+    assert answer.status_code == 302
+    # The worker reads the inventory, and the doctor looks, without waiting for the beat.
+    found = wait_for(
+        lambda: set(
+            ClusterFinding.objects.filter(cluster__name="east").values_list("key", flat=True)
+        )
+    )
+    assert "model-label-unknown:b300" in found
+    page = client.get("/clusters/east/").content.decode()
+    assert "gpu-type=b300 is not a GPU model the catalog knows" in page
+    assert Notification.objects.filter(user=root, kind="cluster.finding").exists()
