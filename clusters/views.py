@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -19,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from clusters import selectors, services, tasks
 from clusters.checkup import cluster_checkup
 from clusters.forms import ClusterRegisterForm
-from clusters.models import Cluster, ClusterState
+from clusters.models import Cluster, ClusterFinding, ClusterState, FindingSeverity
 from portal.access import job_get_for_user
 from portal.errors import ApplicationError, NotFound
 from scheduling.drain_impact import cluster_drain_impact
@@ -36,6 +37,23 @@ def _cluster_or_404(name: str) -> Cluster:
 @login_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
     rows = selectors.clusters_with_gpu_summary(request.user)
+    # What the cluster doctor found, per cluster and severity, in one query: the list says
+    # "2 errors, 1 warning" and the cluster page explains them.
+    counts: dict[int, dict[str, int]] = {}
+    for cluster_id, severity, n in (
+        ClusterFinding.objects.filter(cluster__in=[c for c, _ in rows])
+        .values_list("cluster_id", "severity")
+        .annotate(n=Count("pk"))
+    ):
+        counts.setdefault(cluster_id, {})[severity] = n
+    for cluster, _ in rows:
+        found = counts.get(cluster.pk, {})
+        cluster.doctor_summary = ", ".join(  # type: ignore[attr-defined]
+            f"{found[s]} {s}{'' if found[s] == 1 else 's'}"
+            for s in (FindingSeverity.ERROR, FindingSeverity.WARNING)
+            if found.get(s)
+        )
+        cluster.doctor_has_errors = bool(found.get(FindingSeverity.ERROR))  # type: ignore[attr-defined]
     return render(request, "clusters/list.html", {"rows": rows})
 
 

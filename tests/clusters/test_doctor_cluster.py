@@ -105,6 +105,8 @@ def test_a_gpu_node_without_gpus_and_a_mislabelled_node_are_explained_everywhere
     assert "gpu-type=V100-32GB differs only in case from the catalog&#x27;s v100-32gb" in page
     assert "kubectl label node v100-0 gpu-type=v100-32gb --overwrite" in page
     assert "Check now" not in page  # running it is for platform admins
+    listing = client.get("/clusters/").content.decode()
+    assert "doctor: 1 error, 4 warnings" in listing  # the list counts, the page explains
 
     # The admins heard of the two new problems in one notice, and only once.
     assert notices.count() == 2
