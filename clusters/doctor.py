@@ -426,6 +426,34 @@ def check_model_labels(
                 nodes=tuple(names),
             )
         )
+    # Values the catalog does not know may still disagree only in case with each other
+    # (A100 on some nodes, a100 on the rest): the spelling most nodes carry is the one to keep.
+    by_lower: dict[str, list[str]] = defaultdict(list)
+    for value in unknown:
+        by_lower[value.lower()].append(value)
+    for spellings_of in by_lower.values():
+        if len(spellings_of) < 2:
+            continue
+        kept = max(sorted(spellings_of), key=lambda v: len(unknown[v]))
+        for value in sorted(spellings_of):
+            if value == kept:
+                continue
+            names = unknown[value]
+            findings.append(
+                Finding(
+                    code="model-label-case",
+                    severity=WARNING,
+                    subject=value,
+                    title=f"{gpu_label}={value} differs only in case from {kept} on other nodes",
+                    explanation=f"Label values are case-sensitive in Kubernetes: a nodeSelector "
+                    f"{gpu_label}={kept} does not match nodes labelled {value}, so jobs written "
+                    f"for {kept} never reach them. Nodes: {_named(names)}.",
+                    fix=f"Relabel them like the others: kubectl label node "
+                    f"{' '.join(names[:MAX_NODES_NAMED])} {gpu_label}={kept} --overwrite (and "
+                    "add the GPU to the catalog, which knows neither spelling)",
+                    nodes=tuple(names),
+                )
+            )
     for value, names in sorted(unknown.items()):
         products = sorted({n.product for n in gpu_nodes if n.name in names and n.product} or {""})
         model = next(

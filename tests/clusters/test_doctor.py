@@ -166,6 +166,22 @@ def test_a_label_differing_only_in_case_names_the_catalog_spelling_and_the_relab
     assert split.nodes == ("a100-0", "a100-1") and "A100-80GB on 1 node" in split.explanation
 
 
+def test_two_spellings_of_a_value_the_catalog_does_not_know_keep_the_majority_one():
+    nodes = [
+        node("x-0", label="a100", product=None),
+        node("x-1", label="a100", product=None),
+        node("x-2", label="A100", product=None),
+    ]
+    findings = check_model_labels(nodes, catalog=CATALOG, gpu_label="gpu-type")
+    (case,) = [f for f in findings if f.code == "model-label-case"]
+    assert case.title == "gpu-type=A100 differs only in case from a100 on other nodes"
+    assert case.nodes == ("x-2",) and "gpu-type=a100 --overwrite" in case.fix
+    assert sorted(f.subject for f in findings if f.code == "model-label-unknown") == [
+        "A100",
+        "a100",
+    ]
+
+
 def test_an_unknown_label_on_a_known_product_suggests_the_catalog_key():
     nodes = [node("a100-0"), node("a100-1", label="a100")]  # the guide's gpu-type=a100
     findings = check_model_labels(nodes, catalog=CATALOG, gpu_label="gpu-type")
