@@ -1,0 +1,76 @@
+"""What the cluster doctor stores and what it tells: findings replaced each check, the first
+sighting kept, and news only for a finding that is new or now concerns more nodes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from clusters.checkup import findings_store
+from clusters.doctor import Finding
+from clusters.models import Cluster, ClusterFinding
+from portal.models import Notification
+
+pytestmark = pytest.mark.django_db
+
+
+def broken(*nodes: str) -> Finding:
+    return Finding(
+        code="gpus-not-advertised",
+        severity="error",
+        title=f"{len(nodes)} GPU nodes advertise no GPUs: {', '.join(nodes)}",
+        explanation="…",
+        fix="…",
+        nodes=nodes,
+    )
+
+
+INFO = Finding(code="model-label-missing-gfd", severity="info", title="t", explanation="e", fix="f")
+
+
+def test_only_new_findings_or_new_nodes_are_news(root, django_capture_on_commit_callbacks):
+    cluster = Cluster.objects.create(name="east", api_url="https://k8s.example.org")
+    t0 = timezone.now()
+    checks = [
+        ([broken("a-0"), INFO], ["gpus-not-advertised"]),  # new (the info is never news)
+        ([broken("a-0"), INFO], []),  # the same again
+        ([broken("a-0", "a-1")], ["gpus-not-advertised"]),  # a second node broke
+        ([broken("a-1")], []),  # one fixed: fewer nodes is no news
+        ([], []),  # all fixed
+        ([broken("a-1")], ["gpus-not-advertised"]),  # broken again: news again
+    ]
+    for minute, (findings, news) in enumerate(checks):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert findings_store(cluster, findings, now=t0 + dt.timedelta(minutes=minute)) == news
+    (row,) = ClusterFinding.objects.filter(cluster=cluster)
+    assert row.first_seen_at == t0 + dt.timedelta(minutes=5) and row.nodes == ["a-1"]
+    titles = list(
+        Notification.objects.filter(user=root, kind="cluster.finding")
+        .order_by("id")
+        .values_list("title", flat=True)
+    )
+    assert titles == [
+        "Cluster east: 1 GPU nodes advertise no GPUs: a-0",
+        "Cluster east: 2 GPU nodes advertise no GPUs: a-0, a-1",
+        "Cluster east: 1 GPU nodes advertise no GPUs: a-1",
+    ]
+    cluster.refresh_from_db()
+    assert cluster.doctor_checked_at == t0 + dt.timedelta(minutes=5)
+
+
+def test_a_finding_kept_between_checks_keeps_its_first_sighting():
+    cluster = Cluster.objects.create(name="east", api_url="https://k8s.example.org")
+    t0 = timezone.now()
+    findings_store(cluster, [broken("a-0")], now=t0)
+    findings_store(cluster, [broken("a-0"), INFO], now=t0 + dt.timedelta(hours=1))
+    rows = {r.code: r for r in ClusterFinding.objects.filter(cluster=cluster)}
+    assert rows["gpus-not-advertised"].first_seen_at == t0
+    assert rows["gpus-not-advertised"].seen_at == t0 + dt.timedelta(hours=1)
+    assert rows["model-label-missing-gfd"].first_seen_at == t0 + dt.timedelta(hours=1)
+    # Most serious first, as every reader lists them.
+    assert [r.severity for r in ClusterFinding.objects.filter(cluster=cluster)] == [
+        "error",
+        "info",
+    ]
