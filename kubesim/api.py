@@ -47,6 +47,7 @@ from kubesim.errors import (
 from kubesim.faults import FaultInjector
 from kubesim.objects import clone
 from kubesim.openapi import OpenAPI
+from kubesim.operator import DCGM_EXPORTER, DEVICE_PLUGIN, operator_log
 from kubesim.patch import (
     json_patch,
     manager_from_user_agent,
@@ -642,6 +643,9 @@ class Api:
             container = containers[0]
         if container not in containers:
             raise bad_request(f"container {container} is not valid for pod {name}")
+        if pod is None and (obj["metadata"].get("labels") or {}).get("app") in OPERATOR_APPS:
+            text = "".join(f"{line}\n" for line in operator_log(obj))
+            return Response(200, text.encode(), "text/plain; charset=utf-8")
         if pod is None or (pod.started_at is None and not pod.history):
             statuses = obj.get("status", {}).get("containerStatuses") or []
             reason = "ContainerCreating"
@@ -1488,6 +1492,7 @@ class Api:
 
 
 _IDLE: Any = object()
+OPERATOR_APPS = (DEVICE_PLUGIN, DCGM_EXPORTER)
 
 
 def _configmap_decodes(obj: dict[str, Any]) -> None:

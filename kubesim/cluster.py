@@ -276,6 +276,10 @@ class KubeSim:
         """Taint the node ``node.kubernetes.io/out-of-service`` (or remove the taint)."""
         self.sim.out_of_service(name, on)
 
+    def device_plugin_fails(self, name: str) -> None:
+        """The node's NVIDIA device plugin crashes: 0 GPUs advertised, its pod CrashLoopBackOff."""
+        self.sim.device_plugin_fails(name)
+
     def delete_node(self, name: str) -> None:
         """Delete the Node object; the pod GC force-deletes its pods."""
         self.sim.delete_node(name)

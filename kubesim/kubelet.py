@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from kubesim.clock import rfc3339, rfc3339_micro, wall_text
+from kubesim.gpuinfo import device_count, is_gpu_resource, is_nvidia_smi, nvidia_smi
 from kubesim.objects import (
     DURATION,
     EXIT_CODE,
@@ -86,6 +87,7 @@ class Kubelet:
         pod.node = node_name
         pod.state = "bound"
         pod.last_fit_error = None
+        self._take_devices(pod, node_name)
         queue = self.queues.get(pod.queue)
         if queue is not None:
             add_resources(queue.allocated, pod.req)
@@ -388,6 +390,10 @@ class Kubelet:
             if fail_after is not None:
                 return fail_after
         duration = annotation_float(annotations, DURATION)
+        if duration is None and all(
+            is_nvidia_smi(c) for c in obj["spec"].get("containers") or [{}]
+        ):
+            duration = 1.0  # nvidia-smi prints and exits
         if duration is None:
             slept = sleep_seconds(obj["spec"])
             if slept == "forever":
@@ -495,7 +501,34 @@ class Kubelet:
                 job.inbox.append(("TaskCompleted", pod))
             self.dirty_jobs[job.key] = None
 
+    def _take_devices(self, pod: PodRuntime, node_name: str) -> None:
+        """The device plugin's part: the lowest free device numbers of each GPU resource."""
+        pod.devices = {}
+        node = self.store.get(self.types.nodes, "", node_name) or {}
+        for resource, milli in sorted(pod.req.items()):
+            if not is_gpu_resource(resource) or milli < 1000:
+                continue
+            taken = self.gpu_slots.setdefault((node_name, resource), set())
+            total = max(device_count(node, resource), 1)
+            chosen = []
+            for number in range(total):
+                if len(chosen) == milli // 1000:
+                    break
+                if number not in taken:
+                    chosen.append(number)
+            while len(chosen) < milli // 1000:  # shared GPUs: more pods than devices
+                chosen.append(len(chosen) % total)
+            taken.update(chosen)
+            pod.devices[resource] = chosen
+
+    def _give_back_devices(self, pod: PodRuntime) -> None:
+        for resource, numbers in pod.devices.items():
+            taken = self.gpu_slots.get((pod.node or "", resource))
+            if taken is not None:
+                taken.difference_update(numbers)
+
     def _release(self, pod: PodRuntime) -> None:
+        self._give_back_devices(pod)
         node = self.scheduler.nodes.get(pod.node) if pod.node is not None else None
         if node is not None and pod.key in node.pods:
             self.scheduler.release(node.name, pod.key, pod.req)
@@ -654,6 +687,19 @@ class Kubelet:
         start, end, code, reason = runs[0]
         end_time = end if end is not None else self.now()
         node = self.store.get(self.types.nodes, "", pod.node or "")
+        spec = next(
+            (c for c in obj["spec"].get("containers") or [] if c.get("name") == container), {}
+        )
+        if is_nvidia_smi(spec):
+            printed = [
+                (start, text)
+                for text in nvidia_smi(node or {"metadata": {"name": ""}}, pod.devices, spec)
+            ]
+            if since is not None:
+                printed = [(t, text) for t, text in printed if t >= since - 5e-7]
+            if timestamps:
+                return [f"{rfc3339_micro(t)} {text}" for t, text in printed]
+            return [text for _, text in printed]
         labels = (node or {}).get("metadata", {}).get("labels") or {}
         product = labels.get("nvidia.com/gpu.product", "no GPU")
         gpus = sum(v for k, v in pod.req.items() if k.startswith(("nvidia.com/", "amd.com/")))

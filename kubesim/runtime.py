@@ -30,7 +30,7 @@ JOB_ACTIONS = frozenset(
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Namespaces of what the cluster's admin installed (Volcano): created on start, kept when the
 # API server "loses state", but deletable like any namespace.
-INSTALLED_NAMESPACES = ("volcano-system",)
+INSTALLED_NAMESPACES = ("volcano-system", "gpu-operator")
 STEP_SECONDS = 0.005  # work per step before the lock (and the GIL) go back to API threads
 STEP_SECONDS_UNDER_LOAD = 0.001  # the slice while API requests keep arriving
 API_BUSY_SECONDS = 0.02  # the API counts as busy this long after a request
@@ -82,6 +82,8 @@ class PodRuntime:
     exit_code: int | None = None
     reason: str | None = None
     last_fit_error: str | None = None
+    devices: dict[str, list[int]] = field(default_factory=dict)
+    """Device numbers per GPU resource the kubelet gave the pod (what nvidia-smi lists)."""
     history: list[tuple[float, float | None, int | None, str | None]] = field(default_factory=list)
 
     @property

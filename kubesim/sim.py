@@ -31,6 +31,15 @@ from kubesim.objects import (
     clone,
     object_reference,
 )
+from kubesim.operator import (
+    DCGM_EXPORTER,
+    DEVICE_PLUGIN,
+    crashing,
+    is_gpu_node,
+    operator_pod,
+    pod_name,
+)
+from kubesim.operator import NAMESPACE as OPERATOR_NS
 from kubesim.quantity import resource_list_to_milli
 from kubesim.resources import Types
 from kubesim.runtime import (
@@ -104,6 +113,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         self._event_head = 0
         self._ip = itertools.count(2)
         self._cluster_ip = itertools.count(10)
+        self._operator_ip = itertools.count(0)
         self.wake = threading.Event()
         self._stop = threading.Event()
         self._paused = threading.Event()
@@ -117,6 +127,7 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
         self.api_inflight = 0
         self.last_api_request = 0.0
         self._node_ips: dict[str, str] = {}
+        self.gpu_slots: dict[tuple[str, str], set[int]] = {}  # (node, resource) -> taken
         self.volcano_conf = DEFAULT  # replaced when volcano-scheduler-configmap changes
         self.volcano_conf_error: str | None = None
 
@@ -404,8 +415,13 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             name = event.entry.obj["metadata"]["name"]
             if event.type == "DELETED":
                 self.scheduler.remove_node(name)
+                for app in (DEVICE_PLUGIN, DCGM_EXPORTER):
+                    if self.store.get(self.types.pods, OPERATOR_NS, pod_name(app, name)):
+                        self.store.delete(self.types.pods, OPERATOR_NS, pod_name(app, name))
                 self.unconfirmed_release(name, force=True)  # the pod GC's part
             else:
+                if event.type == "ADDED" and is_gpu_node(event.entry.obj):
+                    self.after(0, self._start_operator_pods, name)
                 reach = self._node_reach(name)
                 if reach != "unreachable":
                     self.unconfirmed_release(name, force=reach == "out-of-service")
@@ -505,6 +521,39 @@ class Simulation(JobController, VolcanoScheduler, Kubelet, CommandController):
             for gang in self.gangs.values():
                 gang.blocked_epoch = -1
             self._capacity_changed()
+
+    def _start_operator_pods(self, node_name: str) -> None:
+        """The GPU Operator's DaemonSets reach a new GPU node (see :mod:`kubesim.operator`)."""
+        if self.store.get(self.types.nodes, "", node_name) is None:
+            return
+        for app in (DEVICE_PLUGIN, DCGM_EXPORTER):
+            if self.store.get(self.types.pods, OPERATOR_NS, pod_name(app, node_name)) is None:
+                n = next(self._operator_ip)
+                pod_ip = f"10.245.{(n // 250) % 250}.{n % 250 + 2}"
+                pod = operator_pod(
+                    app, node_name, self._node_ip(node_name), pod_ip, self.now_text()
+                )
+                self.store.create(self.types.pods, pod)
+
+    def device_plugin_fails(self, node_name: str) -> None:
+        """The node's device plugin crashes (say, a driver/toolkit mismatch): its pod goes to
+        CrashLoopBackOff and the kubelet advertises 0 of every NVIDIA GPU resource, so a pod
+        asking for one stays Pending with "Insufficient nvidia.com/gpu"."""
+        with self.lock:
+            node = self._node(node_name)
+            status = dict(node["status"])
+            for part in ("capacity", "allocatable"):
+                status[part] = {
+                    k: ("0" if k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-") else v)
+                    for k, v in (status.get(part) or {}).items()
+                }
+            self.store.replace(
+                self.types.nodes, {**node, "metadata": dict(node["metadata"]), "status": status}
+            )
+            pod = self.store.get(self.types.pods, OPERATOR_NS, pod_name(DEVICE_PLUGIN, node_name))
+            if pod is not None:
+                self.store.replace(self.types.pods, crashing(pod, 5, self.now_text()))
+            self.settle()
 
     def _capacity_changed(self) -> None:
         self.capacity_epoch += 1

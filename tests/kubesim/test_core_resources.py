@@ -59,7 +59,8 @@ def test_field_selectors_on_nodes_and_pods(sim, core, custom):
     create_job(custom, vcjob("train-1", replicas=2, gpus=4))
     sim.settle()
     on_node = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=a100-0").items
-    assert len(on_node) == 1
+    # the job's pod, and the GPU Operator's device plugin and DCGM exporter
+    assert sorted(p.metadata.namespace for p in on_node) == ["gpu-operator"] * 2 + ["team-a"]
     sim.advance(3)
     running = core.list_namespaced_pod("team-a", field_selector="status.phase=Running").items
     assert len(running) == 2

@@ -24,7 +24,8 @@ def test_discovery_lists_the_metrics_group(api):
 
 def test_node_usage_is_system_daemons_plus_running_pods(sim, custom):
     idle = custom.get_cluster_custom_object(*METRICS, "nodes", "a100-0")
-    assert idle["usage"] == {"cpu": "250000000n", "memory": "1048576Ki"}
+    # system daemons (250m) and the GPU Operator's two pods (no requests: 8m each)
+    assert idle["usage"]["cpu"] == f"{(250 + 8 + 8) * 1_000_000}n"
     job = vcjob("train", namespace="team-b", queue="team-b")
     job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {
         "requests": {"cpu": "2", "memory": "4Gi"},
@@ -34,7 +35,7 @@ def test_node_usage_is_system_daemons_plus_running_pods(sim, custom):
     sim.settle()
     sim.advance(3)
     busy = custom.get_cluster_custom_object(*METRICS, "nodes", "a100-0")
-    assert busy["usage"]["cpu"] == f"{(250 + 1600) * 1_000_000}n"  # 80% of the 2-core request
+    assert busy["usage"]["cpu"] == f"{(266 + 1600) * 1_000_000}n"  # 80% of the 2-core request
     pods = custom.list_namespaced_custom_object(*METRICS, "team-b", "pods")["items"]
     assert [p["metadata"]["name"] for p in pods] == ["train-worker-0"]
     assert pods[0]["containers"][0]["usage"]["cpu"] == "1600000000n"
