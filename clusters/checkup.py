@@ -9,18 +9,20 @@ dashboards room through ``portal.hooks.dcgm_presence``: clusters never imports i
 under a lock on the cluster row, so two checks at once (the periodic sync and an admin's
 "Check now") never both take the same finding for new. (4) On commit, fire
 ``portal.hooks.cluster_findings`` with the findings that are new: a key not seen in the
-previous check, or one that now concerns nodes it did not. Info findings are stored and shown
-but told to nobody.
+previous check (unless it went less than an hour ago, on the same nodes), or one that now
+concerns nodes it did not. Info findings are stored and shown but told to nobody.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -116,10 +118,27 @@ def _dcgm_facts(cluster: Cluster) -> DcgmFacts | None:
     )
 
 
+QUIET_AFTER_FIX = dt.timedelta(hours=1)
+"""A finding that comes back this soon after it went, on no node it did not have, is not news
+again: a Prometheus that answers every other minute, or a label flipped back and forth, would
+otherwise send the admins a notice a minute."""
+
+
+def _resolved_cache_key(cluster_pk: int, key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]  # label values may hold anything
+    return f"clusters:doctor:resolved:{cluster_pk}:{digest}"
+
+
 def findings_store(
     cluster: Cluster, findings: Sequence[Finding], *, now: dt.datetime | None = None
 ) -> list[str]:
-    """Replace the cluster's findings; the keys of those that are news (see the module)."""
+    """Replace the cluster's findings; the keys of those that are news (see the module).
+
+    News: an error or warning whose key the previous check did not have, or that now concerns
+    a node it did not; not one that went less than :data:`QUIET_AFTER_FIX` ago with the same
+    nodes (the cache remembers when each finding went: a hint, so at worst, with Redis lost,
+    one notice too many).
+    """
     now = now or timezone.now()
     with transaction.atomic():
         # The row lock serialises checks of one cluster: the second reads what the first wrote.
@@ -150,14 +169,38 @@ def findings_store(
             ]
         )
         Cluster.objects.filter(pk=cluster.pk).update(doctor_checked_at=now)
-        new = [
-            f.key[:255]
-            for f in findings
-            if f.severity != INFO
-            and (f.key[:255] not in before or not set(f.nodes) <= before[f.key[:255]][1])
-        ]
+        keys = {f.key[:255] for f in findings}
+        gone = {k: v for k, v in before.items() if k not in keys}
+        back = cache.get_many(
+            [_resolved_cache_key(cluster.pk, f.key[:255]) for f in findings if f.key not in before]
+        )
+        new = []
+        for f in findings:
+            key = f.key[:255]
+            if f.severity == INFO:
+                continue
+            if key in before:
+                if not set(f.nodes) <= before[key][1]:
+                    new.append(key)  # it concerns a node it did not
+                continue
+            went = back.get(_resolved_cache_key(cluster.pk, key))
+            if (
+                isinstance(went, dict)
+                and now - dt.datetime.fromisoformat(str(went.get("at"))) < QUIET_AFTER_FIX
+                and set(f.nodes) <= set(went.get("nodes") or [])
+            ):
+                continue  # back after a short absence, on the same nodes: told already
+            new.append(key)
         if new:
             hooks.cluster_findings.fire_on_commit(cluster.pk, new)
+    if gone:
+        cache.set_many(
+            {
+                _resolved_cache_key(cluster.pk, key): {"at": now.isoformat(), "nodes": sorted(n)}
+                for key, (_, n) in gone.items()
+            },
+            timeout=int(QUIET_AFTER_FIX.total_seconds()) * 2,
+        )
     cluster.doctor_checked_at = now
     return new
 
