@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 
@@ -113,6 +114,9 @@ class Command(BaseCommand):
                 f"\ngpupool demo: http://{options['host']}:{options['port']}/  "
                 "(Ctrl-C stops everything)\n"
             )
+        )
+        self.stdout.write(
+            f"KUBECONFIG={settings.VAR_DIR}/demo/kubesim.kubeconfig kubectl get nodes"
         )
         try:
             while not stopping:
