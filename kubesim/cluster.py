@@ -498,6 +498,7 @@ class KubeSim:
                 "out-of-service": lambda: self.out_of_service(name, True),
                 "in-service": lambda: self.out_of_service(name, False),
                 "uncordon": lambda: self.uncordon(name),
+                "device-plugin-fails": lambda: self.device_plugin_fails(name),
             }
             if action not in actions:
                 raise bad_request(f"unknown node action {action!r}")

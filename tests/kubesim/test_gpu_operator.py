@@ -126,3 +126,13 @@ def test_with_no_gpu_advertised_anywhere_volcano_does_not_even_enqueue(sim, core
     assert core.list_namespaced_pod("team-a").items == []  # the PodGroup never got Inqueue
     events = core.list_namespaced_event("team-a", field_selector="reason=PodGroupPending").items
     assert "nvidia.com/gpu requested 1, idle 0" in events[0].message
+
+
+def test_the_control_endpoint_breaks_a_device_plugin(sim, core):
+    from tests.kubesim.conftest import raw
+
+    status, _, body = raw(sim, "POST", "/kubesim/v1/nodes/a100-2/device-plugin-fails", {})
+    assert status == 200, body
+    assert core.read_node("a100-2").status.allocatable["nvidia.com/gpu"] == "0"
+    status, _, _ = raw(sim, "POST", "/kubesim/v1/nodes/nope/device-plugin-fails", {})
+    assert status == 404
