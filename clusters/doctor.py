@@ -455,9 +455,11 @@ def check_model_labels(
                 )
             )
     for value, names in sorted(unknown.items()):
-        products = sorted({n.product for n in gpu_nodes if n.name in names and n.product} or {""})
+        wanted = set(names)
+        these = [n for n in gpu_nodes if n.name in wanted]
+        products = sorted({n.product for n in these if n.product} or {""})
         model = next(
-            (m for n in gpu_nodes if n.name in names if (m := _model_of(n, catalog, gpu_label))),
+            (m for n in these if (m := _model_of(n, catalog, gpu_label))),
             None,
         )
         scheduled = (
