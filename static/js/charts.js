@@ -106,7 +106,16 @@
     return out;
   }
 
+  // The axes take the page's ink and rule colours (CSS custom properties), so a chart reads
+  // in the dark theme as well as in the light one.
+  function cssColour(name, fallback) {
+    var v = window.getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+    return v || fallback;
+  }
+
   function build(spec, el, axis) {
+    var ink = cssColour("--fg", "#1d2330");
+    var rule = cssColour("--line", "#d9dde4");
     var data = [spec.x].concat(stack(spec));
     (spec.lines || []).forEach(function (l) { data.push(l.values.slice()); });
     var bands = [];
@@ -125,6 +134,9 @@
       },
       axes: [
         {
+          stroke: ink,
+          grid: { stroke: rule },
+          ticks: { stroke: rule },
           space: 80,
           size: 52,
           values: function (u, ticks, ai, space, incr) {
@@ -133,6 +145,9 @@
           },
         },
         {
+          stroke: ink,
+          grid: { stroke: rule },
+          ticks: { stroke: rule },
           size: 50,
           values: function (u, ticks) {
             // numbers only: the unit is in the caption, and "12 GPU-hours" would not fit

@@ -159,12 +159,54 @@
     });
   });
 
+  // Times: the server writes each <time datetime="…"> in UTC (what a browser without this
+  // script shows, marked "UTC"); here each one that shows a clock time is rewritten in the
+  // browser's own time zone, with its zone's short name, and keeps the UTC time on hover
+  // (title). A <time> that holds a duration ("12 min") is left alone. The text's own shape
+  // (with or without the date, with or without seconds) is kept.
+  var CLOCK = /^(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}(:\d{2})?( UTC)?$/;
+  function pad(n) { return n < 10 ? "0" + n : String(n); }
+  function utcText(d, withDate, withSeconds) {
+    return (withDate ? d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) + " " : "") +
+      pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + (withSeconds ? ":" + pad(d.getUTCSeconds()) : "") + " UTC";
+  }
+  function zoneName(d) {
+    try {
+      var parts = new Intl.DateTimeFormat(undefined, {timeZoneName: "short"}).formatToParts(d);
+      for (var i = 0; i < parts.length; i++) if (parts[i].type === "timeZoneName") return parts[i].value;
+    } catch (e) { /* an old browser: no zone name */ }
+    return "";
+  }
+  function localTimes(root) {
+    var times = root.querySelectorAll ? root.querySelectorAll("time[datetime]") : [];
+    Array.prototype.forEach.call(times, function (el) {
+      if (el.hasAttribute("data-local")) return;
+      var text = el.textContent.trim();
+      var shape = CLOCK.exec(text);
+      var d = new Date(el.getAttribute("datetime"));
+      if (!shape || isNaN(d.getTime())) return;
+      var withDate = !!shape[1], withSeconds = !!shape[2];
+      var local = (withDate ? d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " : "") +
+        pad(d.getHours()) + ":" + pad(d.getMinutes()) + (withSeconds ? ":" + pad(d.getSeconds()) : "");
+      var zone = zoneName(d);
+      el.textContent = zone ? local + " " + zone : local;
+      el.title = utcText(d, true, withSeconds);
+      el.setAttribute("data-local", "");
+      // a template that writes "UTC" after the element rather than in it: that word goes
+      var next = el.nextSibling;
+      if (next && next.nodeType === 3 && /^ UTC\b/.test(next.nodeValue)) {
+        next.nodeValue = next.nodeValue.slice(4);
+      }
+    });
+  }
+
   function ready() {
     Array.prototype.forEach.call(document.querySelectorAll("[data-staged-grid] input"), markStaged);
     setUpMenu();
     labelCells(document);
     focusableScrollers();
     showCopyButtons(document);
+    localTimes(document);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
   else ready();
@@ -172,6 +214,7 @@
     labelCells(document);  // an outerHTML swap's event names the element it replaced
     focusableScrollers();
     showCopyButtons(document);
+    localTimes(document);
   });
   window.addEventListener("resize", focusableScrollers);
 })();
