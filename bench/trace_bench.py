@@ -67,8 +67,16 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from scheduling import engine  # noqa: E402 - the pure engine, found through sys.path
+from scheduling.engine.placement import fragmentation_for, growth  # noqa: E402
 
 MILLI = 1000
 MAX_SPEC_CPU = 128_000  # milli-CPU of the largest node: the paper's normaliser
@@ -550,6 +558,146 @@ class FgdPolicy(Policy):
         return super().devices(node, task, hint, rng)
 
 
+class EnginePolicy(Policy):
+    """gpupool's own engine: each GPU task is one ``engine.decide`` over the snapshot types
+    the cycle builds, one task at a time, as the paper's harness places them.
+
+    How the trace maps onto gpupool's types:
+
+    * every node is a node of a **shared pool** of its GPU model (``GpuModel.shared_of``),
+      booked per device (``Node.devices``: the milli left on each GPU; a device is 1,000
+      units), with its CPU and memory left (``Node.cpu_free``, ``memory_free``); the portal
+      pins the device (``device_policy`` "");
+    * a share (``gpu_milli`` < 1000) is a ``PendingJob`` of that many units on one device; a
+      task of N whole GPUs asks 1,000 units on each of N devices (``share_devices`` = N: HAMi's
+      ``nvidia.com/gpu: N`` with a whole device's memory each); its CPU and memory are
+      ``cpu_milli`` and ``memory_mib``; a ``gpu_spec`` is the user's model list
+      (``Requirement.models``), else every model is a candidate, cheapest first (all cost 1
+      here, so by key);
+    * ``Snapshot.demand`` is the list's typical tasks (the shapes covering 95 % of it, with
+      their frequencies): what FGD is given too;
+    * one team, quota without bound, nothing running (the nodes' free counts already net out
+      what was placed; running jobs matter only to quota, fair share and reclaim).
+
+    A CPU-only task asks no GPU, so gpupool never places it (the cluster's own scheduler
+    does): the harness puts it where the engine's placement rule would, the node whose
+    expected fragmentation grows least (``scheduling.engine.placement``), ties to the least
+    CPU left, then the name order.
+    """
+
+    name = "engine"
+
+    def __init__(self, typical: Sequence[Typical]) -> None:
+        super().__init__(typical)
+        self.demand = tuple(
+            engine.Demand(
+                gpus_per_replica=t.milli * t.num_gpu,
+                share_devices=max(1, t.num_gpu),
+                cpu_milli=t.cpu,
+                models=tuple(sorted(t.spec or ())),
+                weight=t.freq,
+            )
+            for t in typical
+        )
+        self.frag = fragmentation_for(self.demand)
+        self.by_name: dict[str, Node] = {}
+        self.order: list[str] = []
+        self.engine_nodes: dict[str, engine.Node] = {}
+        self.models: tuple[engine.GpuModel, ...] = ()
+        self.quotas: tuple[engine.Quota, ...] = ()
+        self.changed: Node | None = None
+        self.now = datetime(2023, 7, 1, tzinfo=UTC)
+        self.count = 0
+
+    def _setup(self, nodes: Sequence[Node]) -> None:
+        self.by_name = {n.name: n for n in nodes}
+        self.order = sorted(n.name for n in nodes if n.ngpu)
+        kinds = sorted({n.model for n in nodes if n.ngpu})
+        self.models = tuple(
+            engine.GpuModel(key=k, name=k, memory_gib=MILLI, shared_of=f"{k}-card") for k in kinds
+        )
+        self.quotas = tuple(engine.Quota(team="trace", model=k, nominal=1 << 40) for k in kinds)
+        for name in self.order:
+            self._refresh(self.by_name[name])
+
+    def _refresh(self, node: Node) -> None:
+        self.engine_nodes[node.name] = engine.Node(
+            name=node.name,
+            model=node.model,
+            total_gpus=node.ngpu * MILLI,
+            free_gpus=sum(node.devices),
+            devices=tuple(node.devices),
+            cpu_free=node.cpu_left,
+            memory_free=node.mem_left,
+        )
+
+    def choose(
+        self, task: Task, nodes: Sequence[Node], rng: random.Random
+    ) -> tuple[Node, list[int]] | None:
+        if not self.by_name:
+            self._setup(nodes)
+        if self.changed is not None:  # the harness placed the last choice on it since
+            if self.changed.ngpu:
+                self._refresh(self.changed)
+            self.changed = None
+        chosen = self._cpu_only(task) if task.num_gpu == 0 else self._decide(task)
+        if chosen is not None:
+            self.changed = chosen[0]
+        return chosen
+
+    def _decide(self, task: Task) -> tuple[Node, list[int]] | None:
+        self.count += 1
+        job = engine.PendingJob(
+            id=f"t{self.count}",
+            team="trace",
+            submitted_at=self.now,
+            gpus_per_replica=task.milli * task.num_gpu,
+            share_devices=task.num_gpu,
+            cpu_milli=task.cpu,
+            memory_mib=task.mem,
+            requirement=engine.Requirement(shared=True, models=tuple(sorted(task.spec or ()))),
+        )
+        snapshot = engine.Snapshot(
+            now=self.now,
+            models=self.models,
+            teams=(engine.Team(id="trace"),),
+            quotas=self.quotas,
+            clusters=(
+                engine.Cluster(id="trace", nodes=tuple(self.engine_nodes[n] for n in self.order)),
+            ),
+            pending=(job,),
+            demand=self.demand,
+        )
+        decision = engine.decide(snapshot)
+        if not decision.admissions:
+            return None
+        admission = decision.admissions[0]
+        node = self.by_name[admission.node_plan[0]]
+        return node, [int(d) for d in admission.device_plan[0].split("+")]
+
+    def _cpu_only(self, task: Task) -> tuple[Node, list[int]] | None:
+        frag = self.frag
+        best: tuple[int, int, str] | None = None
+        for name in self.order:
+            node = self.by_name[name]
+            if node.cpu_left < task.cpu or node.mem_left < task.mem:
+                continue
+            devices = tuple(node.devices)
+            grown = 0.0
+            if frag is not None:
+                grown = growth(
+                    frag.of(node.model, node.cpu_left - task.cpu, devices),
+                    frag.of(node.model, node.cpu_left, devices),
+                )
+            # As the engine does: growths within a tenth of a device are equal.
+            key = (round(grown / (MILLI / 10)), node.cpu_left - task.cpu, name)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        return self.by_name[best[2]], []
+
+
 POLICIES: dict[str, Callable[[Sequence[Typical]], Policy]] = {
     "random": RandomPolicy,
     "dotprod": DotProdPolicy,
@@ -557,6 +705,7 @@ POLICIES: dict[str, Callable[[Sequence[Typical]], Policy]] = {
     "packing": PackingPolicy,
     "bestfit": BestFitPolicy,
     "fgd": FgdPolicy,
+    "engine": EnginePolicy,
 }
 
 

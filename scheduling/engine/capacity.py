@@ -13,9 +13,20 @@ walk above, unchanged.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 
-from scheduling.engine.placement import Fragmentation
+from scheduling.engine.placement import Fragmentation, growth
 from scheduling.engine.snapshot import ClusterState, Node
+
+_by_name = attrgetter("name")
+_total_gpus = attrgetter("total_gpus")
+_free_gpus = attrgetter("free_gpus")
+_out_of_service = attrgetter("out_of_service_gpus")
+_devices = attrgetter("devices")
+_device_ids = attrgetter("device_ids")
+_device_policy = attrgetter("device_policy")
+_cpu_free = attrgetter("cpu_free")
+_memory_free = attrgetter("memory_free")
 
 UNBOUNDED = 1 << 62
 """CPU or memory of a node that does not report it: never the limit."""
@@ -41,7 +52,7 @@ class Pool:
     """
 
     __slots__ = (
-        "buckets",
+        "_buckets",
         "cluster",
         "cores",
         "cpu",
@@ -76,7 +87,7 @@ class Pool:
         shared: bool = False,
         device_size: int = 0,
     ):
-        ordered = sorted(nodes, key=lambda n: n.name)
+        ordered = sorted(nodes, key=_by_name)
         self.cluster = cluster
         self.state = state
         self.model = model
@@ -85,68 +96,98 @@ class Pool:
         """A pool's identity: one cluster's nodes of one model under one ``Node.group``."""
         self.names = [n.name for n in ordered]
         self.index = {name: i for i, name in enumerate(self.names)}
-        self.total = [max(0, n.total_gpus) for n in ordered]
-        self.free = [max(0, min(n.free_gpus, t)) for n, t in zip(ordered, self.total, strict=True)]
+        # Clamped with comparisons, not max/min calls: a pool is built every cycle (and, in
+        # the trace bench, every decision) for every node.
+        self.total = [t if t > 0 else 0 for t in map(_total_gpus, ordered)]
+        self.free = [
+            f if 0 <= f <= t else (0 if f < 0 else t)
+            for f, t in zip(map(_free_gpus, ordered), self.total, strict=True)
+        ]
         self.held = [0] * len(ordered)
         self.max_total = max(self.total, default=0)
         self.total_gpus = sum(self.total)
-        self.out_of_service = sum(max(0, n.out_of_service_gpus) for n in ordered)
+        self.out_of_service = sum(o for o in map(_out_of_service, ordered) if o > 0)
         self._books(ordered, shared, device_size)
         self._bucket()
 
     def _books(self, ordered: list[Node], shared: bool, device_size: int) -> None:
-        """The per-device, CPU and memory books, when any node reports them."""
-        self.dev: list[list[int]] | None = None
+        """The per-device, CPU and memory books, when any node reports them. A node's
+        devices are a tuple, replaced (not mutated) when a replica takes some, so copies
+        share them and a node's state is a ready key for the placement memos."""
+        self.dev: list[tuple[int, ...]] | None = None
         self.cores: list[list[int] | None] | None = None
         self.ids: list[tuple[str, ...]] | None = None
         self.dpolicy: list[str] | None = None
         self.cpu: list[int] | None = None
         self.mem: list[int] | None = None
         self.device_size = device_size
-        with_devices = shared and any(n.devices for n in ordered)
-        with_cpu = any(n.cpu_free is not None for n in ordered)
-        with_mem = any(n.memory_free is not None for n in ordered)
+        with_devices = shared and any(map(_devices, ordered))
+        with_cpu = any(c is not None for c in map(_cpu_free, ordered))
+        with_mem = any(m is not None for m in map(_memory_free, ordered))
         self.general = with_devices or with_cpu or with_mem
         if with_devices:
             free = self.free
-            # A node that reports no devices counts as one device: the node-wide books.
-            self.dev = [
-                [max(0, d) for d in n.devices] if n.devices else [free[i]]
-                for i, n in enumerate(ordered)
-            ]
-            self.cores = [
-                list(n.device_cores)
-                if len(n.device_cores) == len(n.devices) and n.devices
-                else None
-                for n in ordered
-            ]
+            dev: list[tuple[int, ...]] = []
+            append = dev.append
+            for i, d in enumerate(map(_devices, ordered)):
+                if not d:  # a node that reports no devices: one device, the node-wide books
+                    d = (free[i],)
+                elif min(d) < 0:
+                    d = tuple(x if x > 0 else 0 for x in d)
+                total = sum(d)
+                if total < free[i]:
+                    free[i] = total
+                append(d)
+            self.dev = dev
+            if any(n.device_cores for n in ordered):
+                self.cores = [
+                    list(n.device_cores) if len(n.device_cores) == len(n.devices) else None
+                    for n in ordered
+                ]
             self.ids = [
-                n.device_ids if len(n.device_ids) == len(n.devices) else () for n in ordered
+                ids if len(ids) == len(d) else ()
+                for ids, d in zip(map(_device_ids, ordered), map(_devices, ordered), strict=True)
             ]
-            self.dpolicy = [n.device_policy for n in ordered]
-            for i, devs in enumerate(self.dev):
-                if sum(devs) < free[i]:
-                    free[i] = sum(devs)
+            self.dpolicy = list(map(_device_policy, ordered))
             if not device_size:
-                self.device_size = max((max(d, default=0) for d in self.dev), default=0)
+                self.device_size = max((max(d) for d in dev), default=0)
         if with_cpu:
-            self.cpu = [UNBOUNDED if n.cpu_free is None else max(0, n.cpu_free) for n in ordered]
+            self.cpu = [
+                UNBOUNDED if c is None else (c if c > 0 else 0) for c in map(_cpu_free, ordered)
+            ]
         if with_mem:
             self.mem = [
-                UNBOUNDED if n.memory_free is None else max(0, n.memory_free) for n in ordered
+                UNBOUNDED if m is None else (m if m > 0 else 0) for m in map(_memory_free, ordered)
             ]
 
     def _bucket(self) -> None:
         self.free_total = sum(self.free)
-        self.buckets: list[dict[int, None]] = [{} for _ in range(self.max_total + 1)]
+        self._buckets: list[dict[int, None]] | None = None
+        if not self.general:
+            self._build_buckets()
+
+    def _build_buckets(self) -> list[dict[int, None]]:
+        buckets: list[dict[int, None]] = [{} for _ in range(self.max_total + 1)]
         # Reversed so that "take the last one" yields the lowest node name first.
         for i in reversed(range(len(self.free))):
-            self.buckets[self.free[i]][i] = None
+            buckets[self.free[i]][i] = None
+        self._buckets = buckets
+        return buckets
+
+    @property
+    def buckets(self) -> list[dict[int, None]]:
+        """Node indexes by free GPUs. A pool booked per device builds them only when asked
+        (a reclaim's what-if): its units may be thousandths of a device, thousands of
+        buckets, and its own checks walk the nodes."""
+        buckets = self._buckets
+        return buckets if buckets is not None else self._build_buckets()
 
     # -- reading -----------------------------------------------------------------------------
 
     def max_block(self) -> int:
         """The largest number of free GPUs on one node."""
+        if self._buckets is None:
+            return max(self.free, default=0)
         buckets = self.buckets
         for f in range(len(buckets) - 1, 0, -1):
             if buckets[f]:
@@ -155,6 +196,13 @@ class Pool:
 
     def fits(self, gpus_per_replica: int, replicas: int) -> bool:
         """Whether ``replicas`` replicas of ``gpus_per_replica`` fit, each on one node."""
+        if self._buckets is None:
+            slots = 0
+            for f in self.free:
+                slots += f // gpus_per_replica
+                if slots >= replicas:
+                    return True
+            return False
         buckets = self.buckets
         slots = 0
         for f in range(len(buckets) - 1, gpus_per_replica - 1, -1):
@@ -206,10 +254,12 @@ class Pool:
 
     def _set_free(self, node: int, value: int) -> None:
         free = self.free
-        del self.buckets[free[node]][node]
+        buckets = self._buckets
+        if buckets is not None:
+            del buckets[free[node]][node]
+            buckets[value][node] = None
         self.free_total += value - free[node]
         free[node] = value
-        self.buckets[value][node] = None
 
     def take(self, node: int, gpus: int) -> None:
         """Charge ``gpus`` on node index ``node`` (an admission or a reservation). On a pool
@@ -217,7 +267,7 @@ class Pool:
         or a hold withdraws; an admission names its devices with :meth:`take_ask`)."""
         self._set_free(node, self.free[node] - gpus)
         if self.dev is not None:
-            devs = self.dev[node]
+            devs = list(self.dev[node])
             left = gpus
             for j in sorted(range(len(devs)), key=devs.__getitem__):
                 if left <= 0:
@@ -225,6 +275,7 @@ class Pool:
                 k = min(devs[j], left)
                 devs[j] -= k
                 left -= k
+            self.dev[node] = tuple(devs)
 
     def reset_free(self, free: Mapping[int, int]) -> None:
         """Set the free GPUs of the nodes at these indexes (clamped to 0..total), ordering
@@ -241,7 +292,7 @@ class Pool:
         """Bring a node's device books to ``value`` units free in all (a forecast's step
         frees or takes whole nodes' counts): units come back to the emptiest devices up to
         the device size, and go from the fullest first."""
-        devs = self.dev[i]  # type: ignore[index]
+        devs = list(self.dev[i])  # type: ignore[index]
         delta = value - sum(devs)
         size = self.device_size or max(devs, default=0)
         order = sorted(range(len(devs)), key=devs.__getitem__, reverse=delta > 0)
@@ -256,6 +307,7 @@ class Pool:
                 k = min(devs[j], -delta)
                 devs[j] -= k
                 delta += k
+        self.dev[i] = tuple(devs)  # type: ignore[index]
 
     def copy(self) -> Pool:
         """The same nodes and free GPUs, nothing held, to mutate apart: what a forecast step
@@ -276,12 +328,12 @@ class Pool:
         new.free = self.free.copy()
         new.free_total = self.free_total
         new.held = [0] * len(self.free)
-        new.buckets = [b.copy() for b in self.buckets]
+        new._buckets = None if self._buckets is None else [b.copy() for b in self._buckets]
         new.general = self.general
         new.device_size = self.device_size
         new.ids = self.ids
         new.dpolicy = self.dpolicy
-        new.dev = None if self.dev is None else [d.copy() for d in self.dev]
+        new.dev = None if self.dev is None else self.dev.copy()
         new.cores = None if self.cores is None else [c and c.copy() for c in self.cores]
         new.cpu = None if self.cpu is None else self.cpu.copy()
         new.mem = None if self.mem is None else self.mem.copy()
@@ -322,7 +374,7 @@ class Pool:
                 s = m
         if s and self.dev is not None:
             per = -(-g // d)
-            cr = self.cores[i] if cores else None  # type: ignore[index]
+            cr = self._cores(i, cores)
             counts = []
             for j, f in enumerate(self.dev[i]):
                 n = f // per
@@ -340,13 +392,19 @@ class Pool:
                 s = k
         return s
 
+    def _cores(self, i: int, cores: int) -> list[int] | None:
+        """Node ``i``'s compute left per device, when the ask reserves compute and the node
+        books it."""
+        if not cores or self.cores is None:
+            return None
+        return self.cores[i]
+
     def fits_ask(self, ask: Ask, r: int) -> bool:
         """Whether ``r`` replicas of ``ask`` fit, each on one node (and its devices)."""
         g = ask[0]
-        buckets = self.buckets
         slots = 0
-        for f in range(len(buckets) - 1, g - 1, -1):
-            for i in buckets[f]:
+        for i, f in enumerate(self.free):
+            if f >= g:
                 slots += self.slots_ask(i, ask)
                 if slots >= r:
                     return True
@@ -376,142 +434,140 @@ class Pool:
         if self.dev is None:
             return self.max_block()
         return max(
-            (min(max(devs, default=0), f) for devs, f in zip(self.dev, self.free, strict=True)),
+            (min(max(devs), f) for devs, f in zip(self.dev, self.free, strict=True) if devs),
             default=0,
         )
 
-    def _devices(self, i: int, ask: Ask, frag: Fragmentation | None) -> tuple[list[int], float]:
-        """The devices one replica takes on node ``i`` (which must take it), and the growth
-        of the node's fragmentation (0 without a demand). The node's own policy when its
-        cluster's scheduler picks the device (binpack: the fullest that fits, spread: the
-        emptiest, as HAMi and Volcano do); the portal's rule when the device is pinned."""
+    def _by_policy(self, i: int, ask: Ask) -> list[int]:
+        """The devices of node ``i`` that hold one replica, in the order the node's device
+        policy takes them: ``spread`` the emptiest first, else the fullest (``binpack``, as
+        HAMi's default, and best fit where the portal picks)."""
         g, d, cores = ask[0], ask[1], ask[2]
-        if self.dev is None:
-            return [], self._growth(i, ask, (), frag) if frag is not None else 0.0
         per = -(-g // d)
-        devs = self.dev[i]
-        cr = self.cores[i] if cores else None  # type: ignore[index]
+        devs = self.dev[i]  # type: ignore[index]
+        cr = self._cores(i, cores)
         fit = [j for j in range(len(devs)) if devs[j] >= per and (cr is None or cr[j] >= cores)]
-        policy = self.dpolicy[i]  # type: ignore[index]
-        if policy == "spread":
+        if self.dpolicy[i] == "spread":  # type: ignore[index]
             fit.sort(key=lambda j: (devs[j], j), reverse=True)
         else:
             fit.sort(key=lambda j: (devs[j], j))
-        if frag is None:
-            return fit[:d], 0.0
-        if policy or d > 1:
-            chosen = fit[:d]
-            return chosen, self._growth(i, ask, chosen, frag)
-        best: tuple[float, int] | None = None
-        seen: set[int] = set()
-        for j in fit:  # fullest first: among equal growths the fullest wins
-            if devs[j] in seen:  # equal devices grow the fragmentation alike
-                continue
-            seen.add(devs[j])
-            growth = self._growth(i, ask, (j,), frag)
-            if best is None or growth < best[0]:
-                best = (growth, j)
-        assert best is not None
-        return [best[1]], best[0]
+        return fit
 
-    def _growth(self, i: int, ask: Ask, chosen: Iterable[int], frag: Fragmentation) -> float:
-        """How much node ``i``'s expected fragmentation grows if it takes one replica."""
+    def _choice(
+        self, i: int, ask: Ask, frag: Fragmentation | None
+    ) -> tuple[float, tuple[int, ...]] | None:
+        """The devices one replica takes on node ``i`` and the growth of the node's expected
+        fragmentation (0 without a demand); None when the node cannot take it. Where the
+        cluster's scheduler picks the device (a ``device_policy``), the one it will pick;
+        where the portal pins it, the one whose fragmentation grows least (fullest first)."""
+        g, d, cores, cpu_ask, mem_ask = ask
+        if self.free[i] < g:
+            return None
         cpu = UNBOUNDED if self.cpu is None else self.cpu[i]
+        if cpu < (cpu_ask or 1) or (self.mem is not None and self.mem[i] < mem_ask):
+            return None
+        cpu_after = cpu - cpu_ask if cpu != UNBOUNDED else cpu
+        model = self.model
         if self.dev is None:
+            if frag is None:
+                return 0.0, ()
             before = (self.free[i],)
-            after = (self.free[i] - ask[0],)
-        else:
-            before = tuple(self.dev[i])
-            per = -(-ask[0] // ask[1])
-            left = list(before)
-            for j in chosen:
-                left[j] -= per
-            after = tuple(left)
-        cpu_after = cpu - ask[3] if cpu != UNBOUNDED else cpu
-        return frag.of(self.model, cpu_after, after) - frag.of(self.model, cpu, before)
+            after = (self.free[i] - g,)
+            return growth(frag.of(model, cpu_after, after), frag.of(model, cpu, before)), ()
+        if frag is not None and not cores and not self.dpolicy[i]:  # type: ignore[index]
+            return frag.best_devices(model, cpu, cpu_after, self.dev[i], -(-g // d), d)
+        fit = self._by_policy(i, ask)
+        if len(fit) < d:
+            return None
+        chosen = tuple(fit[:d])
+        if frag is None:
+            return 0.0, chosen
+        devs = self.dev[i]  # type: ignore[index]
+        per = -(-g // d)
+        after = tuple(v - per if j in chosen else v for j, v in enumerate(devs))
+        return growth(frag.of(model, cpu_after, after), frag.of(model, cpu, devs)), chosen
 
     def plan_ask(
         self, ask: Ask, r: int, frag: Fragmentation | None
-    ) -> tuple[list[int], list[list[int]], int] | None:
+    ) -> tuple[list[int], list[tuple[int, ...]], int, float] | None:
         """Where ``r`` replicas of ``ask`` go, without mutating: (node per replica, devices
-        per replica, units left free on the nodes used), or None when they do not fit.
+        per replica, units left free on the nodes used, growth of the expected
+        fragmentation), or None when they do not fit.
 
         Without a demand (``frag`` None): best fit, the nodes with the fewest free units
         that take a replica first, as :meth:`plan`. With one: each replica where the
         expected fragmentation grows least (``scheduling.engine.placement``); ties to the
         node left with the fewest free units, then the least CPU, then name order.
         """
-        if r > 1 and frag is not None:
-            scratch = self.copy()
+        g = ask[0]
+        free = self.free
+        if frag is None or r > 1:
+            scratch = self.copy() if r > 1 else self
             nodes: list[int] = []
-            devices: list[list[int]] = []
+            devices: list[tuple[int, ...]] = []
+            grown = 0.0
+            order = (
+                sorted((i for i in range(len(free)) if free[i] >= g), key=free.__getitem__)
+                if frag is None
+                else None
+            )
             for _ in range(r):
-                one = scratch.plan_ask(ask, 1, frag)
+                one = scratch._best(ask, frag, order)
                 if one is None:
                     return None
-                scratch.take_ask(one[0][0], ask, one[1][0])
-                nodes.append(one[0][0])
-                devices.append(one[1][0])
+                grown += one[0]
+                i, chosen = one[1], one[2]
+                nodes.append(i)
+                devices.append(chosen)
+                if r > 1:
+                    scratch.take_ask(i, ask, chosen)
             used = set(nodes)
-            return nodes, devices, sum(scratch.free[i] for i in used)
-        g = ask[0]
-        if frag is None:
-            buckets = self.buckets
-            remaining = r
-            chosen: list[int] = []
-            devs: list[list[int]] = []
-            leftover = 0
-            for f in range(g, len(buckets)):
-                for i in reversed(buckets[f]):
-                    k = self.slots_ask(i, ask)
-                    if not k:
-                        continue
-                    k = min(k, remaining)
-                    picks = self._picks(i, ask, k)
-                    chosen.extend([i] * k)
-                    devs.extend(picks)
-                    leftover += f - k * g
-                    remaining -= k
-                    if remaining == 0:
-                        return chosen, devs, leftover
+            left = sum(scratch.free[i] for i in used) if r > 1 else free[nodes[0]] - g
+            return nodes, devices, left, grown
+        one = self._best(ask, frag, None)
+        if one is None:
             return None
-        best: tuple[float, int, int, int] | None = None
-        best_devs: list[int] = []
+        return [one[1]], [one[2]], free[one[1]] - g, one[0]
+
+    def _best(
+        self, ask: Ask, frag: Fragmentation | None, order: list[int] | None
+    ) -> tuple[float, int, tuple[int, ...]] | None:
+        """The best node for one replica: (growth, node, devices). ``order``: best fit's
+        order of the nodes (the first that takes it wins); None: score every node."""
         free = self.free
+        g = ask[0]
+        if order is not None:
+            for i in order:
+                if free[i] < g:
+                    continue
+                choice = self._choice(i, ask, None)
+                if choice is not None and (self.dev is None or self.slots_ask(i, ask)):
+                    return 0.0, i, choice[1]
+            return None
         cpu = self.cpu
+        best: tuple[float, int, int, int] | None = None
+        best_devs: tuple[int, ...] = ()
+        choose = self._choice
+        # Growths within a tenth of a device of each other count as equal: the measure is
+        # an expectation over a guessed mix, and best fit decides between near-equals.
+        step = self.device_size / 10 if self.dev is not None and self.device_size else 0.1
         for i in range(len(free)):
-            if free[i] < g or not self.slots_ask(i, ask):
+            if free[i] < g:
                 continue
-            picked, growth = self._devices(i, ask, frag)
-            key = (growth, free[i] - g, UNBOUNDED if cpu is None else cpu[i] - ask[3], i)
+            choice = choose(i, ask, frag)
+            if choice is None:
+                continue
+            key = (
+                round(choice[0] / step),
+                free[i] - g,
+                UNBOUNDED if cpu is None else cpu[i] - ask[3],
+                i,
+            )
             if best is None or key < best:
-                best, best_devs = key, picked
+                best, best_devs = key, choice[1]
         if best is None:
             return None
-        return [best[3]], [best_devs], best[1]
-
-    def _picks(self, i: int, ask: Ask, k: int) -> list[list[int]]:
-        """The devices of ``k`` replicas on node ``i``, one after the other, by the node's
-        device rule (the books are restored after)."""
-        if self.dev is None:
-            return [[] for _ in range(k)]
-        if k == 1:
-            return [self._devices(i, ask, None)[0]]
-        saved = self.dev[i].copy()
-        saved_cores = None if self.cores is None or self.cores[i] is None else self.cores[i].copy()
-        per = -(-ask[0] // ask[1])
-        out = []
-        for _ in range(k):
-            picked = self._devices(i, ask, None)[0]
-            for j in picked:
-                self.dev[i][j] -= per
-                if ask[2] and saved_cores is not None:
-                    self.cores[i][j] -= ask[2]  # type: ignore[index]
-            out.append(picked)
-        self.dev[i] = saved
-        if saved_cores is not None:
-            self.cores[i] = saved_cores  # type: ignore[index]
-        return out
+        return best[0], best[3], best_devs
 
     def take_ask(self, i: int, ask: Ask, devices: Iterable[int]) -> None:
         """Charge one replica of ``ask`` on node ``i`` and the devices planned for it."""
@@ -519,10 +575,11 @@ class Pool:
         self._set_free(i, self.free[i] - g)
         if self.dev is not None:
             per = -(-g // d)
-            cr = self.cores[i] if cores else None  # type: ignore[index]
-            for j in devices:
-                self.dev[i][j] -= per
-                if cr is not None:
+            chosen = set(devices)
+            self.dev[i] = tuple(v - per if j in chosen else v for j, v in enumerate(self.dev[i]))
+            cr = self._cores(i, cores)
+            if cr is not None:
+                for j in chosen:
                     cr[j] -= cores
         if self.cpu is not None:
             self.cpu[i] -= cpu or 1

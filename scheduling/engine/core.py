@@ -207,7 +207,8 @@ class Placement:
         self._fallback_memo: dict[str, CandidateNote] = {}
         self._not_tried_memo: dict[str, CandidateNote] = {}
         self.frag = fragmentation_for(snapshot.demand)
-        self._devices_of: dict[int, list[list[int]]] = {}  # id(pool) -> planned devices
+        self._devices_of: dict[int, list[tuple[int, ...]]] = {}  # id(pool) -> planned devices
+        self._growth_of: dict[int, float] = {}  # id(pool) -> its plan's fragmentation growth
 
     # -- step 1 -------------------------------------------------------------------------------
 
@@ -216,7 +217,9 @@ class Placement:
         self.teams: dict[str, Team] = {t.id: t for t in snap.teams}
         capacity = self._index_pools()
         self.initial_counts = {
-            key: [len(b) for b in pool.buckets] for key, pool in self.pools.items()
+            key: [len(b) for b in pool.buckets]
+            for key, pool in self.pools.items()
+            if not pool.general
         }
         # Pools booked per device: their start, whole (a count per bucket cannot tell).
         self.initial_general = {
@@ -669,6 +672,11 @@ class Placement:
                 cf = cap_failed[ckey] = self._capacity_failure(model, g, r, ask)
                 failures.append(cf)
                 continue
+            if self.frag is not None:
+                # With a demand, candidates the policy ranks equal go to the best placement.
+                model, fitting, borrowed = self._best_of_ties(
+                    job, model, fitting, borrowed, tried, need, ask, nominal_only
+                )
             self._admit(job, model, fitting, borrowed, cands, failures, starving, ask)
             return True
         # Reclaim: a team within nominal takes back what borrowers hold.
@@ -694,6 +702,47 @@ class Placement:
             self._failed_sig[signature] = known
         self.waiting.append((job, known, cands, n_tried, self.visited, len(self.admissions)))
         return True
+
+    def _best_of_ties(
+        self,
+        job: PendingJob,
+        model: GpuModel,
+        fitting: list[tuple[tuple[int, int, str], Pool, list[int]]],
+        borrowed: int,
+        tried: Sequence[GpuModel],
+        need: int,
+        ask: tuple[int, ...],
+        nominal_only: bool,
+    ) -> tuple[GpuModel, list[tuple[tuple[int, int, str], Pool, list[int]]], int]:
+        """The first fitting candidate, or a later one the job's policy ranks equal to it
+        (same cost, memory and TFLOPS under ``cheapest``; same TFLOPS and cost under
+        ``fastest``; never under ``ordered``) whose placement grows the expected
+        fragmentation less (then leaves less free on its nodes). Used only with a demand:
+        the policy's order says which models a job prefers; among those it does not prefer
+        apart, the placement rule decides, as it does between nodes."""
+        tie = _tie_key(model, job.policy)
+        if tie is None:
+            return model, fitting, borrowed
+        g, r = job.gpus_per_replica, job.replicas
+
+        def score(f: list[tuple[tuple[int, int, str], Pool, list[int]]]) -> tuple[float, int]:
+            pool = f[0][1]
+            return (self._growth_of.get(id(pool), 0.0), f[0][0][0])
+
+        best = (score(fitting), model, fitting, borrowed)
+        for other in tried[tried.index(model) + 1 :]:
+            if _tie_key(other, job.policy) != tie:
+                continue
+            pools = self.enabled.get(other.key)
+            if not pools:
+                continue
+            lent = self.quota.fits(job.team, other.key, need)
+            if lent < 0 or (nominal_only and lent):
+                continue
+            alt = self._fitting(pools, g, r, need, ask)
+            if alt and score(alt) < best[0]:
+                best = (score(alt), other, alt, lent)
+        return best[1], best[2], best[3]
 
     def _candidates(self, req: Requirement, policy: Policy) -> Candidates:
         """resolve_candidates, memoised per cycle by value (a plain tuple key: hashing and
@@ -729,8 +778,9 @@ class Placement:
                 placed = pool.plan_ask(ask, r, self.frag)  # type: ignore[arg-type]
                 if placed is None:  # pragma: no cover - fits_ask() said yes
                     continue
-                plan, devices, leftover = placed
+                plan, devices, leftover, growth = placed
                 self._devices_of[id(pool)] = devices
+                self._growth_of[id(pool)] = growth
                 out.append(((leftover, pool.free_total - need, pool.cluster), pool, plan))
                 continue
             if not pool.fits(g, r):
@@ -1033,6 +1083,16 @@ def _line_order(jobs: list[PendingJob]) -> list[PendingJob]:
         out.extend(run)
         start = end
     return out
+
+
+def _tie_key(model: GpuModel, policy: Policy) -> tuple[float, ...] | None:
+    """What a policy orders candidate models by, bar the key: equal tuples are models the
+    policy does not prefer apart (None: every model is its own rank)."""
+    if policy is Policy.CHEAPEST:
+        return (model.cost_factor, model.memory_gib, model.tflops_fp16)
+    if policy is Policy.FASTEST:
+        return (model.tflops_fp16, model.cost_factor)
+    return None
 
 
 def _fits(pool: Pool, g: int, r: int, ask: tuple[int, ...]) -> bool:

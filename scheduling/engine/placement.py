@@ -32,12 +32,20 @@ from collections.abc import Sequence
 from scheduling.engine.snapshot import Demand
 
 _MEMO_LIMIT = 400_000
+_PLACES = 6
+"""Growths are compared rounded to a millionth of a unit: the sums behind them are added in
+different orders for different nodes, and float noise must not decide between equal ones."""
+
+
+def growth(after: float, before: float) -> float:
+    """How much the expected fragmentation grows from ``before`` to ``after`` (rounded)."""
+    return round(after - before, _PLACES)
 
 
 class Fragmentation:
     """The expected fragment of node states against one demand mix (memoised per state)."""
 
-    __slots__ = ("cpu_only", "groups", "memo")
+    __slots__ = ("best_memo", "cpu_only", "groups", "memo")
 
     def __init__(self, demand: Sequence[Demand]) -> None:
         total = sum(max(0.0, d.weight) for d in demand) or 1.0
@@ -60,6 +68,7 @@ class Fragmentation:
                 cum.append(cum[-1] + w)
             self.groups.append((per, n, models, [c for c, _ in members], cum, cum[-1]))
         self.memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+        self.best_memo: dict[tuple[object, ...], tuple[float, tuple[int, ...]] | None] = {}
 
     def of(self, model: str, cpu_left: int, devices: tuple[int, ...]) -> float:
         """Expected free units of a node in this state that the expected work cannot use."""
@@ -91,6 +100,46 @@ class Fragmentation:
             memo.clear()
         memo[key] = value
         return value
+
+    def best_devices(
+        self,
+        model: str,
+        cpu: int,
+        cpu_after: int,
+        devices: tuple[int, ...],
+        per: int,
+        count: int,
+    ) -> tuple[float, tuple[int, ...]] | None:
+        """Where on a node (``devices``: units free on each) one replica of ``count`` x
+        ``per`` units grows the expected fragmentation least: (growth, the devices), None
+        when fewer than ``count`` devices hold ``per``. Among equal growths the fullest
+        device wins (best fit), then the lowest index. Memoised per node state and ask."""
+        key = (model, cpu, cpu_after, devices, per, count)
+        memo = self.best_memo
+        if key in memo:
+            return memo[key]
+        fit = sorted((v, j) for j, v in enumerate(devices) if v >= per)
+        result: tuple[float, tuple[int, ...]] | None = None
+        if len(fit) >= count:
+            before = self.of(model, cpu, devices)
+            if count == 1:
+                seen: set[int] = set()
+                for v, j in fit:
+                    if v in seen:  # equal devices grow the fragmentation alike
+                        continue
+                    seen.add(v)
+                    after = (*devices[:j], v - per, *devices[j + 1 :])
+                    growth = round(self.of(model, cpu_after, after) - before, _PLACES)
+                    if result is None or growth < result[0]:
+                        result = (growth, (j,))
+            else:
+                chosen = tuple(j for _, j in fit[:count])
+                after = tuple(v - per if j in chosen else v for j, v in enumerate(devices))
+                result = (round(self.of(model, cpu_after, after) - before, _PLACES), chosen)
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[key] = result
+        return result
 
 
 _BY_DEMAND: dict[tuple[Demand, ...], Fragmentation] = {}

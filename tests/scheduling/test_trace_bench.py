@@ -73,7 +73,7 @@ def test_every_policy_replays_the_slice_without_overfilling(policy: str) -> None
 def test_gpu_spec_constraints_are_honoured() -> None:
     nodes, tasks = _slice(pods="gpuspec20")
     assert any(t.spec for t in tasks)
-    for policy in ("random", "fgd"):
+    for policy in ("random", "fgd", "engine"):
         result = tb.replay(nodes, tasks, policy, seed=43, keep=True)
         _assert_consistent(result)  # checks every placed task's model against its spec
         assert any(t.spec for t, _, _ in result.placements)
@@ -170,3 +170,51 @@ def test_tuning_stops_at_the_target() -> None:
     assert 4_700 <= asked <= 5_200 and len(order) == asked // 500
     big = tb.arrival_order(tasks, 1_000, 1.3, random.Random(3), shuffle=True)
     assert sum(t.gpu_total for t in big) <= 1_300  # too much asked: random tasks dropped
+
+
+@needs_trace
+def test_the_engine_fails_a_task_only_when_no_node_could_take_it() -> None:
+    # gpupool's engine (``--policy engine``: the real decide, one task at a time) books
+    # devices, CPU and memory: it must never turn a task away that some node could hold.
+    turned_away: list[str] = []
+
+    class Checked(tb.EnginePolicy):
+        def choose(self, task, nodes, rng):
+            chosen = super().choose(task, nodes, rng)
+            if chosen is None and any(n.mem_left >= task.mem and n.gpu_fits(task) for n in nodes):
+                turned_away.append(task.name)
+            return chosen
+
+    tb.register_policy("engine-checked", Checked)
+    try:
+        nodes, tasks = _slice(nodes_every=8, tasks_every=4)
+        result = tb.replay(nodes, tasks, "engine-checked", seed=44, keep=True)
+    finally:
+        del tb.POLICIES["engine-checked"]
+    _assert_consistent(result)
+    assert result.failed > 0
+    assert turned_away == []
+
+
+@needs_trace
+def test_engine_json_has_the_papers_fields(capsys) -> None:
+    nodes_path = TRACE / "openb_node_list_gpu_node.csv"
+    assert (
+        tb.main(
+            [
+                "--nodes",
+                str(nodes_path),
+                "--policy",
+                "engine",
+                "--seed",
+                "42",
+                "--tune",
+                "0.2",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "engine" and out["seed"] == 42
+    assert len(out["alloc_pct"]) == tb.X_MAX + 1
