@@ -8,6 +8,7 @@ but the form is ``novalidate``: the server reports every problem in one pass.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -64,7 +65,11 @@ class JobSubmitForm(forms.Form):
     command = forms.CharField(
         label="Command",
         required=False,
-        help_text="As in a shell, e.g. torchrun train.py --epochs 10; empty runs the image's own",
+        # several lines: a long torchrun line is read whole, and a line ending in \ goes on
+        # on the next one, as in a shell
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono"}),
+        help_text="As in a shell, e.g. torchrun train.py --epochs 10; a line may end in \\ and "
+        "go on on the next; empty runs the image's own",
     )
     args = forms.CharField(label="Arguments", required=False, help_text="Shell-quoted")
     env = forms.CharField(
@@ -184,13 +189,16 @@ class JobSubmitForm(forms.Form):
         limits: SpecLimits | None = None,
         priority_limits: Mapping[str, str] | None = None,
         for_template: bool = False,
+        shared_pools: bool = True,
         **kwargs: Any,
     ) -> None:
         """``models``: (key, label) of the active catalog; ``unavailable``: key → why it
         cannot be chosen (no cluster has it); ``limits``: the submit bounds;
-        ``priority_limits``: the highest priority each team allows. A template's request has
+        ``priority_limits``: the highest priority each team allows; ``shared_pools``: whether
+        any shared GPU pool exists (its fields are shown only then). A template's request has
         no team (the template's is used) and may leave the job name out."""
         super().__init__(*args, **kwargs)
+        self.shared_pools = shared_pools
         if priority_limits:
             # Which priorities each team may use is its policy, set by platform admins.
             allowed = ", ".join(f"{team} up to {top}" for team, top in priority_limits.items())
@@ -237,13 +245,27 @@ class JobSubmitForm(forms.Form):
             self.fields[name].widget.attrs["max"] = maximum
 
     @property
+    def show_shared(self) -> bool:
+        """Whether to show the shared-GPU fields: only where a shared pool exists, or where
+        the request already asks for a share (a template or resubmit from when one did), so a
+        value is never dropped unseen."""
+        if self.shared_pools:
+            return True
+        return any(
+            self[name].value() not in (None, "") for name in ("gpu_memory_gib", "gpu_cores_percent")
+        )
+
+    @property
     def by_models(self) -> bool:
         value = self["requirement"].value()
         return value == "models"
 
     def _split(self, name: str) -> list[str]:
+        # A backslash at the end of a line continues it, as in a shell (shlex alone would keep
+        # the newline as an argument of its own).
+        text = re.sub(r"\\\r?\n", " ", self.cleaned_data.get(name) or "")
         try:
-            return shlex.split(self.cleaned_data.get(name) or "")
+            return shlex.split(text)
         except ValueError as exc:
             self.add_error(name, f"Cannot split this like a shell would: {exc}.")
             return []

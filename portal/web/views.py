@@ -291,9 +291,11 @@ def _form_templates(request: HttpRequest, teams: list[Team]) -> list[tuple[str, 
 
 def _submit_form_kwargs(teams: list[Team]) -> dict[str, Any]:
     """What the submit form needs to know of the pool: the catalog, which models no cluster
-    has (and why), and the submit bounds."""
+    has (and why), the submit bounds, and whether any shared GPU pool exists (the share
+    fields mean nothing without one)."""
     catalog = list(GpuModel.objects.filter(active=True).values_list("key", "display_name"))
     return {
+        "shared_pools": GpuModel.objects.filter(active=True, shares__isnull=False).exists(),
         "teams": teams,
         "models": [(k, f"{name} ({k})") for k, name in catalog],
         "unavailable": models_unavailable([k for k, _ in catalog]),

@@ -1,6 +1,6 @@
 /* The submit form: the error summary takes focus and its links move focus to their field;
-   only the chosen requirement's fields show; the models keep the order they were chosen in.
-   (Choosing a template loads it through portal.js's [data-autosubmit].) Served by the portal:
+   only the chosen requirement's and kind's fields show; the models keep the order they were chosen in.
+   a template loads on its button or on Enter, not as the list's choice changes. Served by the portal:
    no inline script, as the Content-Security-Policy requires. */
 (function () {
   "use strict";
@@ -40,6 +40,23 @@
     show();
   }
 
+  /* Parts for one kind of job only (<fieldset data-kind="inference">): hidden, and their
+     fields disabled so nothing typed there is sent, while another kind is chosen. */
+  function kindParts(form) {
+    var kind = form.querySelector("select[name=kind]");
+    var parts = form.querySelectorAll("[data-kind]");
+    if (!kind || !parts.length) return;
+    function show() {
+      parts.forEach(function (part) {
+        var on = part.getAttribute("data-kind") === kind.value;
+        part.hidden = !on;
+        part.querySelectorAll("input, select, textarea").forEach(function (f) { f.disabled = !on; });
+      });
+    }
+    kind.addEventListener("change", show);
+    show();
+  }
+
   function modelOrder(form) {
     var select = form.querySelector("select[name=gpu_models]");
     var order = form.querySelector("input[name=gpu_models_order]");
@@ -73,12 +90,25 @@
     });
   }
 
+  /* <select data-submit-on-enter>: Enter submits its form (a <select> has no implicit
+     submission of its own); arrow keys only move the choice (WCAG 3.2.2: no change of
+     context on input). */
+  document.addEventListener("keydown", function (event) {
+    var field = event.target;
+    if (event.key !== "Enter" || !field || !field.matches || !field.matches("select[data-submit-on-enter]")) return;
+    if (!field.form) return;
+    event.preventDefault();
+    if (field.form.requestSubmit) field.form.requestSubmit();
+    else field.form.submit();
+  });
+
   ready(function () {
     errorSummary();
     previewKeepsOpenLists();
     var form = document.getElementById("submit-form");
     if (form) {
       requirementChoice(form);
+      kindParts(form);
       modelOrder(form);
     }
   });

@@ -92,14 +92,16 @@ def test_templates_from_a_job_and_built_in_ones_start_the_form(page, live_server
     p.goto(f"{live_server.url}/jobs/new/")
     p.wait_for_load_state("networkidle")  # leaving mid-request would abort the preview's
     smoke = JobTemplate.objects.get(key="gpu-smoke-test")
-    with p.expect_navigation():  # choosing a template loads it (the form's own script)
-        p.select_option("#template-choice", str(smoke.pk))
+    p.select_option("#template-choice", str(smoke.pk))  # choosing alone loads nothing
+    with p.expect_navigation():  # the button does
+        p.click("button:has-text('Use template')")
     assert p.input_value("#id_command") == "nvidia-smi -L"
     assert p.input_value("#id_max_runtime_minutes") == "10"
     mine = JobTemplate.objects.get(name="Nightly eval")
     p.wait_for_load_state("networkidle")
-    with p.expect_navigation():
-        p.select_option("#template-choice", str(mine.pk))
+    p.select_option("#template-choice", str(mine.pk))
+    with p.expect_navigation():  # and so does Enter on the list
+        p.press("#template-choice", "Enter")
     assert p.input_value("#id_name") == "nightly-eval"
     assert "The eval we run every night" in p.inner_text("#prefilled")
     p.click("button:has-text('Submit')")

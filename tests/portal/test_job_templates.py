@@ -131,7 +131,7 @@ def test_the_submit_form_starts_from_a_template(client, bob, catalog):
     client.force_login(bob)
     smoke = JobTemplate.objects.get(key="gpu-smoke-test")
     page = client.get(f"/jobs/new/?template={smoke.pk}").content.decode()
-    assert 'value="nvidia-smi -L"' in page and "Pre-filled from the template" in page
+    assert "nvidia-smi -L</textarea>" in page and "Pre-filled from the template" in page
     assert f'<option value="{smoke.pk}" selected>' in page
 
 
