@@ -581,8 +581,9 @@ class EnginePolicy(Policy):
 
     A CPU-only task asks no GPU, so gpupool never places it (the cluster's own scheduler
     does): the harness puts it where the engine's placement rule would, the node whose
-    expected fragmentation grows least (``scheduling.engine.placement``), ties to the least
-    CPU left, then the name order.
+    expected fragmentation grows least (``scheduling.engine.placement``; within a tenth of a
+    device), ties as the engine breaks them: the fewest free GPU units, then the least CPU
+    left, then the name order.
     """
 
     name = "engine"
@@ -677,7 +678,7 @@ class EnginePolicy(Policy):
 
     def _cpu_only(self, task: Task) -> tuple[Node, list[int]] | None:
         frag = self.frag
-        best: tuple[int, int, str] | None = None
+        best: tuple[int, int, int, str] | None = None
         for name in self.order:
             node = self.by_name[name]
             if node.cpu_left < task.cpu or node.mem_left < task.mem:
@@ -689,13 +690,14 @@ class EnginePolicy(Policy):
                     frag.of(node.model, node.cpu_left - task.cpu, devices),
                     frag.of(node.model, node.cpu_left, devices),
                 )
-            # As the engine does: growths within a tenth of a device are equal.
-            key = (round(grown / (MILLI / 10)), node.cpu_left - task.cpu, name)
+            # As the engine ranks nodes: growths within a tenth of a device are equal, then
+            # the fewest free GPU units, then the least CPU left, then the name.
+            key = (round(grown / (MILLI / 10)), sum(devices), node.cpu_left - task.cpu, name)
             if best is None or key < best:
                 best = key
         if best is None:
             return None
-        return self.by_name[best[2]], []
+        return self.by_name[best[3]], []
 
 
 POLICIES: dict[str, Callable[[Sequence[Typical]], Policy]] = {
