@@ -42,6 +42,7 @@ from scheduling.preview import (
     TeamProposal,
     preview_changes,
 )
+from scheduling.quota_check import beyond_quota_message
 from scheduling.services import (
     QUEUE_SORTS,
     QuotaEdit,
@@ -299,11 +300,20 @@ def _grid_models(grid: QuotaGrid, show_all: bool) -> tuple[list[GpuModel], int]:
             for t in grid.teams
         )
     }
+    # The model that matters to the viewer first: the most GPUs their teams (every team, for
+    # a platform admin) hold as quota, use or wait for; the catalog's order breaks ties, and
+    # models with only hardware follow.
+    weight = {
+        m.pk: sum(
+            c.nominal + c.in_use + c.pending_demand
+            for c in (grid.cells[(t.pk, m.pk)] for t in grid.teams)
+        )
+        for m in grid.models
+    }
+    shown = sorted((m for m in grid.models if m.pk in used), key=lambda m: -weight[m.pk])
     if show_all:
-        return [m for m in grid.models if m.pk in used] + [
-            m for m in grid.models if m.pk not in used
-        ], 0
-    return [m for m in grid.models if m.pk in used], len(grid.models) - len(used)
+        return shown + [m for m in grid.models if m.pk not in used], 0
+    return shown, len(grid.models) - len(used)
 
 
 @login_required
@@ -468,7 +478,29 @@ def match_preview(request: HttpRequest) -> HttpResponse:
         error = None
     except SpecError as exc:
         preview, error = None, "; ".join(" ".join(v) for v in exc.fields.values())
-    return render(request, "scheduling/_match.html", {"preview": preview, "error": error})
+    quota = _quota_warning(request, params.get("team") or "", preview)
+    return render(
+        request, "scheduling/_match.html", {"preview": preview, "error": error, "quota": quota}
+    )
+
+
+def _quota_warning(request: HttpRequest, slug: str, preview: dict[str, Any] | None) -> str | None:
+    """What the submit would refuse for the team chosen on the form (one of the caller's), in
+    its own words, before the user fills in the rest."""
+    if preview is None or not slug:
+        return None
+    team = Team.objects.filter(slug=slug, memberships__user=request.user).first()
+    if team is None:
+        return None
+    matched = preview["matched"]
+    gang = preview["gang"]
+    return beyond_quota_message(
+        team,
+        matched if preview["allow_fallback"] else matched[:1],
+        replicas=gang["replicas"],
+        per_replica=gang["gpus_per_replica"],
+        shared=preview["shared"],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
