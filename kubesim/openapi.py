@@ -183,16 +183,16 @@ def _operation(
     if v3:
         ok["content"] = {"application/json": {"schema": body_ref}}
         if verb in ("post", "put", "patch"):
-            types = (
-                [
+            types = ["application/json"]
+            if verb == "patch":
+                # kubectl apply sends a strategic merge patch only where this lists it: built-in
+                # kinds (custom resources take JSON merge patches, as the apiserver says)
+                types = [
                     "application/apply-patch+yaml",
                     "application/json-patch+json",
                     "application/merge-patch+json",
-                    "application/strategic-merge-patch+json",
+                    *(["application/strategic-merge-patch+json"] if rt.crd is None else []),
                 ]
-                if verb == "patch"
-                else ["application/json"]
-            )
             op["requestBody"] = {
                 "content": {
                     t: {"schema": body_ref if verb != "patch" else _ref(ref, META + "Patch")}

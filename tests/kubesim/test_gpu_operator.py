@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.kubesim.builders import create_job, vcjob
+from tests.kubesim.conftest import raw
 
 MIG_NODE: dict[str, Any] = {
     "name": "mig",
@@ -129,8 +130,6 @@ def test_with_no_gpu_advertised_anywhere_volcano_does_not_even_enqueue(sim, core
 
 
 def test_the_control_endpoint_breaks_a_device_plugin(sim, core):
-    from tests.kubesim.conftest import raw
-
     status, _, body = raw(sim, "POST", "/kubesim/v1/nodes/a100-2/device-plugin-fails", {})
     assert status == 200, body
     assert core.read_node("a100-2").status.allocatable["nvidia.com/gpu"] == "0"

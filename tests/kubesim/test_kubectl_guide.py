@@ -220,6 +220,10 @@ def test_the_guide_end_to_end(guide):
     assert table(kubectl("get", "pods"))[0]["STATUS"] == "Completed"
 
     # what else the guide's reader tries
+    # re-applying the same file: a JSON merge patch, which Volcano's webhook refuses because
+    # it drops the defaults the mutating webhook added (volcano-sh/volcano#2238)
+    again = kubectl("apply", "-f", "-", stdin=job("job-a100"), ok=False)
+    assert 'admission webhook "validatejob.volcano.sh" denied the request' in again
     assert "minAvailable" in kubectl("explain", "vcjob.spec")
     assert "job.batch.volcano.sh/job-b created" in kubectl("create", "-f", "-", stdin=job("job-b"))
     top = table(kubectl("top", "node"))

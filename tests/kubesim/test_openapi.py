@@ -56,6 +56,11 @@ def test_volcano_job_patch_takes_field_validation_so_kubectl_validates_server_si
         "kind": "Job",
     }
     assert "fieldValidation" in {p["name"] for p in patch["parameters"]}
+    # kubectl apply sends a strategic merge patch only where the PATCH lists it
+    assert "application/strategic-merge-patch+json" not in patch["requestBody"]["content"]
+    _, _, core = raw(sim, "GET", "/openapi/v3/api/v1")
+    cm_patch = core["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"]
+    assert "application/strategic-merge-patch+json" in cm_patch["requestBody"]["content"]
     job = doc["components"]["schemas"]["sh.volcano.batch.v1alpha1.Job"]
     assert job["x-kubernetes-group-version-kind"][0]["kind"] == "Job"
     # the real CRD schema: tasks[].template is a PodTemplateSpec with minAvailable beside it
