@@ -1,6 +1,6 @@
 """The job page's live refresh, in headless Chromium: when the job ends while the page is open,
 the refresh takes "Cancel job…" away with it (issue 32), and the cancel it offered before says
-what cancelling does to a job in that state."""
+what cancelling does to a job in that state; "Could it start sooner?" goes once it is admitted."""
 
 from __future__ import annotations
 
@@ -55,4 +55,25 @@ def test_cancelling_a_queued_job_talks_of_the_queue_not_of_pods(page, live_serve
     p.click("text=Yes, cancel the job")
     p.wait_for_selector("h1 .state-cancelled")
     assert p.locator("#job-actions >> text=Cancel job…").count() == 0
+    _clean(page)
+
+
+def test_could_it_start_sooner_goes_when_the_refresh_finds_the_job_admitted(
+    page, live_server, bob, vision
+):
+    job = JobFactory(owner=bob, team=vision, name="soon")
+    p = page.page
+    log_in(p, live_server, "bob", next_url=f"/jobs/{job.public_id}/")
+    assert p.get_by_role("heading", name="Could it start sooner?").is_visible()
+    assert job_transition(
+        job_id=job.pk, expected=JobState.QUEUED, to=JobState.ADMITTED, reason="Admitted"
+    )
+    # No reload: the page's own refresh finds it admitted and takes the question away.
+    wait_until(p, "document.querySelector('#job-live h1 .state-admitted') !== null", timeout=15)
+    wait_until(p, "!document.body.innerText.includes('Could it start sooner?')")
+    assert p.locator("#estimate-alternatives").count() == 0
+    # and a page opened on a job past the queue never shows it
+    p.reload()
+    p.wait_for_selector("#job-live h1 .state-admitted")
+    assert "Could it start sooner?" not in p.inner_text("main")
     _clean(page)
