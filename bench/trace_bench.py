@@ -603,6 +603,8 @@ class EnginePolicy(Policy):
         self.frag = fragmentation_for(self.demand)
         self.by_name: dict[str, Node] = {}
         self.order: list[str] = []
+        self.position: dict[str, int] = {}
+        self.node_list: list[engine.Node] = []
         self.engine_nodes: dict[str, engine.Node] = {}
         self.models: tuple[engine.GpuModel, ...] = ()
         self.quotas: tuple[engine.Quota, ...] = ()
@@ -618,11 +620,13 @@ class EnginePolicy(Policy):
             engine.GpuModel(key=k, name=k, memory_gib=MILLI, shared_of=f"{k}-card") for k in kinds
         )
         self.quotas = tuple(engine.Quota(team="trace", model=k, nominal=1 << 40) for k in kinds)
+        self.position = {name: i for i, name in enumerate(self.order)}
+        self.node_list = [None] * len(self.order)  # type: ignore[list-item]
         for name in self.order:
             self._refresh(self.by_name[name])
 
     def _refresh(self, node: Node) -> None:
-        self.engine_nodes[node.name] = engine.Node(
+        self.node_list[self.position[node.name]] = self.engine_nodes[node.name] = engine.Node(
             name=node.name,
             model=node.model,
             total_gpus=node.ngpu * MILLI,
@@ -663,9 +667,7 @@ class EnginePolicy(Policy):
             models=self.models,
             teams=(engine.Team(id="trace"),),
             quotas=self.quotas,
-            clusters=(
-                engine.Cluster(id="trace", nodes=tuple(self.engine_nodes[n] for n in self.order)),
-            ),
+            clusters=(engine.Cluster(id="trace", nodes=tuple(self.node_list)),),
             pending=(job,),
             demand=self.demand,
         )
@@ -679,20 +681,21 @@ class EnginePolicy(Policy):
     def _cpu_only(self, task: Task) -> tuple[Node, list[int]] | None:
         frag = self.frag
         best: tuple[int, int, int, str] | None = None
-        for name in self.order:
-            node = self.by_name[name]
-            if node.cpu_left < task.cpu or node.mem_left < task.mem:
+        cpu, mem = task.cpu, task.mem
+        for node in self.node_list:  # the engine's view: the same numbers, kept as tuples
+            left = node.cpu_free
+            assert left is not None and node.memory_free is not None
+            if left < cpu or node.memory_free < mem:
                 continue
-            devices = tuple(node.devices)
             grown = 0.0
             if frag is not None:
                 grown = growth(
-                    frag.of(node.model, node.cpu_left - task.cpu, devices),
-                    frag.of(node.model, node.cpu_left, devices),
+                    frag.of(node.model, left - cpu, node.devices),
+                    frag.of(node.model, left, node.devices),
                 )
             # As the engine ranks nodes: growths within a tenth of a device are equal, then
             # the fewest free GPU units, then the least CPU left, then the name.
-            key = (round(grown / (MILLI / 10)), sum(devices), node.cpu_left - task.cpu, name)
+            key = (round(grown / (MILLI / 10)), node.free_gpus, left - cpu, node.name)
             if best is None or key < best:
                 best = key
         if best is None:

@@ -24,6 +24,7 @@ _free_gpus = attrgetter("free_gpus")
 _out_of_service = attrgetter("out_of_service_gpus")
 _devices = attrgetter("devices")
 _device_ids = attrgetter("device_ids")
+_device_cores = attrgetter("device_cores")
 _device_policy = attrgetter("device_policy")
 _cpu_free = attrgetter("cpu_free")
 _memory_free = attrgetter("memory_free")
@@ -94,8 +95,8 @@ class Pool:
         self.group = group
         self.key = (cluster, model, group)
         """A pool's identity: one cluster's nodes of one model under one ``Node.group``."""
-        self.names = [n.name for n in ordered]
-        self.index = {name: i for i, name in enumerate(self.names)}
+        self.names = list(map(_by_name, ordered))
+        self.index = dict(zip(self.names, range(len(self.names)), strict=True))
         # Clamped with comparisons, not max/min calls: a pool is built every cycle (and, in
         # the trace bench, every decision) for every node.
         self.total = [t if t > 0 else 0 for t in map(_total_gpus, ordered)]
@@ -129,26 +130,30 @@ class Pool:
             free = self.free
             dev: list[tuple[int, ...]] = []
             append = dev.append
+            # (A device reported with less than nothing free never fits and takes its
+            # shortfall off the node's sum: no clamp per device on this per-node path.)
             for i, d in enumerate(map(_devices, ordered)):
                 if not d:  # a node that reports no devices: one device, the node-wide books
                     d = (free[i],)
-                elif min(d) < 0:
-                    d = tuple(x if x > 0 else 0 for x in d)
                 total = sum(d)
                 if total < free[i]:
-                    free[i] = total
+                    free[i] = total if total > 0 else 0
                 append(d)
             self.dev = dev
-            if any(n.device_cores for n in ordered):
+            if any(map(_device_cores, ordered)):
                 self.cores = [
                     list(n.device_cores) if len(n.device_cores) == len(n.devices) else None
                     for n in ordered
                 ]
-            self.ids = [
-                ids if len(ids) == len(d) else ()
-                for ids, d in zip(map(_device_ids, ordered), map(_devices, ordered), strict=True)
-            ]
-            self.dpolicy = list(map(_device_policy, ordered))
+            if any(map(_device_ids, ordered)):
+                self.ids = [
+                    ids if len(ids) == len(d) else ()
+                    for ids, d in zip(
+                        map(_device_ids, ordered), map(_devices, ordered), strict=True
+                    )
+                ]
+            policies = list(map(_device_policy, ordered))
+            self.dpolicy = policies if any(policies) else None
             if not device_size:
                 self.device_size = max((max(d) for d in dev), default=0)
         if with_cpu:
@@ -402,6 +407,24 @@ class Pool:
     def fits_ask(self, ask: Ask, r: int) -> bool:
         """Whether ``r`` replicas of ``ask`` fit, each on one node (and its devices)."""
         g = ask[0]
+        if r == 1 and self.dev is not None and ask[1] == 1 and not ask[2]:
+            # One replica on one device (the common share): C-level checks per node, as a
+            # failing share scans every node (twice: now and at the cycle's start).
+            per = g
+            cpu_need = ask[3] or 1
+            mem_need = ask[4]
+            cpu = self.cpu
+            mem = self.mem
+            dev = self.dev
+            for i, f in enumerate(self.free):
+                if (
+                    f >= g
+                    and (cpu is None or cpu[i] >= cpu_need)
+                    and (mem is None or mem[i] >= mem_need)
+                    and max(dev[i]) >= per
+                ):
+                    return True
+            return False
         slots = 0
         for i, f in enumerate(self.free):
             if f >= g:
@@ -447,7 +470,7 @@ class Pool:
         devs = self.dev[i]  # type: ignore[index]
         cr = self._cores(i, cores)
         fit = [j for j in range(len(devs)) if devs[j] >= per and (cr is None or cr[j] >= cores)]
-        if self.dpolicy[i] == "spread":  # type: ignore[index]
+        if self.dpolicy is not None and self.dpolicy[i] == "spread":
             fit.sort(key=lambda j: (devs[j], j), reverse=True)
         else:
             fit.sort(key=lambda j: (devs[j], j))
@@ -474,7 +497,7 @@ class Pool:
             before = (self.free[i],)
             after = (self.free[i] - g,)
             return growth(frag.of(model, cpu_after, after), frag.of(model, cpu, before)), ()
-        if frag is not None and not cores and not self.dpolicy[i]:  # type: ignore[index]
+        if frag is not None and not cores and (self.dpolicy is None or not self.dpolicy[i]):
             return frag.best_devices(model, cpu, cpu_after, self.dev[i], -(-g // d), d)
         fit = self._by_policy(i, ask)
         if len(fit) < d:
@@ -551,6 +574,32 @@ class Pool:
         # Growths within a tenth of a device of each other count as equal: the measure is
         # an expectation over a guessed mix, and best fit decides between near-equals.
         step = self.device_size / 10 if self.dev is not None and self.device_size else 0.1
+        dev = self.dev
+        if frag is not None and dev is not None and not ask[2] and self.dpolicy is None:
+            # The portal pins the device on every node: the loop below, inlined (it runs
+            # over every node for every replica placed with a demand).
+            d, cpu_ask, mem_ask = ask[1], ask[3], ask[4]
+            per = -(-g // d)
+            cpu_need = cpu_ask or 1
+            mem = self.mem
+            model = self.model
+            best_devices = frag.best_devices
+            for i, f in enumerate(free):
+                if f < g:
+                    continue
+                c = UNBOUNDED if cpu is None else cpu[i]
+                if c < cpu_need or (mem is not None and mem[i] < mem_ask):
+                    continue
+                after = c - cpu_ask if c != UNBOUNDED else c
+                res = best_devices(model, c, after, dev[i], per, d)
+                if res is None:
+                    continue
+                key = (round(res[0] / step), f - g, after, i)
+                if best is None or key < best:
+                    best, best_devs = key, res[1]
+            if best is None:
+                return None
+            return best[0], best[3], best_devs
         for i in range(len(free)):
             if free[i] < g:
                 continue

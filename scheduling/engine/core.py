@@ -270,16 +270,20 @@ class Placement:
         snapshot's nodes; returns each model's GPUs in the pool (the share book's capacity)."""
         self.pools: dict[tuple[str, str, str], Pool] = {}
         """By ``Pool.key``: (cluster, model, node group)."""
-        self._pool_of_node: dict[tuple[str, str, str], tuple[str, str, str]] = {}
-        """(cluster, model, node name) -> ``Pool.key``."""
+        self._node_pools: dict[tuple[str, str, str], tuple[str, str, str]] | None = None
         self.enabled: dict[str, list[Pool]] = {}
         self.unavailable: dict[str, list[Pool]] = {}
         capacity: dict[str, int] = {}
         shared = {m.key: int(m.memory_gib) for m in self.snap.models if m.shared_of}
         for cluster in sorted(self.snap.clusters, key=lambda c: c.id):
             by_model: dict[tuple[str, str], list[Node]] = {}
-            for node in cluster.nodes:
-                by_model.setdefault((node.model, node.group), []).append(node)
+            # Runs of one (model, group) in one step: a cluster's nodes mostly come grouped.
+            for key, run in groupby(cluster.nodes, key=_model_group):
+                nodes = by_model.get(key)
+                if nodes is None:
+                    by_model[key] = list(run)
+                else:
+                    nodes.extend(run)
             for model, group in sorted(by_model):
                 pool = Pool(
                     cluster.id,
@@ -291,12 +295,26 @@ class Placement:
                     device_size=shared.get(model, 0),
                 )
                 self.pools[pool.key] = pool
-                for name in pool.names:
-                    self._pool_of_node[(cluster.id, model, name)] = pool.key
                 capacity[model] = capacity.get(model, 0) + pool.total_gpus
                 target = self.enabled if cluster.state is ClusterState.ENABLED else self.unavailable
                 target.setdefault(model, []).append(pool)
         return capacity
+
+    @property
+    def _pool_of_node(self) -> dict[tuple[str, str, str], tuple[str, str, str]]:
+        """(cluster, model, node name) -> ``Pool.key``; built when first asked (a reclaim,
+        a forecast), not on every decision."""
+        if self._node_pools is None:
+            self._node_pools = {
+                (pool.cluster, pool.model, name): key
+                for key, pool in self.pools.items()
+                for name in pool.names
+            }
+        return self._node_pools
+
+    @_pool_of_node.setter
+    def _pool_of_node(self, value: dict[tuple[str, str, str], tuple[str, str, str]]) -> None:
+        self._node_pools = value
 
     def reclaimable(self, model: str) -> None:
         """Sort the running jobs on ``model`` into ``victims`` (on borrowed quota),
@@ -1039,6 +1057,7 @@ _by_victim_order = attrgetter("sort_key")
 _by_priority = attrgetter("priority")
 _job_id = attrgetter("id")
 _team = attrgetter("team")
+_model_group = attrgetter("model", "group")
 
 
 def _minus_priority(job: PendingJob) -> int:
