@@ -165,3 +165,6 @@ class Question(Generic[P, R]):
 
 start_estimate: Question[[Any, dt.datetime], Any] = Question("start_estimate")
 dcgm_presence: Question[[Any], Any] = Question("dcgm_presence")
+quota_refusals: Question[[Any], Any] = Question("quota_refusals")
+"""(spec, team) pairs → {index: SpecError} for the jobs their team's quota can never admit
+(``scheduling.quota_check``); asked by the submit before anything is stored."""

@@ -10,8 +10,11 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from scheduling.quota_check import quota_refusals  # it reads this app's models
         from scheduling.tasks import cycle_request  # this app's tasks import its models
 
         # Submits, cancels, finishes and requeues all ask for a (coalesced) cycle on commit.
         hooks.jobs_changed.connect(cycle_request)
         hooks.released.connect(cycle_request)
+        # Submit refuses a job its team's quota can never admit.
+        hooks.quota_refusals.connect(quota_refusals)

@@ -618,3 +618,11 @@ def pool_now() -> tuple[engine.Snapshot, engine.EngineConfig]:
     on-demand estimates (a job's alternatives, an unsubmitted spec) simulate from."""
     config = engine_config()
     return snapshot_load(now=timezone.now(), config=config).snapshot, config
+
+
+def quota_lines() -> tuple[
+    tuple[engine.Team, ...], tuple[engine.Quota, ...], tuple[engine.CohortQuota, ...]
+]:
+    """Teams (with their cohorts), quotas and cohort quotas as the next cycle reads them: what
+    the submit's quota check (``scheduling.quota_check``) bounds a job by."""
+    return _teams(), _quotas(), _cohort_quotas()

@@ -394,6 +394,12 @@ def job_submit(
         if existing is not None:
             return SubmitResult(existing, created=False)
         raise _priority_refusal([("priority", team, spec.priority)])
+    refused = _beyond_quota([(spec, team)])
+    if refused:
+        existing = _replay(user=user, key=key, spec=spec) if key is not None else None
+        if existing is not None:
+            return SubmitResult(existing, created=False)
+        raise refused[0]
     now = now or timezone.now()
     job = _new_job(spec=spec, team=team, user=user, key=key, now=now)
     try:
@@ -472,6 +478,7 @@ def job_submit_batch(
         if existing is not None:
             return existing, False
     _refuse_batch_priorities(specs, teams)
+    _refuse_batch_beyond_quota(specs, teams)
     now = now or timezone.now()
     jobs = [
         _new_job(spec=s, team=teams[s.team], user=user, key=k, now=now)
@@ -491,6 +498,26 @@ def job_submit_batch(
             raise
         return existing, False
     return jobs, True
+
+
+def _beyond_quota(pairs: Sequence[tuple[JobSpec, Team]]) -> dict[int, SpecError]:
+    """The jobs their team's quota can never admit, by index (``hooks.quota_refusals``:
+    nothing when the scheduling room is not loaded)."""
+    return hooks.quota_refusals.ask(pairs) or {}
+
+
+def _refuse_batch_beyond_quota(specs: Sequence[JobSpec], teams: Mapping[str, Team]) -> None:
+    """Refuse the whole batch, naming every job its team's quota can never admit."""
+    refused = _beyond_quota([(s, teams[s.team]) for s in specs])
+    if refused:
+        raise ApplicationError(
+            f"{len(refused)} job(s) can never start under their team's quota; none were submitted.",
+            fields={
+                f"jobs[{i}].{name}": messages
+                for i, exc in sorted(refused.items())
+                for name, messages in exc.fields.items()
+            },
+        )
 
 
 def _refuse_batch_priorities(specs: Sequence[JobSpec], teams: Mapping[str, Team]) -> None:

@@ -31,11 +31,13 @@ def test_a_submit_costs_a_fixed_handful_of_queries(api_as, bob, catalog):
     assert response.status_code == 201
     assert response.json()["owner"] == "bob"
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # catalog and largest node (read fresh inside the test's transaction), team + role, then
-    # in a savepoint one query string: the team's queue lock, then the count of both queued
-    # jobs limits with the job and its event inserted where they fit; no look-up of the owner.
-    assert statements == ["SELECT", "SELECT", "SELECT", "SAVEPOINT", "SELECT", "RELEASE"]
-    assert queries.captured_queries[4]["sql"].startswith("SELECT pg_advisory_xact_lock(")
+    # catalog and largest node (read fresh inside the test's transaction), team + role, the
+    # quota view (teams, policies, quotas, cohort quotas, models: fresh inside a transaction,
+    # once per process every 10 s outside one), then in a savepoint one query string: the
+    # team's queue lock, then the count of both queued jobs limits with the job and its event
+    # inserted where they fit; no look-up of the owner.
+    assert statements == [*["SELECT"] * 8, "SAVEPOINT", "SELECT", "RELEASE"]
+    assert queries.captured_queries[9]["sql"].startswith("SELECT pg_advisory_xact_lock(")
 
 
 def test_the_job_and_its_submitted_event_are_stored_together(bob, catalog):

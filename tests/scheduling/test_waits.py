@@ -194,7 +194,7 @@ def _names_in_order(page: str) -> list[str]:
 
 def test_the_queue_shows_how_long_each_job_waits_and_sorts_by_it(bob, vision, pool, quota, client):
     pool("east", "t4", nodes=1, gpus=4)
-    quota(vision, "t4", nominal=1)
+    quota(vision, "t4", nominal=4)  # each may start some day (no cycle runs here)
     names = ["recent", "oldest", "middle"]
     ages = {"recent": 5, "oldest": 180, "middle": 60}
     for name in names:
