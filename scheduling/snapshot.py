@@ -545,6 +545,7 @@ def _pending(lookback: int) -> Pending:
     previous = {}
     loaded: dict[str, int] = defaultdict(int)
     requirements: dict[tuple[Any, ...], engine.Requirement] = {}
+    policies = {p.value: p for p in engine.Policy}  # an Enum call per job costs more than this
     for pk, public_id, team, submitted_us, replicas, gpus, priority, *rest in rows:
         models_text, memory, tflops, bf16, fp8, share_gib, policy, fallback, *shown = rest
         needs = (models_text, memory, tflops, bf16, fp8, share_gib is not None)
@@ -568,7 +569,7 @@ def _pending(lookback: int) -> Pending:
                 replicas=replicas,
                 priority=priority,
                 requirement=requirement,
-                policy=engine.Policy(policy),
+                policy=policies.get(policy) or engine.Policy(policy),
                 fallback=bool(fallback),
             )
         )
