@@ -199,3 +199,23 @@ class Delivery(models.Model):
         """Whether it was sent again after an interrupted send: its receiver may have it twice
         (with one idempotency id), which the delivery log must be able to say."""
         return self.retries_in_doubt > 0
+
+
+class EmailVerification(models.Model):
+    """An address a user asked to be e-mailed at, waiting for them to open the link sent to it.
+
+    The account's ``email`` changes only once the link is opened, so every address the portal
+    mails notifications to is one its owner proved they read (or one an administrator or the
+    identity provider set). Only a hash of the link's token is kept: a database reader cannot
+    verify an address they do not own.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="email_verification"
+    )
+    address = models.EmailField(max_length=254)
+    token_hash = models.CharField(max_length=64, help_text="SHA-256 of the link's token, hex")
+    sent_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.address} for {self.user_id} (not verified yet)"

@@ -107,7 +107,9 @@ def fan_out(
     for hook in TeamWebhook.objects.filter(team_id__in=set(team_of.values()), active=True):
         hooks_by_team.setdefault(hook.team_id, []).append(hook)
     for n in rows:
-        if Channel.EMAIL in prefs[n.user_id].channels_for(n.kind):
+        # E-mail is off for a user with no address (verified by them, or set by an
+        # administrator or the identity provider): nothing to send, so no row to fail.
+        if n.user.email and Channel.EMAIL in prefs[n.user_id].channels_for(n.kind):
             wanted.append(_due(n, Channel.EMAIL, f"user:{n.user_id}", now))
         if n.kind not in TEAM_KINDS:
             continue

@@ -8,6 +8,16 @@ urlpatterns = [
         views.notification_settings,
         name="notification-settings",
     ),
+    path(
+        "settings/notifications/email/",
+        views.notification_email,
+        name="notification-email",
+    ),
+    path(
+        "settings/notifications/email/verify/<str:token>/",
+        views.notification_email_verify,
+        name="notification-email-verify",
+    ),
     path("teams/<slug:team>/webhooks/", views.team_webhooks, name="team-webhooks"),
     path(
         "teams/<slug:team>/webhooks/<int:webhook_id>/delete/",

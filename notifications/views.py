@@ -10,9 +10,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from notifications.models import Delivery
+from notifications.addresses import (
+    email_address_remove,
+    email_address_request,
+    email_address_verify,
+)
+from notifications.models import Delivery, EmailVerification
 from notifications.outbox import TEAM_KINDS
 from notifications.preferences import EVENTS, PERSONAL_CHANNELS, preferences_of, preferences_set
 from notifications.webhooks import (
@@ -57,7 +63,19 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, "Notification settings saved.")
             return redirect("notification-settings")
+    return _settings_page(request, errors=errors)
+
+
+def _settings_page(
+    request: HttpRequest,
+    *,
+    errors: dict[str, list[str]] | None = None,
+    email_errors: dict[str, list[str]] | None = None,
+) -> HttpResponse:
+    """The settings page, with the errors of whichever of its forms was just sent."""
+    errors = errors or {}
     prefs = preferences_of(request.user.pk)
+    pending = EmailVerification.objects.filter(user_id=request.user.pk).first()
     rows = [
         {"kind": k, "label": label, "email": "email" in prefs.channels_for(k)}
         for k, label in EVENTS.items()
@@ -72,8 +90,52 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
         .select_related("notification", "webhook")
         .order_by("-id")[:LOG_SIZE],
         "admin_teams": Team.objects.filter(pk__in=admin_of).order_by("name"),
+        "pending_email": pending,
+        "email_errors": email_errors or {},
+        # what was typed, after an error; else the address waiting for its link, if any
+        "email_value": request.POST.get("email", "")
+        if email_errors
+        else (pending.address if pending else ""),
     }
-    return render(request, "notifications/settings.html", context, status=400 if errors else 200)
+    status = 400 if errors or email_errors else 200
+    return render(request, "notifications/settings.html", context, status=status)
+
+
+@login_required
+@require_POST
+def notification_email(request: HttpRequest) -> HttpResponse:
+    """Set (a link is mailed to the address; it counts once opened) or remove one's own
+    e-mail address."""
+    if request.POST.get("remove"):
+        email_address_remove(user=request.user)
+        messages.success(request, "E-mail address removed: nothing will be e-mailed to you.")
+        return redirect("notification-settings")
+    link = request.build_absolute_uri(reverse("notification-email-verify", args=["TOKEN"])).replace(
+        "TOKEN", "{token}"
+    )
+    try:
+        pending = email_address_request(
+            user=request.user, address=request.POST.get("email", ""), link_for=link
+        )
+    except ApplicationError as exc:
+        return _settings_page(request, email_errors=exc.fields or {"email": [exc.message]})
+    messages.success(
+        request,
+        f"We sent a link to {pending.address}: open it to start receiving e-mail there.",
+    )
+    return redirect("notification-settings")
+
+
+@login_required
+def notification_email_verify(request: HttpRequest, token: str) -> HttpResponse:
+    """The link from the confirmation e-mail: the address becomes the account's own."""
+    try:
+        address = email_address_verify(user=request.user, token=token)
+    except ApplicationError as exc:
+        messages.error(request, " ".join(exc.fields.get("token", [exc.message])))
+    else:
+        messages.success(request, f"E-mail address {address} confirmed.")
+    return redirect("notification-settings")
 
 
 @login_required

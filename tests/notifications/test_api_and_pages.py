@@ -97,6 +97,8 @@ def test_the_delivery_log_shows_only_your_own(
     from portal.jobs.state import job_transition
 
     for owner, team in ((bob, vision), (charlie, language)):
+        owner.email = f"{owner.username}@example.org"  # e-mail is off without an address
+        owner.save()
         job = JobFactory(team=team, owner=owner, state=JobState.RUNNING)
         with django_capture_on_commit_callbacks(execute=True):
             job_transition(

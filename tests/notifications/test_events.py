@@ -107,6 +107,8 @@ def test_a_cluster_becoming_unreachable_or_draining_tells_the_platform_admins(
     root, bob, vision, django_capture_on_commit_callbacks
 ):
     other_admin = UserFactory(username="ops", is_staff=True)
+    root.email = "root@example.org"  # e-mail is off without an address
+    root.save()
     cluster = Cluster.objects.create(name="east", api_url="https://k8s.example.org")
     with django_capture_on_commit_callbacks(execute=True):
         cluster_unreachable_mark(cluster, "connection refused")
