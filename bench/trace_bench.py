@@ -76,6 +76,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from scheduling import engine  # noqa: E402 - the pure engine, found through sys.path
+from scheduling.engine.capacity import NEAR  # noqa: E402
 from scheduling.engine.placement import fragmentation_for, growth  # noqa: E402
 
 MILLI = 1000
@@ -695,7 +696,7 @@ class EnginePolicy(Policy):
                 )
             # As the engine ranks nodes: growths within a tenth of a device are equal, then
             # the fewest free GPU units, then the least CPU left, then the name.
-            key = (round(grown / (MILLI / 10)), node.free_gpus, left - cpu, node.name)
+            key = (round(grown / (MILLI / NEAR)), node.free_gpus, left - cpu, node.name)
             if best is None or key < best:
                 best = key
         if best is None:

@@ -29,6 +29,9 @@ _device_policy = attrgetter("device_policy")
 _cpu_free = attrgetter("cpu_free")
 _memory_free = attrgetter("memory_free")
 
+NEAR = 10
+"""Growths of the expected fragmentation within 1/NEAR of a device count as equal."""
+
 UNBOUNDED = 1 << 62
 """CPU or memory of a node that does not report it: never the limit."""
 
@@ -556,7 +559,13 @@ class Pool:
         self, ask: Ask, frag: Fragmentation | None, order: list[int] | None
     ) -> tuple[float, int, tuple[int, ...]] | None:
         """The best node for one replica: (growth, node, devices). ``order``: best fit's
-        order of the nodes (the first that takes it wins); None: score every node."""
+        order of the nodes (the first that takes it wins); None: score every node.
+
+        Within the pool growths within 1/``NEAR`` of a device are equal and best fit
+        decides; the growth returned is the chosen node's exact one, which is what
+        candidate models are compared by (``Placement._best_of_ties``): between models the
+        measure says how scarce each is for the work constrained to it, and rounding it
+        would hand that scarce room to unconstrained jobs on best fit's small nodes."""
         free = self.free
         g = ask[0]
         if order is not None:
@@ -570,10 +579,11 @@ class Pool:
         cpu = self.cpu
         best: tuple[float, int, int, int] | None = None
         best_devs: tuple[int, ...] = ()
+        exact = 0.0
         choose = self._choice
         # Growths within a tenth of a device of each other count as equal: the measure is
         # an expectation over a guessed mix, and best fit decides between near-equals.
-        step = self.device_size / 10 if self.dev is not None and self.device_size else 0.1
+        step = self.device_size / NEAR if self.dev is not None and self.device_size else 1 / NEAR
         dev = self.dev
         if frag is not None and dev is not None and not ask[2] and self.dpolicy is None:
             # The portal pins the device on every node: the loop below, inlined (it runs
@@ -596,10 +606,10 @@ class Pool:
                     continue
                 key = (round(res[0] / step), f - g, after, i)
                 if best is None or key < best:
-                    best, best_devs = key, res[1]
+                    best, best_devs, exact = key, res[1], res[0]
             if best is None:
                 return None
-            return best[0], best[3], best_devs
+            return exact, best[3], best_devs
         for i in range(len(free)):
             if free[i] < g:
                 continue
@@ -613,10 +623,10 @@ class Pool:
                 i,
             )
             if best is None or key < best:
-                best, best_devs = key, choice[1]
+                best, best_devs, exact = key, choice[1], choice[0]
         if best is None:
             return None
-        return best[0], best[3], best_devs
+        return exact, best[3], best_devs
 
     def take_ask(self, i: int, ask: Ask, devices: Iterable[int]) -> None:
         """Charge one replica of ``ask`` on node ``i`` and the devices planned for it."""
