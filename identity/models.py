@@ -111,3 +111,29 @@ class MembershipAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.user} {self.team} {self.detail}"
+
+
+class CliGrant(models.Model):
+    """A one-time code that the portal gave a browser to hand to ``gpupool login`` on the
+    same machine (the loopback flow, RFC 8252 with PKCE): traded once, within minutes, for a
+    new API token, by whoever also holds the verifier whose S256 digest is ``code_challenge``.
+
+    Only the code's SHA-256 digest is stored, as for API tokens: a copy of this table gives
+    nobody a code. ``token`` is the API token the code was traded for, so that a second trade
+    of the same code (someone else saw it) revokes that token too (RFC 6749, 4.1.2)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cli_grants"
+    )
+    code_digest = models.CharField(max_length=64, unique=True)
+    code_challenge = models.CharField(max_length=128)
+    machine = models.CharField(max_length=64, help_text="The host name the CLI gave")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    token = models.ForeignKey(
+        "portal.ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"CLI on {self.machine} for {self.user} ({self.created_at:%Y-%m-%d %H:%M})"

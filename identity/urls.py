@@ -1,6 +1,6 @@
 from django.urls import path
 
-from identity import team_views, unlock, views
+from identity import cli_views, team_views, unlock, views
 
 urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
@@ -11,6 +11,7 @@ urlpatterns = [
     ),
     path("sso/<slug:name>/login/", views.oidc_login, name="oidc-login"),
     path("sso/<slug:name>/callback/", views.oidc_callback, name="oidc-callback"),
+    path("cli/authorize/", cli_views.cli_authorize, name="cli-authorize"),
     path("teams/", team_views.team_list, name="team-list"),
     path("teams/<slug:slug>/members/", team_views.team_members, name="team-members"),
 ]

@@ -50,6 +50,7 @@ from gpupool_cli.output import (
     table_lines,
     when,
 )
+from gpupool_cli.weblogin import browser_login
 
 TERMINAL_STATES = {"SUCCEEDED", "FAILED", "CANCELLED"}
 JOB_STATES = [
@@ -177,11 +178,27 @@ def cli() -> None:
 )
 @click.option(
     "--token",
-    help="An API token (make one on the portal's /tokens/ page); '-' reads it from stdin. "
-    "Asked for, hidden, when omitted.",
+    help="Log in with an API token made on the portal's /tokens/ page instead of the browser; "
+    "'-' reads it from stdin.",
 )
-def login(url: str, token: str | None) -> None:
-    """Check a URL and API token against the portal and save them.
+@click.option(
+    "--no-browser",
+    is_flag=True,
+    help="Print the sign-in address instead of opening a browser (for a browser elsewhere).",
+)
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for the browser.",
+)
+def login(url: str, token: str | None, no_browser: bool, timeout: float) -> None:
+    """Sign in through the browser (or with an API token) and save the URL and token.
+
+    Without --token, the CLI opens the portal's sign-in page in your browser; sign in as you
+    always do there (password, LDAP or SSO) and click Authorize. The portal then hands this
+    command a new API token named "gpupool CLI on <this host>" (see `gpupool tokens`).
 
     The token is saved in ~/.config/gpupool/config ($XDG_CONFIG_HOME), readable by you only
     (mode 0600). A token the portal refuses is not saved (exit 4).
@@ -189,15 +206,24 @@ def login(url: str, token: str | None) -> None:
     \b
     Example:
       gpupool login --url https://gpupool.example.org
+      gpupool login --url https://gpupool.example.org --no-browser   # over SSH
       echo "$TOKEN" | gpupool login --url https://gpupool.example.org --token -
     """
+    portal = url_normalize(url)
     if token == "-":
         token = sys.stdin.readline().strip()
-    elif not token:
-        token = click.prompt("API token", hide_input=True)
+        if not token:
+            raise ApiError("token: an API token is required", EXIT_BAD_INPUT)
+    elif token is None:
+        token, _username = browser_login(
+            portal,
+            open_browser=not no_browser,
+            timeout=timeout,
+            say=lambda text: click.echo(text, err=True),
+        )
     if not token:
         raise ApiError("token: an API token is required", EXIT_BAD_INPUT)
-    settings = Settings(url=url_normalize(url), token=token)
+    settings = Settings(url=portal, token=token)
     checker = Client(settings)
     try:
         teams = checker.get("teams/")
@@ -509,10 +535,11 @@ def estimate(
     else:
         click.echo(f"no estimate: {answer.get('why') or 'the portal gave no reason'}")
     alternatives = answer.get("alternatives") or []
-    if alternatives:
-        click.echo("")
+    sooner = [a for a in alternatives if a.get("sooner")]
+    if sooner:
+        click.echo("\nasked differently, it could start sooner:")
         table(
-            alternatives,
+            sooner,
             [
                 ("ALTERNATIVE", lambda a: a.get("label")),
                 ("STARTS", lambda a: a.get("starts") or "no estimate"),
@@ -520,6 +547,10 @@ def estimate(
                 ("CLUSTER", lambda a: a.get("cluster")),
             ],
         )
+    rest = [a for a in alternatives if not a.get("sooner")]
+    if rest:  # no better: one line, so the table shows only what would help
+        said = ", ".join(f"{a.get('label')} ({a.get('starts') or 'no estimate'})" for a in rest)
+        click.echo(f"\n{'not sooner' if sooner else 'no other way to ask starts sooner'}: {said}")
 
 
 # ---------------------------------------------------------------------------------------------

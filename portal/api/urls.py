@@ -70,6 +70,7 @@ urlpatterns = [
     ),
     path("", include("dashboards.api_urls")),
     path("", include("notifications.api_urls")),
+    path("", include("identity.api_urls")),
 ]
 
 _templates = SimpleRouter()
