@@ -604,6 +604,9 @@ class AlternativeSerializer(EstimateSerializer):
         help_text="The one model this alternative asks for ('' = any the job allows)"
     )
     replicas = serializers.IntegerField(help_text="Replicas this alternative asks for")
+    sooner = serializers.BooleanField(
+        help_text="Would start before the job as asked (these come first, soonest first)"
+    )
 
 
 class JobEstimateSerializer(serializers.Serializer):
@@ -616,7 +619,9 @@ class JobEstimateSerializer(serializers.Serializer):
         required=False, help_text="What the expected runtime was learned from"
     )
     alternatives = AlternativeSerializer(
-        many=True, help_text="The estimate per candidate model, and with fewer replicas"
+        many=True,
+        help_text="The estimate per candidate model some enabled cluster has, and with fewer "
+        "replicas: the ones that would start sooner first",
     )
     computed_at = serializers.DateTimeField(required=False)
 

@@ -286,6 +286,22 @@ def alternative_dict(a: Alternative, now: dt.datetime, labels: Mapping[str, str]
     }
 
 
+def sooner_first(alts: list[dict[str, Any]], start: dt.datetime | None) -> list[dict[str, Any]]:
+    """The alternatives that would start before the job as asked (or at all, when it has no
+    estimate), soonest first and marked ``sooner``; then the rest in their order, which the
+    pages and the CLI fold into one line: a table of ways that are no better hides the one
+    that is."""
+
+    def at(a: dict[str, Any]) -> dt.datetime | None:
+        return dt.datetime.fromisoformat(a["start_at"]) if a["start_at"] else None
+
+    for a in alts:
+        mine = at(a)
+        a["sooner"] = mine is not None and (start is None or mine < start)
+    sooner = sorted((a for a in alts if a["sooner"]), key=lambda a: at(a))
+    return sooner + [a for a in alts if not a["sooner"]]
+
+
 def _answer(
     snapshot: engine.Snapshot,
     config: engine.EngineConfig,
@@ -309,7 +325,7 @@ def _answer(
         "estimate": forecast_dict(mine, now, labels),
         "expected_runtime_minutes": round(duration.expected.total_seconds() / 60),
         "runtime_basis": duration.basis,
-        "alternatives": [alternative_dict(a, now, labels) for a in alts],
+        "alternatives": sooner_first([alternative_dict(a, now, labels) for a in alts], mine.start),
         "computed_at": now.isoformat().replace("+00:00", "Z"),
     }
 

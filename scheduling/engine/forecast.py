@@ -35,6 +35,7 @@ from scheduling.engine.quota import COHORT_SHORT, QuotaBook
 from scheduling.engine.reasons import count, fmt_wait
 from scheduling.engine.snapshot import (
     Cluster,
+    ClusterState,
     EngineConfig,
     PendingJob,
     Policy,
@@ -922,11 +923,19 @@ def alternatives(
     rules: PreemptionRules = NO_RULES,
 ) -> list[Alternative]:
     """The estimate for ``job`` (queued or not yet submitted) on each candidate model its
-    requirement allows, and with half and a quarter of its replicas (a gang of fewer pods
-    fits sooner). Each variant replaces the job in line, keeping its submit time; the
-    simulation stops when the variant starts."""
+    requirement allows that some enabled cluster has (a model no cluster offers is no way to
+    start, only a simulation to run), and with half and a quarter of its replicas (a gang of
+    fewer pods fits sooner). Each variant replaces the job in line, keeping its submit time;
+    the simulation stops when the variant starts."""
     variants: list[tuple[str, str, PendingJob]] = []
-    models = resolve_candidates(job.requirement, job.policy, snapshot.models).matched
+    present = {
+        n.model for c in snapshot.clusters if c.state is ClusterState.ENABLED for n in c.nodes
+    }
+    models = [
+        m
+        for m in resolve_candidates(job.requirement, job.policy, snapshot.models).matched
+        if m.key in present
+    ]
     for m in models:
         only = replace(job.requirement, models=(m.key,))
         variants.append(

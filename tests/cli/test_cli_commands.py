@@ -206,8 +206,9 @@ def east(kubesim_cluster):  # noqa: F811
 def test_estimate_a_spec_and_a_queued_job_with_their_alternatives(
     cli, bob, charlie, vision, east, spec_file
 ):
-    """A spec not yet submitted: when it would start and on what, each alternative in a
-    table, nothing stored; a queued job by its id; another team's job is not found."""
+    """A spec not yet submitted: when it would start and on what, the alternatives that are
+    no sooner in one line, nothing stored; a queued job by its id; another team's job is not
+    found."""
     Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=16)
     a100 = {"gpu_models": ["a100-80gb"], "min_gpu_memory_gib": None}
     spec = spec_file(replicas=1, gpus_per_replica=4, **a100)
@@ -217,7 +218,9 @@ def test_estimate_a_spec_and_a_queued_job_with_their_alternatives(
     assert lines[0].split() == ["starts:", "now"]
     assert any(line.startswith("model:") and "A100" in line for line in lines)
     assert any(line.split()[:2] == ["cluster:", "east"] for line in lines)
-    assert "ALTERNATIVE" in result.stdout and "STARTS" in result.stdout
+    # Its only alternative, A100 alone, is no sooner: one line, not a table.
+    assert "ALTERNATIVE" not in result.stdout
+    assert "no other way to ask starts sooner: NVIDIA A100-SXM4-80GB (now)" in result.stdout
     assert Job.objects.count() == 0  # an estimate stores nothing
     answer = json.loads(cli(bob, "estimate", "-f", spec, "--json").stdout)
     assert answer["estimate"]["model"] == "a100-80gb" and answer["alternatives"]

@@ -99,6 +99,39 @@ def test_a_spec_not_yet_submitted_gets_alternatives_and_nothing_is_stored(
     assert alts["1 replica instead of 2"]["starts"] == "now"
     assert got.json()["estimate"]["model"] == "v100-32gb"  # the engine's fallback
     assert Job.objects.count() == before
+    # As asked, it starts now on the V100s: nothing is sooner, so nothing is marked so, and
+    # the A100 row (later) keeps its place among the rest.
+    assert [a["sooner"] for a in got.json()["alternatives"]] == [False, False, False]
+
+
+def test_alternatives_are_models_the_pool_has_the_sooner_ones_first(
+    api_as, bob, vision, quota, east
+):
+    """The A100s have no two nodes with 4 free; the list also names the H100, which no
+    cluster has: only the pool's models are offered, and the one that starts sooner (the
+    V100s, free now) comes first."""
+    full_a100s(bob, vision, quota)
+    quota(vision, "v100-32gb", nominal=8)
+    body = job_body(
+        replicas=2,
+        gpus_per_replica=4,
+        gpu_models=["a100-80gb", "h100-sxm", "v100-32gb"],
+        min_gpu_memory_gib=None,
+    )
+    body["allow_fallback"] = False  # as asked: the first choice only
+    body["selection_policy"] = "ordered"
+    got = api_as(bob).post("/api/v1/jobs/estimate/", body, format="json").json()
+    alts = got["alternatives"]
+    offered = [a["only_model"] for a in alts if a["only_model"]]
+    assert sorted(offered) == ["a100-80gb", "v100-32gb"]
+    assert got["estimate"]["model"] == "a100-80gb" and got["estimate"]["starts"] != "now"
+    assert (alts[0]["only_model"], alts[0]["starts"], alts[0]["sooner"]) == (
+        "v100-32gb",
+        "now",
+        True,
+    )
+    a100 = next(a for a in alts if a["only_model"] == "a100-80gb")
+    assert not a100["sooner"] and alts.index(a100) > 0
 
 
 def test_a_bad_spec_is_refused_naming_the_field(api_as, bob, east):
@@ -172,7 +205,10 @@ def test_the_pages_fragments_keep_to_the_team_and_name_what_to_fix(
     assert client.get(f"/jobs/{third.public_id}/estimate/").status_code == 404
     client.force_login(bob)
     page = client.get(f"/jobs/{third.public_id}/estimate/").content.decode()
-    assert "an estimate, not a promise" in page and 'id="estimate-alternatives-table"' in page
+    assert "an estimate, not a promise" in page
+    # Its one alternative (A100 alone) starts no sooner: one folded line, no table.
+    assert 'id="estimate-alternatives-table"' not in page
+    assert "No other way to ask starts sooner: NVIDIA A100-SXM4-80GB (in ~" in page
     bad = client.get("/jobs/new/estimate/?team=vision&replicas=1&gpus_per_replica=0")
     assert "No estimate yet:" in bad.content.decode()
     assert "gpus_per_replica" in bad.content.decode()
