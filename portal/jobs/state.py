@@ -361,7 +361,11 @@ def _bulk_cas_postgres(
         for c in changes
     }
     params: list[Any] = [f.get_db_prep_save(v, connection) for f, v in fixed]
-    params += [db.int_array(sorted(c.job_id for c in changes)), expected, json.dumps(by_id, default=str)]
+    params += [
+        db.int_array(sorted(c.job_id for c in changes)),
+        expected,
+        json.dumps(by_id, default=str),
+    ]
     # The events: at the moment each row now carries, from ``expected`` to the new state.
     params += [expected, base["state"], reason]
     with connection.cursor() as cur:
