@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from portal.models import Job, JobState, Membership, Role
-from tests.browser.conftest import PageRecorder, log_in, member_pages
+from tests.browser.conftest import PageRecorder, log_in, member_pages, wait_until
 from tests.browser.test_accessibility import axe_violations
 from tests.browser.test_dashboards import demo_pool  # noqa: F401  (fixture)
 from tests.factories import JobFactory
@@ -93,8 +93,13 @@ def test_times_read_in_the_browsers_time_zone_with_utc_on_hover(browser, live_se
     assert cell.get_attribute("title") == "2026-03-01 23:40 UTC"
     # the job's timeline (seconds kept) and a refresh that swaps the list in again
     p.goto(f"{live_server.url}/jobs/{job.public_id}/")
-    for text in p.locator(".timeline time").all_inner_texts():
-        assert text.endswith("GMT+5:30"), text
+    submitted = p.locator("#job-facts time, .facts time").first
+    assert submitted.inner_text() == "2026-03-02 05:10:00 GMT+5:30"
+    # the page refreshes itself every 5 s (the timeline swapped in out of band): still local
+    p.evaluate("document.querySelector('#job-live').dataset.before = '1'")
+    wait_until(p, "!document.querySelector('#job-live').dataset.before", timeout=15)
+    p.wait_for_timeout(200)
+    assert submitted.inner_text() == "2026-03-02 05:10:00 GMT+5:30"
     context.close()
     # without JavaScript the server's UTC stands, and says so
     context = browser.new_context(timezone_id="Asia/Kolkata", java_script_enabled=False)
