@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -223,12 +224,15 @@ def cluster_checkup(
         message = exc.message if isinstance(exc, KubeError) else str(exc)
         log.warning("cluster doctor: %s cannot be read: %s", cluster.name, message)
         return CheckupResult(False, f"The cluster cannot be read: {message}")
+    now = now or timezone.now()
     findings = diagnose(
         nodes=nodes,
         catalog=catalog_facts(),
         gpu_label=cluster.gpu_label,
         volcano=volcano,
         dcgm=_dcgm_facts(cluster),
+        now=now,
+        grace=dt.timedelta(seconds=settings.GPUPOOL_DOCTOR_NODE_GRACE_SECONDS),
     )
     new = findings_store(cluster, findings, now=now)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}

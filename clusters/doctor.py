@@ -20,6 +20,7 @@ knowing and needs no action to keep jobs running.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import yaml
 __all__ = [
     "ERROR",
     "INFO",
+    "NEW_NODE_GRACE",
     "SEVERITIES",
     "WARNING",
     "CatalogFacts",
@@ -65,6 +67,12 @@ VOLCANO_GROUPS = ("batch.volcano.sh/v1alpha1", "scheduling.volcano.sh/v1beta1")
 VOLCANO_NAMESPACE = "volcano-system"
 VOLCANO_CONFIGMAP = "volcano-scheduler-configmap"
 VOLCANO_CONF_KEY = "volcano-scheduler.conf"
+
+NEW_NODE_GRACE = dt.timedelta(minutes=10)
+"""A GPU node younger than this (or NotReady) is still starting: the GPU Operator installs the
+driver and starts the device plugin and the DCGM exporter on a node after it joins, which takes
+minutes, so until then "no GPUs advertised" and "no DCGM metrics" are the expected state, not a
+fault to raise to the admins on every scale-up."""
 
 MAX_NODES_NAMED = 20
 """A finding's title and text name at most this many nodes (the full list is in ``nodes``)."""
@@ -210,6 +218,20 @@ class _Node:
     capacity: Mapping[str, int]
     allocatable: Mapping[str, int]
     shared: bool
+    created: dt.datetime | None = None
+    ready: bool | None = None
+    """The Ready condition's status (None: the node has no Ready condition to go by)."""
+
+    def starting(self, now: dt.datetime | None, grace: dt.timedelta) -> str:
+        """Why the node is not expected to have its GPUs running yet ("" when it is): it joined
+        less than ``grace`` ago, or it is NotReady (its kubelet, and so the device plugin and
+        exporter pods, are not running or not reporting)."""
+        if self.ready is False:
+            return "NotReady"
+        if now is not None and self.created is not None and now - self.created < grace:
+            minutes = max(0, int((now - self.created).total_seconds() // 60))
+            return f"joined {minutes} min ago"
+        return ""
 
     @property
     def product(self) -> str:
@@ -231,6 +253,25 @@ class _Node:
     def mig_single(self) -> bool:
         """GFD's product names a MIG slice: strategy single with MIG on (``…-MIG-1g.10gb``)."""
         return "-MIG-" in self.product
+
+
+def _created(value: Any) -> dt.datetime | None:
+    """metadata.creationTimestamp (RFC 3339 text, or a datetime from a typed client)."""
+    if isinstance(value, dt.datetime):
+        created = value
+    else:
+        try:
+            created = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return created if created.tzinfo else created.replace(tzinfo=dt.UTC)
+
+
+def _ready(status: Mapping[str, Any]) -> bool | None:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return str(condition.get("status")) == "True"
+    return None
 
 
 def _gpu_nodes(nodes: Iterable[Mapping[str, Any]], gpu_label: str) -> list[_Node]:
@@ -257,7 +298,8 @@ def _gpu_nodes(nodes: Iterable[Mapping[str, Any]], gpu_label: str) -> list[_Node
         shared = "volcano.sh/vgpu-memory" in allocatable or "hami.io/node-nvidia-register" in (
             annotations
         )
-        out.append(_Node(name, labels, capacity, allocatable, shared))
+        created = _created(meta.get("creationTimestamp"))
+        out.append(_Node(name, labels, capacity, allocatable, shared, created, _ready(status)))
     return sorted(out, key=lambda n: n.name)
 
 
@@ -279,17 +321,52 @@ def _verb(count: int, singular: str, plural: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # (1) GPU nodes that advertise no GPUs
 # ---------------------------------------------------------------------------------------------
-def check_gpus_advertised(nodes: Iterable[Mapping[str, Any]], *, gpu_label: str) -> list[Finding]:
+def check_gpus_advertised(
+    nodes: Iterable[Mapping[str, Any]],
+    *,
+    gpu_label: str,
+    now: dt.datetime | None = None,
+    grace: dt.timedelta = NEW_NODE_GRACE,
+) -> list[Finding]:
     """GPU nodes whose allocatable GPUs are 0: the device plugin is not running there, or it
     runs and finds every GPU unhealthy. Pods asking for ``nvidia.com/gpu`` then stay Pending
-    with "Insufficient nvidia.com/gpu" although the node plainly has GPUs."""
+    with "Insufficient nvidia.com/gpu" although the node plainly has GPUs.
+
+    A node still starting (younger than ``grace`` at ``now``, or NotReady) has no GPUs yet on
+    every scale-up: it is said as info, never as the error."""
     absent: list[str] = []
     unhealthy: list[str] = []
+    starting: list[tuple[str, str]] = []
     for node in _gpu_nodes(nodes, gpu_label):
         if node.gpus_allocatable > 0:
             continue
+        why = node.starting(now, grace)
+        if why:
+            starting.append((node.name, why))
+            continue
         (unhealthy if node.gpus_capacity > 0 else absent).append(node.name)
     findings = []
+    if starting:
+        names = [name for name, _ in starting]
+        whys = "; ".join(f"{name}: {why}" for name, why in starting[:MAX_NODES_NAMED])
+        minutes = int(grace.total_seconds() // 60)
+        findings.append(
+            Finding(
+                code="gpus-node-starting",
+                severity=INFO,
+                title=f"{_plural(len(names), 'GPU node')} still starting, no GPUs advertised "
+                f"yet: {_named(names)}",
+                explanation=f"These nodes joined less than {minutes} minutes ago or are "
+                f"NotReady ({whys}). The GPU Operator installs the driver and starts the "
+                "device plugin on a new node within minutes; until then the node advertises "
+                "no GPUs and no job is placed there. The doctor looks again on every "
+                f"inventory sync and raises an error if a Ready node still has none after "
+                f"{minutes} minutes.",
+                fix="Nothing yet. If it lasts, kubectl get pods -n gpu-operator -o wide shows "
+                "which GPU Operator pod on the node is not running.",
+                nodes=tuple(names),
+            )
+        )
     if absent:
         findings.append(
             Finding(
@@ -822,10 +899,17 @@ def check_volcano(volcano: VolcanoFacts) -> list[Finding]:
 # (5) DCGM metrics
 # ---------------------------------------------------------------------------------------------
 def check_dcgm(
-    dcgm: DcgmFacts | None, nodes: Iterable[Mapping[str, Any]], *, gpu_label: str
+    dcgm: DcgmFacts | None,
+    nodes: Iterable[Mapping[str, Any]],
+    *,
+    gpu_label: str,
+    now: dt.datetime | None = None,
+    grace: dt.timedelta = NEW_NODE_GRACE,
 ) -> list[Finding]:
     """Where a Prometheus URL is set: Prometheus answers, and it has DCGM exporter series for
-    the cluster's GPU nodes (else the utilization pages and idle detection have nothing)."""
+    the cluster's GPU nodes (else the utilization pages and idle detection have nothing).
+    Nodes still starting (younger than ``grace``, or NotReady) are not expected to report yet:
+    the exporter starts after the driver and Prometheus scrapes it a minute later."""
     if dcgm is None or not dcgm.configured:
         return []
     if dcgm.error:
@@ -841,6 +925,10 @@ def check_dcgm(
             )
         ]
     gpu_nodes = [n for n in _gpu_nodes(nodes, gpu_label) if n.gpus_allocatable or n.gpus_capacity]
+    settled = [n for n in gpu_nodes if not n.starting(now, grace)]
+    if gpu_nodes and not settled:
+        return []  # every GPU node is still starting: no exporter is expected to report yet
+    gpu_nodes = settled
     if dcgm.series == 0:
         return [
             Finding(
@@ -889,13 +977,17 @@ def diagnose(
     gpu_label: str,
     volcano: VolcanoFacts | None = None,
     dcgm: DcgmFacts | None = None,
+    now: dt.datetime | None = None,
+    grace: dt.timedelta = NEW_NODE_GRACE,
 ) -> list[Finding]:
-    """Every rule over one cluster, most serious first (then by code and subject)."""
+    """Every rule over one cluster, most serious first (then by code and subject). ``now``
+    dates the nodes' ages (None: no node counts as new); ``grace`` is how long a new node may
+    take to bring its GPUs up before they are missed."""
     findings = [
-        *check_gpus_advertised(nodes, gpu_label=gpu_label),
+        *check_gpus_advertised(nodes, gpu_label=gpu_label, now=now, grace=grace),
         *check_model_labels(nodes, catalog=catalog, gpu_label=gpu_label),
         *check_mig(nodes, catalog=catalog, gpu_label=gpu_label),
         *(check_volcano(volcano) if volcano is not None else []),
-        *check_dcgm(dcgm, nodes, gpu_label=gpu_label),
+        *check_dcgm(dcgm, nodes, gpu_label=gpu_label, now=now, grace=grace),
     ]
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.code, f.subject))

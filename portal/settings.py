@@ -397,6 +397,8 @@ GPUPOOL_DISPATCH_MAX_ATTEMPTS = env_int("GPUPOOL_DISPATCH_MAX_ATTEMPTS", 8, mini
 # First retry after about this long, doubling per attempt (with jitter), at most a minute.
 GPUPOOL_DISPATCH_BACKOFF_MS = env_int("GPUPOOL_DISPATCH_BACKOFF_MS", 1000, minimum=1)
 GPUPOOL_INVENTORY_INTERVAL = env_int("GPUPOOL_INVENTORY_INTERVAL", 60, minimum=1)
+# How long a new GPU node may take to bring its GPUs up before the doctor calls it broken.
+GPUPOOL_DOCTOR_NODE_GRACE_SECONDS = env_int("GPUPOOL_DOCTOR_NODE_GRACE_SECONDS", 600)
 GPUPOOL_RECONCILE_INTERVAL = env_int("GPUPOOL_RECONCILE_INTERVAL", 30, minimum=1)
 # A cluster unreachable this long gives back the jobs admitted to it whose Volcano Job was
 # certainly never created there: requeued, they run elsewhere (clusters.status).

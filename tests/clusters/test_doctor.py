@@ -3,6 +3,7 @@ failure is found, named in plain words with its fix, and a healthy cluster yield
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -50,6 +51,8 @@ def node(
     allocatable: int | None = None,
     mig: dict[str, int] | None = None,
     strategy: str | None = None,
+    created: dt.datetime | None = None,
+    ready: bool | None = None,
     **labels: str,
 ) -> dict[str, Any]:
     """A node object as the API server returns it (``gpus`` None: no GPU resource at all)."""
@@ -67,10 +70,16 @@ def node(
         alloc["nvidia.com/gpu"] = str(gpus if allocatable is None else allocatable)
     for profile, count in (mig or {}).items():
         capacity[f"nvidia.com/mig-{profile}"] = alloc[f"nvidia.com/mig-{profile}"] = str(count)
-    return {
+    out: dict[str, Any] = {
         "metadata": {"name": name, "labels": all_labels},
         "status": {"capacity": capacity, "allocatable": alloc},
     }
+    if created is not None:
+        out["metadata"]["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if ready is not None:
+        status = "True" if ready else "Unknown"
+        out["status"]["conditions"] = [{"type": "Ready", "status": status}]
+    return out
 
 
 def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
@@ -132,6 +141,60 @@ def test_a_gpu_node_whose_device_plugin_is_not_running_is_an_error_naming_it():
     assert finding.title == "1 GPU node advertises no GPUs: a100-1"
     assert "Insufficient nvidia.com/gpu" in finding.explanation
     assert "device plugin" in finding.fix and "driver" in finding.fix
+
+
+NOW = dt.datetime(2026, 12, 7, 10, 0, tzinfo=dt.UTC)
+
+
+def test_a_node_that_just_joined_is_still_starting_not_broken():
+    """A scale-up: the new node has GFD's labels at once, its GPUs only once the GPU Operator's
+    driver and device plugin run (minutes). That is info, never the error, until the grace."""
+    nodes = [
+        node("a100-0"),
+        node("a100-new", gpus=None, created=NOW - dt.timedelta(minutes=2), ready=True),
+        node("a100-old", gpus=None, created=NOW - dt.timedelta(minutes=30), ready=True),
+    ]
+    findings = check_gpus_advertised(nodes, gpu_label="gpu-type", now=NOW)
+    assert codes(findings) == ["gpus-node-starting", "gpus-not-advertised"]
+    starting, broken = findings
+    assert (starting.severity, starting.nodes) == ("info", ("a100-new",))
+    assert "a100-new: joined 2 min ago" in starting.explanation
+    assert broken.nodes == ("a100-old",)
+    # Past the grace it is the error.
+    later = check_gpus_advertised(nodes, gpu_label="gpu-type", now=NOW + dt.timedelta(minutes=9))
+    assert [f.nodes for f in later if f.code == "gpus-not-advertised"] == [("a100-new", "a100-old")]
+
+
+def test_a_notready_node_without_gpus_is_still_starting_however_old():
+    nodes = [node("a100-0", gpus=None, created=NOW - dt.timedelta(days=3), ready=False)]
+    (finding,) = check_gpus_advertised(nodes, gpu_label="gpu-type", now=NOW)
+    assert (finding.code, finding.severity) == ("gpus-node-starting", "info")
+    assert "a100-0: NotReady" in finding.explanation
+
+
+def test_new_and_notready_nodes_are_not_missed_by_dcgm():
+    dcgm = DcgmFacts(configured=True, hosts=frozenset({"a100-0"}), series=8)
+    nodes = [
+        node("a100-0", created=NOW - dt.timedelta(days=1)),
+        node("a100-new", created=NOW - dt.timedelta(minutes=3)),
+        node("a100-down", ready=False),
+        node("a100-silent", created=NOW - dt.timedelta(days=1), ready=True),
+    ]
+    (finding,) = check_dcgm(dcgm, nodes, gpu_label="gpu-type", now=NOW)
+    assert (finding.code, finding.nodes) == ("dcgm-nodes-silent", ("a100-silent",))
+    # A cluster whose every GPU node is starting has no exporter to scrape yet: nothing to say.
+    fresh = [node("a100-new", created=NOW - dt.timedelta(minutes=3))]
+    assert check_dcgm(DcgmFacts(configured=True), fresh, gpu_label="gpu-type", now=NOW) == []
+    # Through diagnose, with the grace the checkup passes.
+    found = diagnose(
+        nodes=[node("a100-new", gpus=None, created=NOW - dt.timedelta(minutes=3))],
+        catalog=CATALOG,
+        gpu_label="gpu-type",
+        dcgm=DcgmFacts(configured=True),
+        now=NOW,
+        grace=dt.timedelta(minutes=2),
+    )
+    assert codes(found) == ["gpus-not-advertised", "dcgm-no-data"]
 
 
 def test_a_node_with_only_the_admins_label_and_no_gpus_is_found_too():

@@ -38,6 +38,14 @@ def _no_fixed_findings_from_earlier_runs() -> None:
         cache.delete_pattern("clusters:doctor:resolved:*")
 
 
+@pytest.fixture(autouse=True)
+def _nodes_joined_long_ago(settings) -> None:
+    """kubesim's nodes join when the sim starts, seconds before each check; these tests are
+    about nodes that have been up for long, so no node is given time to start (the grace has
+    its own test below)."""
+    settings.GPUPOOL_DOCTOR_NODE_GRACE_SECONDS = 0
+
+
 @pytest.fixture
 def core(sim: KubeSim) -> Iterator[k8s.CoreV1Api]:
     api = k8s_config.new_client_from_config_dict(sim.kubeconfig_dict())
@@ -135,6 +143,34 @@ def test_a_gpu_node_without_gpus_and_a_mislabelled_node_are_explained_everywhere
     after = _findings(cluster)
     assert "model-label-case:V100-32GB" not in after and "gpus-not-advertised" in after
     assert notices.count() == 2
+
+
+def test_a_node_that_just_joined_without_gpus_yet_is_no_error_and_no_notice(
+    sim, register, core, root, settings, django_capture_on_commit_callbacks
+):
+    """A scale-up: the node joined seconds ago (kubesim's nodes did), and its device plugin has
+    not registered the GPUs yet. Said as info on the page; the admins are not paged for it."""
+    settings.GPUPOOL_DOCTOR_NODE_GRACE_SECONDS = 600
+    cluster = register(sim)
+    _device_plugin_gone(core, "a100-1")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert inventory_sync(cluster=cluster).ok
+    found = _findings(cluster)
+    assert "gpus-not-advertised" not in found
+    starting = found["gpus-node-starting"]
+    assert (starting.severity, starting.nodes) == ("info", ["a100-1"])
+    notices = Notification.objects.filter(user=root, kind="cluster.finding")
+    assert not [n for n in notices if "a100-1" in n.title + n.message]
+
+    # Ten minutes on, it is the error, and the admins hear of it.
+    settings.GPUPOOL_DOCTOR_NODE_GRACE_SECONDS = 0
+    with django_capture_on_commit_callbacks(execute=True):
+        assert inventory_sync(cluster=cluster).ok
+    assert _findings(cluster)["gpus-not-advertised"].nodes == ["a100-1"]
+    assert (
+        notices.order_by("-id").first().title
+        == "Cluster sim: 1 GPU node advertises no GPUs: a100-1"
+    )
 
 
 def test_a_scheduler_configmap_without_gang_is_an_error_and_a_missing_one_a_warning(
