@@ -9,8 +9,8 @@ dashboards room through ``portal.hooks.dcgm_presence``: clusters never imports i
 under a lock on the cluster row, so two checks at once (the periodic sync and an admin's
 "Check now") never both take the same finding for new. (4) On commit, fire
 ``portal.hooks.cluster_findings`` with the findings that are new: a key not seen in the
-previous check (unless it went less than an hour ago, on the same nodes), or one that now
-concerns nodes it did not. Info findings are stored and shown but told to nobody.
+previous check nor in the last hour, or one that now concerns a node it did not concern in
+the previous check nor in the last hour. Info findings are stored and shown but told to nobody.
 """
 
 from __future__ import annotations
@@ -120,14 +120,32 @@ def _dcgm_facts(cluster: Cluster) -> DcgmFacts | None:
 
 
 QUIET_AFTER_FIX = dt.timedelta(hours=1)
-"""A finding that comes back this soon after it went, on no node it did not have, is not news
-again: a Prometheus that answers every other minute, or a label flipped back and forth, would
-otherwise send the admins a notice a minute."""
+"""A node that a finding concerned less than this long ago is not news again for it: a
+Prometheus that answers every other minute, a label flipped back and forth, or two nodes whose
+device plugins crash in turn ({a}, {b}, {a}, …) would otherwise send the admins a notice a
+minute."""
 
 
-def _resolved_cache_key(cluster_pk: int, key: str) -> str:
+def _reported_cache_key(cluster_pk: int, key: str) -> str:
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]  # label values may hold anything
-    return f"clusters:doctor:resolved:{cluster_pk}:{digest}"
+    return f"clusters:doctor:reported:{cluster_pk}:{digest}"
+
+
+def _recent(entry: Any, now: dt.datetime) -> tuple[bool, dict[str, str]]:
+    """From a cache entry: whether the finding was seen within :data:`QUIET_AFTER_FIX`, and
+    the nodes it concerned within it (node -> when last seen, ISO text)."""
+    if not isinstance(entry, dict):
+        return False, {}
+
+    def fresh(at: Any) -> bool:
+        try:
+            return now - dt.datetime.fromisoformat(str(at)) < QUIET_AFTER_FIX
+        except (TypeError, ValueError):
+            return False
+
+    nodes = entry.get("nodes")
+    nodes = nodes if isinstance(nodes, dict) else {}
+    return fresh(entry.get("at")), {str(n): str(at) for n, at in nodes.items() if fresh(at)}
 
 
 def findings_store(
@@ -135,10 +153,11 @@ def findings_store(
 ) -> list[str]:
     """Replace the cluster's findings; the keys of those that are news (see the module).
 
-    News: an error or warning whose key the previous check did not have, or that now concerns
-    a node it did not; not one that went less than :data:`QUIET_AFTER_FIX` ago with the same
-    nodes (the cache remembers when each finding went: a hint, so at worst, with Redis lost,
-    one notice too many).
+    News: an error or warning that neither the previous check nor any check of the last
+    :data:`QUIET_AFTER_FIX` had, or that now concerns a node that neither the previous check
+    nor any of the last :data:`QUIET_AFTER_FIX` named for it. The previous check is the rows;
+    the hour before is the cache (when each finding and each of its nodes was last seen): a
+    hint, so at worst, with Redis lost, one notice too many.
     """
     now = now or timezone.now()
     with transaction.atomic():
@@ -170,38 +189,32 @@ def findings_store(
             ]
         )
         Cluster.objects.filter(pk=cluster.pk).update(doctor_checked_at=now)
-        keys = {f.key[:255] for f in findings}
-        gone = {k: v for k, v in before.items() if k not in keys}
-        back = cache.get_many(
-            [_resolved_cache_key(cluster.pk, f.key[:255]) for f in findings if f.key not in before]
-        )
+        cache_keys = {
+            f.key[:255]: _reported_cache_key(cluster.pk, f.key[:255])
+            for f in findings
+            if f.severity != INFO
+        }
+        seen = cache.get_many(list(cache_keys.values()))
         new = []
+        remember: dict[str, dict[str, Any]] = {}
         for f in findings:
             key = f.key[:255]
             if f.severity == INFO:
                 continue
-            if key in before:
-                if not set(f.nodes) <= before[key][1]:
-                    new.append(key)  # it concerns a node it did not
-                continue
-            went = back.get(_resolved_cache_key(cluster.pk, key))
-            if (
-                isinstance(went, dict)
-                and now - dt.datetime.fromisoformat(str(went.get("at"))) < QUIET_AFTER_FIX
-                and set(f.nodes) <= set(went.get("nodes") or [])
-            ):
-                continue  # back after a short absence, on the same nodes: told already
-            new.append(key)
+            recently, recent_nodes = _recent(seen.get(cache_keys[key]), now)
+            known = key in before or recently
+            known_nodes = (before[key][1] if key in before else set()) | set(recent_nodes)
+            if not known or not set(f.nodes) <= known_nodes:
+                new.append(key)  # a finding not seen lately, or on a node it did not concern
+            stamp = now.isoformat()
+            remember[cache_keys[key]] = {
+                "at": stamp,
+                "nodes": {**recent_nodes, **dict.fromkeys(f.nodes, stamp)},
+            }
         if new:
             hooks.cluster_findings.fire_on_commit(cluster.pk, new)
-    if gone:
-        cache.set_many(
-            {
-                _resolved_cache_key(cluster.pk, key): {"at": now.isoformat(), "nodes": sorted(n)}
-                for key, (_, n) in gone.items()
-            },
-            timeout=int(QUIET_AFTER_FIX.total_seconds()) * 2,
-        )
+    if remember:
+        cache.set_many(remember, timeout=int(QUIET_AFTER_FIX.total_seconds()) * 2)
     cluster.doctor_checked_at = now
     return new
 

@@ -32,10 +32,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_fixed_findings_from_earlier_runs() -> None:
-    """When a finding went lives in the shared cache, and cluster ids come back in a new test
-    database: an earlier run's "fixed a minute ago" must not silence this run's news."""
+    """When each finding was last seen lives in the shared cache, and cluster ids come back in
+    a new test database: an earlier run's "seen a minute ago" must not silence this run's news."""
     if hasattr(cache, "delete_pattern"):  # django-redis; the local-memory cache is per process
-        cache.delete_pattern("clusters:doctor:resolved:*")
+        cache.delete_pattern("clusters:doctor:reported:*")
 
 
 @pytest.fixture(autouse=True)

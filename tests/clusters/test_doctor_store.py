@@ -19,10 +19,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_fixed_findings_from_earlier_runs() -> None:
-    """When a finding went lives in the shared cache, and cluster ids come back in a new test
-    database: an earlier run's "fixed a minute ago" must not silence this run's news."""
+    """When each finding was last seen lives in the shared cache, and cluster ids come back in
+    a new test database: an earlier run's "seen a minute ago" must not silence this run's news."""
     if hasattr(cache, "delete_pattern"):  # django-redis; the local-memory cache is per process
-        cache.delete_pattern("clusters:doctor:resolved:*")
+        cache.delete_pattern("clusters:doctor:reported:*")
 
 
 def broken(*nodes: str) -> Finding:
@@ -74,6 +74,36 @@ def test_only_new_findings_or_new_nodes_are_news(root, django_capture_on_commit_
     ]
     cluster.refresh_from_db()
     assert cluster.doctor_checked_at == later
+
+
+def test_nodes_taking_turns_are_told_once_within_the_quiet_hour(
+    root, django_capture_on_commit_callbacks
+):
+    """Two nodes whose device plugins crash in turn: {a-0}, {a-1}, {a-0}, … Each node is news
+    the first time; a node already reported within the hour is not news again because the
+    other one was broken at the check between."""
+    cluster = Cluster.objects.create(name="east", api_url="https://k8s.example.org")
+    t0 = timezone.now()
+    turns = [
+        (["a-0"], ["gpus-not-advertised"]),
+        (["a-1"], ["gpus-not-advertised"]),  # a node not reported before
+        (["a-0"], []),
+        (["a-1"], []),
+        (["a-0", "a-1"], []),
+        (["a-0"], []),
+        (["a-2"], ["gpus-not-advertised"]),
+        (["a-1"], []),
+    ]
+    for minute, (nodes, news) in enumerate(turns):
+        with django_capture_on_commit_callbacks(execute=True):
+            told = findings_store(cluster, [broken(*nodes)], now=t0 + dt.timedelta(minutes=minute))
+            assert told == news, (minute, nodes)
+    notices = Notification.objects.filter(user=root, kind="cluster.finding")
+    assert notices.count() == 3
+    # An hour after a-0 was last seen broken, it is news again.
+    later = t0 + dt.timedelta(minutes=5) + QUIET_AFTER_FIX
+    with django_capture_on_commit_callbacks(execute=True):
+        assert findings_store(cluster, [broken("a-0")], now=later) == ["gpus-not-advertised"]
 
 
 def test_a_finding_kept_between_checks_keeps_its_first_sighting():
