@@ -50,7 +50,8 @@ seed here does not replay the paper's seed of the same number: compare means ove
 
 Another placement engine plugs in with ``register_policy(name, factory)``: the factory gets the
 typical tasks and returns a ``Policy``; override ``Policy.evaluate`` (score one node for one
-task) or, for a global decision, ``Policy.choose(task, nodes, rng)``.
+task) or, for a global decision, ``Policy.choose(task, nodes, rng)``. ``engine`` is gpupool's
+own: the real ``engine.decide`` per task (see :class:`EnginePolicy`).
 """
 
 from __future__ import annotations
