@@ -53,6 +53,16 @@ class FindingSerializer(serializers.ModelSerializer):
         extra_kwargs = {"nodes": {"help_text": "The nodes it concerns (none: the cluster)"}}
 
 
+class FindingAdminSerializer(FindingSerializer):
+    """A finding as platform admins read it: with ``detail``, the raw error behind it
+    (Prometheus's or the API server's own words, which can name hosts and private addresses,
+    so never in what every user reads)."""
+
+    class Meta(FindingSerializer.Meta):
+        fields = [*FindingSerializer.Meta.fields, "detail"]
+        read_only_fields = fields
+
+
 class ClusterSerializer(serializers.ModelSerializer):
     """What every user may know about a cluster."""
 
@@ -85,6 +95,13 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 class ClusterAdminSerializer(ClusterSerializer):
     """What platform admins see as well (never the credentials, only their hint)."""
+
+    findings = FindingAdminSerializer(
+        many=True,
+        read_only=True,
+        help_text="What the cluster doctor found at its last check, most serious first, "
+        "each with the raw error behind it",
+    )
 
     class Meta:
         model = Cluster

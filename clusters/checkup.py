@@ -98,9 +98,7 @@ def _volcano_facts(client: KubeClient) -> VolcanoFacts:
     data = cm.get("data") or {}
     text = data.get(VOLCANO_CONF_KEY)
     if text is None:
-        return VolcanoFacts(
-            served=served, config=None, config_problem=f"it has no key {VOLCANO_CONF_KEY}"
-        )
+        return VolcanoFacts(served=served, config=None, config_problem="no-key")
     return VolcanoFacts(served=served, config=str(text))
 
 
@@ -181,6 +179,7 @@ def findings_store(
                     title=f.title[:500],
                     explanation=f.explanation,
                     fix=f.fix,
+                    detail=f.detail,
                     nodes=list(f.nodes),
                     first_seen_at=before.get(f.key[:255], (now, set()))[0],
                     seen_at=now,

@@ -94,6 +94,10 @@ class Finding:
     fix: str
     nodes: tuple[str, ...] = ()
     subject: str = ""
+    detail: str = ""
+    """The raw error behind the finding (Prometheus's or the API server's own words, which can
+    name hosts and addresses): for platform admins only, never in the explanation every user
+    reads."""
 
     @property
     def key(self) -> str:
@@ -108,6 +112,7 @@ class Finding:
             "fix": self.fix,
             "nodes": list(self.nodes),
             "subject": self.subject,
+            "detail": self.detail,
         }
 
 
@@ -172,7 +177,7 @@ class VolcanoFacts:
 
     ``served``: the API group/versions the server lists (None: the list could not be read).
     ``config``: the text of ``volcano-scheduler.conf`` (None when not read); ``config_problem``
-    says why it was not: ``"not-found"`` or the error in words.
+    says why it was not: ``"not-found"``, ``"no-key"``, ``"forbidden"`` or the error in words.
     """
 
     served: frozenset[str] | None
@@ -776,10 +781,15 @@ def check_volcano(volcano: VolcanoFacts) -> list[Finding]:
         ]
     if volcano.config is None:
         problem = volcano.config_problem or "not read"
+        detail = ""
         if problem == "not-found":
             why = f"There is no {_WHERE}"
+        elif problem == "no-key":
+            why = f"{_WHERE} is missing: the ConfigMap has no such key"
         else:
-            why = f"Reading {_WHERE} failed: {problem}"
+            # the API server's own error text can name hosts and addresses: admins only
+            why = f"Reading {_WHERE} failed (platform admins see the error)"
+            detail = problem
         return [
             Finding(
                 code="volcano-config-unseen",
@@ -791,6 +801,7 @@ def check_volcano(volcano: VolcanoFacts) -> list[Finding]:
                 fix=f"Create {_WHERE} as the Volcano Helm chart does (Volcano reads its "
                 "scheduler configuration from it), or, if Volcano was installed into another "
                 "namespace, make sure the portal can read it there.",
+                detail=detail,
             )
         ]
     try:
@@ -918,10 +929,14 @@ def check_dcgm(
                 code="dcgm-prometheus-unreadable",
                 severity=WARNING,
                 title="The cluster's Prometheus cannot be read",
-                explanation=f"Asking Prometheus for DCGM metrics failed: {dcgm.error}. GPU "
-                "utilization and idle-job detection show nothing for this cluster.",
+                # Prometheus's error can name its host, a private address, or its own
+                # internals: the explanation says what it means, the detail (admins) says how.
+                explanation="Asking the cluster's Prometheus for DCGM metrics failed (platform "
+                "admins see the error). GPU utilization and idle-job detection show nothing "
+                "for this cluster.",
                 fix="Check the cluster's Prometheus URL (it must reach the Prometheus HTTP API "
                 "from the portal) and that Prometheus is up.",
+                detail=dcgm.error,
             )
         ]
     gpu_nodes = [n for n in _gpu_nodes(nodes, gpu_label) if n.gpus_allocatable or n.gpus_capacity]

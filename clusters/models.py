@@ -278,6 +278,12 @@ class ClusterFinding(models.Model):
     title = models.CharField(max_length=500)
     explanation = models.TextField()
     fix = models.TextField()
+    detail = models.TextField(
+        blank=True,
+        default="",
+        help_text="The raw error behind the finding, for platform admins only (it can name "
+        "hosts and addresses)",
+    )
     nodes = models.JSONField(default=list, blank=True)
     first_seen_at = models.DateTimeField()
     seen_at = models.DateTimeField()

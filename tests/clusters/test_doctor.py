@@ -421,10 +421,30 @@ def test_gpu_nodes_missing_from_the_dcgm_series_are_named():
     assert (finding.code, finding.nodes) == ("dcgm-nodes-silent", ("a100-1",))
 
 
-def test_a_prometheus_that_does_not_answer_says_so():
-    dcgm = DcgmFacts(configured=True, error="Prometheus answered HTTP 503")
+def test_a_prometheus_that_does_not_answer_says_so_and_keeps_its_error_for_the_admins():
+    error = "cannot reach http://prom.internal:9090 (10.0.3.7): connection refused"
+    dcgm = DcgmFacts(configured=True, error=error)
     (finding,) = check_dcgm(dcgm, [node("a100-0")], gpu_label="gpu-type")
-    assert finding.code == "dcgm-prometheus-unreadable" and "HTTP 503" in finding.explanation
+    assert finding.code == "dcgm-prometheus-unreadable"
+    assert "failed" in finding.explanation
+    # The host, address and Prometheus's words are the admins' detail, not everyone's text.
+    assert finding.detail == error and finding.as_dict()["detail"] == error
+    for secret in ("prom.internal", "10.0.3.7", "refused"):
+        assert secret not in finding.explanation + finding.title + finding.fix
+
+
+def test_a_scheduler_configmap_read_error_keeps_the_api_servers_words_for_the_admins():
+    error = 'Get "https://10.96.0.1:443/api/v1/…": dial tcp 10.96.0.1:443: i/o timeout'
+    (finding,) = check_volcano(
+        VolcanoFacts(served=VOLCANO_OK.served, config=None, config_problem=error)
+    )
+    assert finding.code == "volcano-config-unseen" and finding.detail == error
+    assert "10.96.0.1" not in finding.explanation + finding.title + finding.fix
+    # The portal's own words stay in the explanation: nothing there to hide.
+    (missing,) = check_volcano(
+        VolcanoFacts(served=VOLCANO_OK.served, config=None, config_problem="no-key")
+    )
+    assert "has no such key" in missing.explanation and not missing.detail
 
 
 # All together --------------------------------------------------------------------------------

@@ -265,7 +265,9 @@ def prometheus(settings) -> Iterator[FakePrometheus]:
     fake.stop()
 
 
-def test_dcgm_data_missing_for_some_nodes_or_all_where_prometheus_is_set(sim, register, prometheus):
+def test_dcgm_data_missing_for_some_nodes_or_all_where_prometheus_is_set(
+    sim, register, prometheus, bob, root, api_as, client
+):
     cluster = register(sim, prometheus_url=prometheus.url)
     gpu_nodes = ["a100-0", "a100-1", "a100-mig-0", "mystery-0", "t4-0", "t4-1", "v100-0", "v100-1"]
     prometheus.hosts({name: 8 for name in gpu_nodes})
@@ -287,8 +289,29 @@ def test_dcgm_data_missing_for_some_nodes_or_all_where_prometheus_is_set(sim, re
     prometheus.status = 503
     cluster_checkup(cluster=cluster)
     unreadable = _findings(cluster)["dcgm-prometheus-unreadable"]
-    assert "HTTP 503" in unreadable.explanation
+    assert "HTTP 503" not in unreadable.explanation and "HTTP 503" in unreadable.detail
     assert prometheus.url not in unreadable.explanation  # the URL is for platform admins
+
+    # Prometheus's own error (it can name its host and address) reaches platform admins only:
+    # a team member reads what it means, an admin also reads the error, in the API and page.
+    def api_finding(user: Any) -> dict[str, Any]:
+        detail = api_as(user).get(f"/api/v1/clusters/{cluster.name}/").json()
+        listing = api_as(user).get("/api/v1/clusters/").json()
+        (listed,) = [c for c in listing if c["name"] == cluster.name]
+        assert listed["findings"] == detail["findings"]
+        (found,) = [f for f in detail["findings"] if f["code"] == "dcgm-prometheus-unreadable"]
+        return found
+
+    member = api_finding(bob)
+    assert "detail" not in member and "HTTP 503" not in json.dumps(member)
+    assert "platform admins see the error" in member["explanation"]
+    assert "HTTP 503" in api_finding(root)["detail"]
+    client.force_login(bob)
+    page = client.get(f"/clusters/{cluster.name}/").content.decode()
+    assert "The cluster&#x27;s Prometheus cannot be read" in page and "HTTP 503" not in page
+    client.force_login(root)
+    page = client.get(f"/clusters/{cluster.name}/").content.decode()
+    assert "HTTP 503" in page
 
 
 def test_no_prometheus_url_no_dcgm_question(sim, register):
