@@ -10,10 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.http import HttpResponse
+from django.http.request import RawPostDataException
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
     inline_serializer,
@@ -23,11 +27,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import selectors, services, tasks
+from clusters import selectors, services, serving, tasks
 from clusters.models import Cluster, ClusterFinding, ClusterState, SharingMode
 from portal.access import job_get_for_user
+from portal.api.auth import ApiTokenAuthentication
 from portal.api.query import FlagField, WholeNumberField, query_params
-from portal.errors import NotFound
+from portal.api.schema import error
+from portal.errors import Forbidden, NotFound
+from portal.models import Membership, Role
 
 # ---------------------------------------------------------------------------------------------
 # Serializers
@@ -386,3 +393,82 @@ class JobLogsView(APIView):
                 "running": logs.running,
             }
         )
+
+
+PROXY_ERRORS = {
+    409: error("The job serves nothing, or does not run now"),
+    502: error("The job's cluster cannot be reached, or refused the portal"),
+    503: error("The job's server is not ready: no replica passes its readiness probe"),
+}
+PROXY_ANSWER = OpenApiResponse(
+    OpenApiTypes.BINARY, description="The job's server's own answer, whatever its status"
+)
+
+
+class JobProxyView(APIView):
+    """An HTTP request relayed to an inference job's server, through its cluster's API server
+    (``gpupool port-forward``): the server's answer comes back as it is (up to 16 MiB, whole,
+    not streamed). Members and admins of the job's team only: another team's job is a 404,
+    a viewer is refused (a call spends the team's GPUs).
+
+    API tokens only, never the browser's session: the answer is the server's, whatever it is
+    (HTML, scripts), and must never run as the portal's page; it is also sandboxed by its
+    Content-Security-Policy."""
+
+    authentication_classes = [ApiTokenAuthentication]
+
+    def _relay(self, request: Request, job_id: str, path: str) -> HttpResponse:
+        job = job_get_for_user(request.user, job_id)
+        role = (
+            Membership.objects.filter(user=request.user, team_id=job.team_id)
+            .values_list("role", flat=True)
+            .first()
+        )
+        if role is None:  # a platform admin sees every job, but only a member calls its server
+            raise NotFound("Job not found.")
+        if role == Role.VIEWER:
+            raise Forbidden(
+                f"A viewer of team {job.team.slug} may not call its jobs' servers; a team "
+                "admin can make you a member."
+            )
+        try:
+            body = request._request.body
+        except RawPostDataException:  # already read as a form (a session request): none left
+            body = b""
+        answer = serving.job_proxy(
+            job=job,
+            method=request.method or "GET",
+            path=path,
+            query=[(k, v) for k, values in request.GET.lists() for v in values],
+            body=body,
+            content_type=request.META.get("CONTENT_TYPE", ""),
+            accept=request.META.get("HTTP_ACCEPT", ""),
+        )
+        response = HttpResponse(
+            answer.body,
+            status=answer.status,
+            content_type=answer.content_type or "application/octet-stream",
+        )
+        response["Cache-Control"] = "no-store"
+        response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+        return response
+
+    @extend_schema(responses={200: PROXY_ANSWER, **PROXY_ERRORS})
+    def get(self, request: Request, job_id: str, path: str) -> HttpResponse:
+        return self._relay(request, job_id, path)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: PROXY_ANSWER, **PROXY_ERRORS})
+    def post(self, request: Request, job_id: str, path: str) -> HttpResponse:
+        return self._relay(request, job_id, path)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: PROXY_ANSWER, **PROXY_ERRORS})
+    def put(self, request: Request, job_id: str, path: str) -> HttpResponse:
+        return self._relay(request, job_id, path)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: PROXY_ANSWER, **PROXY_ERRORS})
+    def patch(self, request: Request, job_id: str, path: str) -> HttpResponse:
+        return self._relay(request, job_id, path)
+
+    @extend_schema(responses={200: PROXY_ANSWER, **PROXY_ERRORS})
+    def delete(self, request: Request, job_id: str, path: str) -> HttpResponse:
+        return self._relay(request, job_id, path)

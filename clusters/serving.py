@@ -26,16 +26,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from clusters import volcano
-from clusters.kube import KubeClient, KubeError
+from clusters.kube import KubeClient, KubeError, ProxyAnswer
 from clusters.models import Cluster, ServingExposure, VolcanoJobRecord
 from clusters.outcome import job_event_record
 from clusters.services import ClusterUnavailable, cluster_client, cluster_job_namespace
+from portal.errors import ApplicationError, Conflict
 from portal.models import TERMINAL_STATES, Job, JobKind, JobState
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "endpoint_ready_apply",
+    "job_proxy",
     "serving_expose",
     "serving_reconcile",
     "serving_spec",
@@ -220,3 +222,105 @@ def serving_reconcile(*, cluster: Cluster) -> tuple[int, int]:
         if not serving_withdraw(job=job):
             removed += 1
     return made, removed
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling the server through the portal (``gpupool port-forward``)
+# ---------------------------------------------------------------------------------------------
+class ClusterRefused(ApplicationError):
+    """The cluster could not be reached, or its API server refused the portal's request."""
+
+    status = 502
+
+
+class NotServing(ApplicationError):
+    """The job's Service has no Ready endpoint yet (or no more)."""
+
+    status = 503
+
+
+PROXY_STATES = frozenset({S.RUNNING})
+
+
+def job_proxy(
+    *,
+    job: Job,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]],
+    body: bytes = b"",
+    content_type: str = "",
+    accept: str = "",
+) -> ProxyAnswer:
+    """Relay one HTTP request to ``job``'s server through its cluster's API server (the
+    service proxy), so a user reaches it from anywhere the portal is reachable; the caller
+    has checked that the user may. The server's answer is returned whatever its status; the
+    portal's and the API server's refusals (no Ready endpoint: 503; the cluster unreachable or
+    refusing the portal: 502) are ApplicationErrors that say what to do."""
+    if not job.serves:
+        raise Conflict(
+            f"Job {job.name} serves nothing: only an inference job with a port has a server.",
+            fields={"job": ["Not an inference job with a port."]},
+        )
+    if job.state not in PROXY_STATES or job.cluster is None or not job.endpoint_url:
+        raise Conflict(f"Job {job.name} is {job.state}: its server can be called while it runs.")
+    segments = path.split("/")
+    if any(part in (".", "..") for part in segments):
+        raise ApplicationError(
+            "The path may not contain . or .. segments.", fields={"path": ["No . or .. segments."]}
+        )
+    record = VolcanoJobRecord.objects.filter(job_id=job.pk).only("namespace").first()
+    namespace = record.namespace if record else cluster_job_namespace(job.cluster, job.team.slug)
+    service = volcano.serving_service_name(str(job.public_id))
+    try:
+        answer = cluster_client(job.cluster).service_proxy(
+            namespace,
+            service,
+            job.port or 0,
+            method=method,
+            path=path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            accept=accept,
+        )
+    except ValueError as exc:
+        raise ApplicationError(
+            "The body is not valid JSON, as its Content-Type says it is.",
+            fields={"body": [str(exc)]},
+        ) from exc
+    except ClusterUnavailable as exc:
+        raise ClusterRefused(f"Cluster {job.cluster.name} cannot be reached: {exc}") from exc
+    except KubeError as exc:
+        if exc.status == 503:
+            raise _not_serving(job, exc.message) from exc
+        raise ClusterRefused(f"Cluster {job.cluster.name}: {exc.message}") from exc
+    refusal = _refusal(job, answer)
+    if refusal is not None:
+        raise refusal
+    return answer
+
+
+def _not_serving(job: Job, why: str) -> NotServing:
+    return NotServing(
+        f"Job {job.name}'s server is not ready: no replica passes its readiness probe yet "
+        f"({why}). Try again in a moment; `gpupool show` says when it serves."
+    )
+
+
+def _refusal(job: Job, answer: ProxyAnswer) -> ApplicationError | None:
+    """The portal's error for an answer that came from the API server itself (no Ready
+    endpoint: 503; anything else: the cluster refused the portal, 502), None for the
+    server's own answer, which is relayed as it is."""
+    if not answer.cluster_error:
+        return None
+    if answer.status == 503:
+        return _not_serving(job, answer.cluster_error)
+    cluster = job.cluster.name if job.cluster else "?"
+    hint = (
+        "; the portal's service account needs services/proxy in the job's namespace "
+        "(docs/cli.md, port-forward)"
+        if answer.status in (401, 403)
+        else ""
+    )
+    return ClusterRefused(f"Cluster {cluster} refused the request: {answer.cluster_error}{hint}")

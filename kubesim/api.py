@@ -64,6 +64,7 @@ from kubesim.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
+from kubesim.serving import inference_answer, ready, service_port, split_service
 from kubesim.sim import Simulation
 from kubesim.store import Entry, ResourceType, Watcher, WatchEvent
 from kubesim.tables import TABLE_MEDIA, wants_table
@@ -160,11 +161,23 @@ class Response:
     stream: Callable[[StreamWriter], None] | None = None
 
 
+# The service proxy's RBAC verb for each HTTP method, as a real API server authorizes it.
+_PROXY_VERBS = {
+    "GET": "get",
+    "HEAD": "get",
+    "OPTIONS": "get",
+    "POST": "create",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
+
+
 @dataclass
 class Route:
     """Where a path points."""
 
-    kind: str  # version | health | discovery | resource | control | openapi | metrics
+    kind: str  # version | health | discovery | resource | proxy | control | openapi | metrics
     rt: ResourceType | None = None
     namespace: str | None = None
     name: str | None = None
@@ -213,6 +226,7 @@ class Api:
         self.cpu_seconds = 0.0  # thread CPU spent in handle(), for the benchmark
         self._admitted: dict[Any, tuple[dict[str, Any], list[str], list[dict[str, str]]]] = {}
         self._admitted_lock = threading.Lock()
+        self._proxy_turn = 0  # the service proxy's round robin over Ready endpoints
         self.openapi = OpenAPI(self.types.all)
 
     # ==================================================================================
@@ -258,6 +272,13 @@ class Api:
                     raise not_found("kubesim", "", req.path)
                 return self.control(req, route.parts)
             assert principal is not None and route.rt is not None
+            if route.kind == "proxy":
+                verb = _PROXY_VERBS.get(req.method, "")
+                if not verb:
+                    raise method_not_allowed()
+                self._authorize(principal, verb, route)
+                self._faults(verb, route)
+                return self.service_proxy(req, route)
             verb = self._verb(req, route)
             self._authorize(principal, verb, route)
             self._faults(verb, route)
@@ -310,6 +331,13 @@ class Api:
                 namespace, rest = rest[1], rest[2:]
         if not rest:
             raise self._no_route()
+        if (
+            group == ""
+            and namespace is not None
+            and rest[0] == "services"
+            and rest[2:3] == ["proxy"]
+        ):  # the service proxy: services/{name[:port]}/proxy/{any path}
+            return Route("proxy", self.types.services, namespace, rest[1], "proxy")
         rt = self.types.lookup(group, version, rest[0])
         if rt is None:
             raise self._no_route()
@@ -622,6 +650,36 @@ class Api:
         head = _json({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta})
         body = head[:-1] + b',"items":[' + b",".join(e.raw for e in result.entries) + b"]}"
         return Response(200, body)
+
+    def service_proxy(self, req: Request, route: Route) -> Response:
+        """``services/{name[:port]}/proxy/{path}``: the request relayed to one Ready pod the
+        Service selects (in turn), whose simulated server answers (:mod:`kubesim.serving`)."""
+        name, port = split_service(route.name or "")
+        tail = req.path.split(f"/services/{route.name}/proxy", 1)[-1] or "/"
+        with self.store.lock:
+            service = self.store.get(self.types.services, route.namespace or "", name)
+            if service is None:
+                raise not_found("services", "", name)
+            if service_port(service, port) is None:
+                raise from_code(503, f'no service port "{port}" found for service "{name}"')
+            selector = (service.get("spec") or {}).get("selector") or {}
+            pods = sorted(
+                (
+                    p
+                    for p in self.store.select(self.types.pods, route.namespace, selector)
+                    if ready(p)
+                )
+                if selector
+                else [],
+                key=lambda p: p["metadata"]["name"],
+            )
+            if not pods:
+                raise from_code(503, f'no endpoints available for service "{name}"')
+            self._proxy_turn += 1
+            answer = inference_answer(
+                pods[self._proxy_turn % len(pods)], req.method, tail, req.body
+            )
+        return Response(answer.status, answer.body, answer.content_type, dict(answer.headers))
 
     def pod_log(self, req: Request, route: Route) -> Response:
         """``pods/{name}/log``: plain text; ``follow=true`` streams until the container ends.

@@ -29,6 +29,7 @@ from gpupool_cli.api import (
     EXIT_JOB_FAILED,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_REFUSED,
     ApiError,
     Client,
     Settings,
@@ -37,6 +38,7 @@ from gpupool_cli.api import (
     settings_load,
     url_normalize,
 )
+from gpupool_cli.forward import forward_server
 from gpupool_cli.jobref import MIN_PREFIX, id_prefix, job_resolve
 from gpupool_cli.output import (
     WIDTH,
@@ -934,6 +936,74 @@ def logs(
         if not follow or not answer.get("running"):
             return
         time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# port-forward
+# ---------------------------------------------------------------------------------------------
+@cli.command("port-forward")
+@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
+@click.argument("local_port", metavar="[LOCAL_PORT]", required=False, type=click.IntRange(0, 65535))
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="The local address to listen on (0.0.0.0: every interface; anyone who reaches it "
+    "calls the server as you).",
+)
+def port_forward(job_id: str, local_port: int | None, address: str) -> None:
+    """Call an inference job's server on a local port, through the portal.
+
+    Each HTTP request to http://127.0.0.1:LOCAL_PORT/PATH goes to the job's server as
+    PATH, through the portal (with your token: members and admins of the job's team only)
+    and the cluster's API server, so it works wherever the portal does, without a route to
+    the cluster. LOCAL_PORT defaults to the job's own port, 0 picks a free one. Runs until
+    Ctrl-C. HTTP only (not a raw TCP tunnel); answers are relayed whole, not streamed.
+
+    \b
+    Example:
+      gpupool port-forward llama-serve 8000 &
+      curl -s localhost:8000/v1/models
+      curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\
+           -d '{"prompt": "Hello"}'
+    """
+    found = job_ref(job_id)
+    job = client().get(f"jobs/{found}/")
+    if job.get("kind") != "inference" or not job.get("port"):
+        raise ApiError(
+            f"{job['name']}: not an inference job with a port; nothing to forward to",
+            EXIT_BAD_INPUT,
+        )
+    if job["state"] in TERMINAL_STATES:
+        raise ApiError(
+            f"{job['name']} has ended ({job['state']}); its server is gone", EXIT_REFUSED
+        )
+    port = job["port"] if local_port is None else local_port
+    try:
+        server = forward_server(
+            client(), found, address, port, say=lambda text: click.echo(text, err=True)
+        )
+    except OSError as error:
+        raise ApiError(
+            f"local_port: cannot listen on {address}:{port}: {error.strerror}", EXIT_BAD_INPUT
+        ) from error
+    bound = server.server_address[1]
+    click.echo(
+        f"Forwarding http://{address}:{bound} -> job {job['name']} port {job['port']} "
+        "(through the portal); Ctrl-C stops",
+        err=True,
+    )
+    endpoint = job.get("endpoint") or {}
+    if job["state"] != "RUNNING" or not endpoint.get("ready"):
+        click.echo(
+            f"{job['name']} is {job.get('status') or job['state']}, not serving yet: requests "
+            "answer 409 or 503 until it is",
+            err=True,
+        )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
 
 
 # ---------------------------------------------------------------------------------------------

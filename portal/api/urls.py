@@ -1,4 +1,4 @@
-from django.urls import include, path
+from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
 from clusters import api as clusters_api
@@ -19,6 +19,11 @@ urlpatterns = [
     path("jobs/<str:job_id>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
     path("jobs/<str:job_id>/events/", views.JobEventsView.as_view(), name="api-job-events"),
     path("jobs/<str:job_id>/logs/", clusters_api.JobLogsView.as_view(), name="api-job-logs"),
+    re_path(  # any path after proxy/, the empty one (the server's root) too
+        r"^jobs/(?P<job_id>[^/]+)/proxy/(?P<path>.*)$",
+        clusters_api.JobProxyView.as_view(),
+        name="api-job-proxy",
+    ),
     path("jobs/<str:job_id>/attempts/", views.JobAttemptsView.as_view(), name="api-job-attempts"),
     path(
         "jobs/<str:job_id>/attempts/<int:number>/",

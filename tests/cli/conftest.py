@@ -28,6 +28,7 @@ from tests.clusters.conftest import (  # noqa: F401  (fixtures)
     _cluster_settings,
     _database_url,
     _fresh_clients,
+    admit,
     celery_worker,
     celery_worker_process,
     cluster,

@@ -290,7 +290,7 @@ def test_not_logged_in_exits_2_and_no_server_exits_5(cli, bob):
 # help and completion
 # ---------------------------------------------------------------------------------------------
 COMMANDS = ["login", "submit", "resubmit", "ls", "show", "events", "logs", "cancel", "queue",
-            "quota", "usage", "tokens", "whoami", "completion"]  # fmt: skip
+            "quota", "usage", "tokens", "whoami", "completion", "port-forward"]  # fmt: skip
 
 
 def test_every_command_has_help_with_an_example(cli):

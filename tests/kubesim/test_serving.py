@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.kubesim.builders import create_job, vcjob
+from tests.kubesim.conftest import raw
 
 
 def _service(name: str = "web", port: int = 8000, **spec: object) -> dict:
@@ -157,3 +160,67 @@ def test_deleting_the_job_collects_the_service_it_owns(sim, core, custom):
     sim.settle()
     names = [s.metadata.name for s in core.list_namespaced_service("team-a").items]
     assert names == ["unowned"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The service proxy: services/{name}:{port}/proxy/{path}, answered by the simulated server
+# ---------------------------------------------------------------------------------------------
+def _serving(sim, core, custom) -> None:
+    create_job(custom, _probed_job("infer"))
+    core.create_namespaced_service("team-a", _service("infer-serve"))
+    sim.advance(2.5)  # running, not yet Ready
+
+
+def test_the_service_proxy_answers_once_a_pod_is_ready(sim, core, custom):
+    _serving(sim, core, custom)
+    status, _headers, body = raw(
+        sim, "GET", "/api/v1/namespaces/team-a/services/infer-serve:8000/proxy/v1/models"
+    )
+    assert status == 503
+    assert body["reason"] == "ServiceUnavailable"
+    assert body["message"] == 'no endpoints available for service "infer-serve"'
+
+    sim.advance(1.5)  # readinessSeconds later: the pod is an endpoint
+    # the official client's own call, "name:port" percent-encoded as it sends it
+    models = core.connect_get_namespaced_service_proxy_with_path(
+        "infer-serve:8000", "team-a", "v1/models", _preload_content=False
+    )
+    assert json.loads(models.data)["data"][0] == {
+        "id": "trainer",  # the image's name
+        "object": "model",
+        "owned_by": "kubesim",
+    }
+    health = core.connect_get_namespaced_service_proxy_with_path(
+        "infer-serve:http", "team-a", "health", _preload_content=False
+    )
+    assert json.loads(health.data) == {"status": "ok"}
+    status, headers, answer = raw(
+        sim,
+        "POST",
+        "/api/v1/namespaces/team-a/services/infer-serve/proxy/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "ping"}]},
+    )
+    assert status == 200 and answer["choices"][0]["message"]["content"] == "echo: ping"
+    assert headers["x-kubesim-pod"] == "infer-worker-0"
+    status, _headers, missing = raw(
+        sim, "GET", "/api/v1/namespaces/team-a/services/infer-serve:8000/proxy/nothing/here"
+    )
+    assert (status, missing) == (404, {"detail": "Not Found"})
+
+
+def test_the_service_proxy_refuses_as_an_api_server_does(sim, core, custom):
+    _serving(sim, core, custom)
+    sim.advance(1.5)
+    status, _h, body = raw(sim, "GET", "/api/v1/namespaces/team-a/services/nope:80/proxy/")
+    assert (status, body["reason"]) == (404, "NotFound")
+    status, _h, body = raw(sim, "GET", "/api/v1/namespaces/team-a/services/infer-serve:9/proxy/")
+    assert status == 503 and 'no service port "9"' in body["message"]
+    # RBAC: services/proxy is authorized per HTTP method (POST is "create")
+    status, _h, body = raw(
+        sim,
+        "POST",
+        "/api/v1/namespaces/team-a/services/infer-serve:8000/proxy/v1/completions",
+        {"prompt": "x"},
+        token="viewer-token",
+    )
+    assert status == 403 and "services/proxy" in body["message"]
