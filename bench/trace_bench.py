@@ -560,6 +560,10 @@ class FgdPolicy(Policy):
         return super().devices(node, task, hint, rng)
 
 
+def _model_name(node: Node) -> tuple[str, str]:
+    return (node.model, node.name)
+
+
 class EnginePolicy(Policy):
     """gpupool's own engine: each GPU task is one ``engine.decide`` over the snapshot types
     the cycle builds, one task at a time, as the paper's harness places them.
@@ -616,7 +620,9 @@ class EnginePolicy(Policy):
 
     def _setup(self, nodes: Sequence[Node]) -> None:
         self.by_name = {n.name: n for n in nodes}
-        self.order = sorted(n.name for n in nodes if n.ngpu)
+        # Grouped by model (the engine makes one pool per model and groups runs of nodes),
+        # by name within a model; the engine orders each pool by name itself.
+        self.order = [n.name for n in sorted((n for n in nodes if n.ngpu), key=_model_name)]
         kinds = sorted({n.model for n in nodes if n.ngpu})
         self.models = tuple(
             engine.GpuModel(key=k, name=k, memory_gib=MILLI, shared_of=f"{k}-card") for k in kinds
