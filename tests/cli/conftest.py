@@ -37,6 +37,7 @@ from tests.clusters.conftest import (  # noqa: F401  (fixtures)
     sim_config,
     watchers,
 )
+from tests.identity.conftest import oidc_idp, oidc_settings  # noqa: F401  (fixtures)
 from tests.ports import HOST, gunicorn_running
 
 SCRIPT = Path(sys.executable).parent / "gpupool"

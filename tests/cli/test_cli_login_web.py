@@ -9,6 +9,7 @@ request without a sign-in, Cancel.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import re
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from django.utils import timezone
 from identity.models import CliGrant
 from portal.models import ApiToken
 from tests.cli.conftest import SCRIPT
+from tests.identity import flows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -306,3 +308,27 @@ def test_authorize_needs_the_csrf_token(bob):
     browser.force_login(bob)
     refused = browser.post("/cli/authorize/", {**_params(), "decision": "authorize"})
     assert refused.status_code == 403 and not CliGrant.objects.exists()
+
+
+def test_an_sso_user_signs_in_with_the_provider_and_comes_back_to_authorize(client, oidc_settings):
+    """Whatever the portal signs people in with: here a real OpenID provider. The login page's
+    SSO button keeps the authorize page as where to come back to."""
+    oidc_settings.set_user("olivia", groups=[])
+    to_login = client.get("/cli/authorize/", _params())
+    login_page = client.get(to_login["Location"])
+    button = re.search(r'href="(/sso/testidp/login/\?next=[^"]+)"', login_page.content.decode())
+    assert button, "no SSO button carrying next"
+    to_provider = client.get(html.unescape(button.group(1)))
+    back = flows.back_to_portal(
+        client, flows.provider_round_trip(to_provider["Location"], "olivia", "idp-pw")
+    )
+    assert back.status_code == 302 and back["Location"].startswith("/cli/authorize/?")
+    page = client.get(back["Location"])
+    assert "Authorize the gpupool CLI on laptop as olivia?" in page.content.decode()
+    code = parse_qs(
+        urlparse(
+            client.post("/cli/authorize/", {**_params(), "decision": "authorize"})["Location"]
+        ).query
+    )["code"][0]
+    traded = _trade(client, code)
+    assert traded.status_code == 201 and traded.json()["username"] == "olivia"
