@@ -131,17 +131,21 @@ class Pool:
         self.general = with_devices or with_cpu or with_mem
         if with_devices:
             free = self.free
-            dev: list[tuple[int, ...]] = []
-            append = dev.append
             # (A device reported with less than nothing free never fits and takes its
             # shortfall off the node's sum: no clamp per device on this per-node path.)
-            for i, d in enumerate(map(_devices, ordered)):
-                if not d:  # a node that reports no devices: one device, the node-wide books
-                    d = (free[i],)
-                total = sum(d)
-                if total < free[i]:
-                    free[i] = total if total > 0 else 0
-                append(d)
+            dev: list[tuple[int, ...]] = list(map(_devices, ordered))
+            if all(dev):  # every node reports its devices: the sums in C-level loops
+                self.free = free = [
+                    f if f <= t else (t if t > 0 else 0)
+                    for f, t in zip(free, map(sum, dev), strict=True)
+                ]
+            else:
+                for i, d in enumerate(dev):
+                    if not d:  # a node that reports no devices: one device, node-wide books
+                        dev[i] = d = (free[i],)
+                    total = sum(d)
+                    if total < free[i]:
+                        free[i] = total if total > 0 else 0
             self.dev = dev
             if any(map(_device_cores, ordered)):
                 self.cores = [
