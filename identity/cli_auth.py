@@ -106,6 +106,9 @@ def grant_issue(
 ) -> str:
     """Store a one-time code for ``user`` and return the callback URL that carries it."""
     now = now or timezone.now()
+    # The user's codes of yesterday and before go: each is long expired and, used or not,
+    # worth nothing now (no beat task needed for a table that grows one row per login).
+    CliGrant.objects.filter(user=user, expires_at__lt=now - dt.timedelta(days=1)).delete()
     code = secrets.token_urlsafe(32)
     CliGrant.objects.create(
         user=user,

@@ -254,11 +254,14 @@ def test_an_unknown_code_and_a_malformed_verifier_name_their_field(client, db):
     assert "code_verifier" in malformed.json()["extra"]["fields"]
 
 
-def test_the_code_is_stored_only_as_a_digest(client, bob):
+def test_the_code_is_stored_only_as_a_digest_and_old_ones_go(client, bob):
     code = _code(client, bob)
     grant = CliGrant.objects.get()
     assert code not in grant.code_digest and len(grant.code_digest) == 64
     assert grant.expires_at - grant.created_at <= dt.timedelta(minutes=2, seconds=1)
+    CliGrant.objects.update(expires_at=timezone.now() - dt.timedelta(days=2))
+    _code(client, bob)  # the next login clears the user's codes of days ago
+    assert CliGrant.objects.count() == 1 and CliGrant.objects.get().pk != grant.pk
 
 
 @pytest.mark.parametrize(
