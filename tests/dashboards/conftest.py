@@ -97,7 +97,6 @@ def scenario(kubesim_cluster, alice, bob, charlie, vision, language):
     Node.objects.filter(cluster=east, name="v100-1").update(schedulable=False)
     Node.objects.filter(cluster=east, name="t4-2").update(ready=False)
     Quota.objects.create(team=vision, gpu_model=GpuModel.objects.get(key="a100-80gb"), nominal=8)
-    Quota.objects.create(team=language, gpu_model=GpuModel.objects.get(key="v100-32gb"), nominal=4)
     before = timezone.now() - dt.timedelta(hours=1)
     big = job_submit(
         user=alice, data=job_body(name="big", replicas=1, gpus_per_replica=8), now=before
@@ -118,6 +117,10 @@ def scenario(kubesim_cluster, alice, bob, charlie, vision, language):
         ),
         now=before,
     )
+    # Language's quota is set after its 2 x 4 job was queued: as asked now, the submit would
+    # refuse a job larger than the team's quota can ever give (scheduling/quota_check.py), but
+    # a quota lowered under queued jobs leaves such a job waiting, as this one does.
+    Quota.objects.create(team=language, gpu_model=GpuModel.objects.get(key="v100-32gb"), nominal=4)
     job_submit(
         user=bob,
         data=job_body(replicas=1, gpus_per_replica=1, gpu_models=["t4"], min_gpu_memory_gib=None),
