@@ -512,10 +512,10 @@ class Pool:
         chosen = tuple(fit[:d])
         if frag is None:
             return 0.0, chosen
-        devs = self.dev[i]  # type: ignore[index]
+        devs = self.dev[i]
         per = -(-g // d)
-        after = tuple(v - per if j in chosen else v for j, v in enumerate(devs))
-        return growth(frag.of(model, cpu_after, after), frag.of(model, cpu, devs)), chosen
+        devs_after = tuple(v - per if j in chosen else v for j, v in enumerate(devs))
+        return growth(frag.of(model, cpu_after, devs_after), frag.of(model, cpu, devs)), chosen
 
     def plan_ask(
         self, ask: Ask, r: int, frag: Fragmentation | None

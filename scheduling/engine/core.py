@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from itertools import groupby
 from operator import attrgetter
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
@@ -190,14 +190,14 @@ class Placement:
         self.claimed: set[str] = set()  # running jobs preempted (or waited for) this cycle
         self._resolved: dict[tuple[object, ...], Candidates] = {}
         self._quota_failed: dict[tuple[str, str], tuple[int, _Failure]] = {}
-        self._cap_failed: dict[tuple[str, int, int], _Failure] = {}
+        self._cap_failed: dict[tuple[Any, ...], _Failure] = {}
         self._failed_sig: dict[_Signature, tuple[_Failure, ...]] = {}
         self._deferred_sig: set[_Signature] = set()
         self._no_cluster: dict[str, _Failure] = {}
         self._preempt_failed: set[tuple[str, int, int]] = set()
         self._protected_memo: dict[tuple[str, int, int], datetime | None] = {}
         self._fit0_memo: dict[tuple[str, int, int], bool] = {}
-        self._ever_memo: dict[tuple[str, int, int], bool] = {}
+        self._ever_memo: dict[tuple[Any, ...], bool] = {}
         self._held_by: dict[int, str] = {}  # id(pool) -> first holder's job id
         self._quota_held_by: dict[tuple[str, str], str] = {}  # (cohort, model) -> holder
         self._held_models: set[str] = set()  # one hold per model and cycle
@@ -815,10 +815,10 @@ class Placement:
         """Whether the gang could fit on an enabled pool of ``model`` were it empty (static
         within a cycle, so memoised)."""
         key = (model, g, r, ask)
-        ever = self._ever_memo.get(key)  # type: ignore[call-overload]
+        ever = self._ever_memo.get(key)
         if ever is None:
             pools = self.enabled.get(model, ())
-            ever = self._ever_memo[key] = any(  # type: ignore[index]
+            ever = self._ever_memo[key] = any(
                 p.could_ever_fit_ask(ask, r) if p.general and ask else p.could_ever_fit(g, r)  # type: ignore[arg-type]
                 for p in pools
             )
