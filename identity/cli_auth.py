@@ -36,13 +36,14 @@ from portal.models import ApiToken
 from portal.tokens import api_token_create, api_token_revoke
 
 CODE_SECONDS = 120  # a browser hands the code over at once; two minutes leaves room to spare
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+LOOPBACK_HOSTS = ("127.0.0.1",)  # by number: a name may resolve elsewhere (RFC 8252, 8.3)
 PORT_MIN = 1024  # an unprivileged listener: a CLI never runs as root to sign in
 PORT_MAX = 65535
 _CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of a SHA-256 digest, unpadded
 _VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636, 4.1
 _STATE = re.compile(r"[\x21-\x7e]{8,200}")  # printable, no spaces
 _MACHINE = re.compile(r"[^A-Za-z0-9._-]+")
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() also takes "²"
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,12 @@ def cli_request_parse(params: dict[str, str]) -> CliRequest:
     than a loopback name is refused: the code must not leave the browser's machine."""
     errors: dict[str, list[str]] = {}
     raw_port = params.get("port", "")
-    port = int(raw_port) if raw_port.isdigit() and len(raw_port) <= 5 else 0
+    port = int(raw_port) if _PORT.fullmatch(raw_port) else 0
     if not PORT_MIN <= port <= PORT_MAX:
         errors["port"] = [f"Must be the CLI's loopback port, {PORT_MIN} to {PORT_MAX}."]
     host = params.get("host") or "127.0.0.1"
     if host not in LOOPBACK_HOSTS:
-        errors["host"] = ["Only a loopback callback is allowed: 127.0.0.1 or localhost."]
+        errors["host"] = ["Only a loopback callback is allowed: 127.0.0.1."]
     state = params.get("state", "")
     if not _STATE.fullmatch(state):
         errors["state"] = ["Must be 8 to 200 printable characters, no spaces."]
@@ -125,6 +126,8 @@ def token_name(machine: str) -> str:
 
 
 _REFUSED = "This code is unknown, expired or already used: run `gpupool login` again."
+_SPOILED = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+"""The expiry a grant gets once a second trade was tried: whatever the first one does next."""
 
 
 def grant_redeem(
@@ -143,8 +146,12 @@ def grant_redeem(
     # Autocommit, not inside the token's transaction: a refusal below must keep the code used.
     won = CliGrant.objects.filter(pk=grant.pk, used_at__isnull=True).update(used_at=now)
     if not won:
-        if grant.token_id is not None:
-            api_token_revoke(token=ApiToken(pk=grant.token_id), now=now)
+        # Spoil the grant, then revoke what it gave, read again: a first trade still running
+        # (its token not recorded yet) finds the grant spoiled and rolls its token back.
+        CliGrant.objects.filter(pk=grant.pk).update(expires_at=_SPOILED)
+        given = CliGrant.objects.filter(pk=grant.pk).values_list("token_id", flat=True).first()
+        if given is not None:
+            api_token_revoke(token=ApiToken(pk=given), now=now)
         raise ApplicationError(_REFUSED, fields={"code": ["This code was already used."]})
     if grant.expires_at <= now:
         raise ApplicationError(_REFUSED, fields={"code": ["This code has expired."]})
@@ -156,6 +163,14 @@ def grant_redeem(
     if not grant.user.is_active:
         raise ApplicationError(_REFUSED, fields={"code": ["The account is inactive."]})
     with transaction.atomic():
+        # One CLI token per machine: the one an earlier login there saved is replaced, not
+        # left to pile up valid until it expires.
+        for earlier in ApiToken.objects.filter(
+            user=grant.user, name=token_name(grant.machine), revoked_at__isnull=True
+        ):
+            api_token_revoke(token=earlier, now=now)
         token, raw = api_token_create(user=grant.user, name=token_name(grant.machine), now=now)
-        CliGrant.objects.filter(pk=grant.pk).update(token=token)
+        recorded = CliGrant.objects.filter(pk=grant.pk).exclude(expires_at=_SPOILED)
+        if not recorded.update(token=token):  # a second trade of this code came first
+            raise ApplicationError(_REFUSED, fields={"code": ["This code was already used."]})
     return token, raw

@@ -125,4 +125,6 @@ class CliTokenView(APIView):
                 "username": token.user.get_username(),
             },
             status=status.HTTP_201_CREATED,
+            # RFC 6749, 5.1: a response carrying a credential is never stored by a cache.
+            headers={"Cache-Control": "no-store", "Pragma": "no-cache"},
         )

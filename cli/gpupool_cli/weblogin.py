@@ -66,7 +66,8 @@ class _Answer:
     """The callback's query, handed from the listener to the command, and the command's
     outcome handed back, so that the browser's last page says how it ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: str) -> None:
+        self.state = state
         self.arrived: queue.Queue[dict[str, str]] = queue.Queue()
         self.outcome = ""
         self.done = threading.Event()
@@ -74,6 +75,11 @@ class _Answer:
     def finish(self, outcome: str) -> None:
         self.outcome = outcome
         self.done.set()
+
+    def ours(self, params: dict[str, str]) -> bool:
+        """Whether an answer is to this login: anything else on the machine (or a web page
+        probing 127.0.0.1) can reach the listener, and must not be able to end the login."""
+        return secrets.compare_digest(params.get("state", ""), self.state)
 
 
 def _handler(answer: _Answer) -> type[BaseHTTPRequestHandler]:
@@ -85,7 +91,16 @@ def _handler(answer: _Answer) -> type[BaseHTTPRequestHandler]:
             if parsed.path != "/callback":
                 self.send_error(404)
                 return
-            answer.arrived.put({k: v[0] for k, v in parse_qs(parsed.query).items()})
+            # The portal sends the browser to 127.0.0.1:<port> by number; any other Host is a
+            # name pointed at this machine (DNS rebinding) by a page that is not the portal's.
+            if self.headers.get("Host") != f"127.0.0.1:{self.server.server_address[1]}":
+                self.send_error(400, "not the address this login listens on")
+                return
+            params = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+            if not answer.ours(params):
+                self.send_error(400, "not an answer to this login")
+                return
+            answer.arrived.put(params)
             answer.done.wait(ANSWER_SECONDS)
             body = (
                 "<!doctype html><meta charset='utf-8'><title>gpupool login</title>"
@@ -109,8 +124,13 @@ def _read_pasted(answer: _Answer) -> None:
     for line in sys.stdin:
         query = urlparse(line.strip()).query
         if "code=" in query or "error=" in query:
-            answer.arrived.put({k: v[0] for k, v in parse_qs(query).items()})
-            return
+            params = {k: v[0] for k, v in parse_qs(query).items()}
+            if answer.ours(params):
+                answer.arrived.put(params)
+                return
+            print(
+                "That address is not an answer to this login (its state differs).", file=sys.stderr
+            )
 
 
 def authorize_url(portal: str, port: int, pkce: Pkce, machine: str) -> str:
@@ -133,7 +153,7 @@ def browser_login(
 ) -> tuple[str, str]:
     """Sign in through the browser; (the new API token, the user's name) or an ApiError."""
     pkce = Pkce.fresh()
-    answer = _Answer()
+    answer = _Answer(pkce.state)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(answer))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -148,20 +148,35 @@ def test_cancel_in_the_browser_saves_nothing(live_server, bob, cli_env, tmp_path
     assert not CliGrant.objects.exists() and not ApiToken.objects.filter(user=bob).exists()
 
 
-def test_an_answer_with_another_state_is_refused_and_its_code_not_traded(
+def test_an_answer_with_another_state_or_host_is_refused_and_the_login_goes_on(
     live_server, bob, cli_env, tmp_path
 ):
     """A page elsewhere that sends the browser to the listener with a code of its own (login
-    CSRF) does not log the CLI in as someone else."""
+    CSRF), or reaches it through a name pointed at this machine (DNS rebinding), is refused
+    there and then, and cannot end the login either: the real answer still signs in."""
     proc, url = _start_login(cli_env, live_server.url)
     port = parse_qs(urlparse(url).query)["port"][0]
-    page = requests.get(
+    forged = requests.get(
         f"http://127.0.0.1:{port}/callback?" + urlencode({"code": "x" * 43, "state": "forged-1"})
     )
-    assert "login failed" in page.text
-    code, _out, err = _finish(proc)
-    assert code == 4 and "state does not match" in err
-    assert not (tmp_path / "config" / "gpupool" / "config").exists()
+    assert forged.status_code == 400 and "not an answer to this login" in forged.text
+    state = parse_qs(urlparse(url).query)["state"][0]
+    rebound = requests.get(
+        f"http://127.0.0.1:{port}/callback?" + urlencode({"code": "y" * 43, "state": state}),
+        headers={"Host": f"evil.example:{port}"},
+    )
+    assert rebound.status_code == 400
+    assert proc.poll() is None  # still waiting for the real answer
+    browser = requests.Session()
+    page = _browser_signs_in(browser, url, "bob")
+    answer = browser.post(
+        page.url, data={**_form(page.text), "decision": "authorize"}, allow_redirects=False
+    )
+    browser.get(answer.headers["Location"])
+    code, out, err = _finish(proc)
+    assert code == 0, err
+    assert "teams: vision" in out
+    assert (tmp_path / "config" / "gpupool" / "config").exists()
 
 
 def test_no_answer_within_the_timeout_exits_4(live_server, cli_env):
@@ -221,12 +236,20 @@ def test_a_code_is_traded_once_and_a_second_trade_revokes_the_token(client, bob)
     code = _code(client, bob)
     first = _trade(client, code)
     assert first.status_code == 201, first.content
+    assert first["Cache-Control"] == "no-store"  # RFC 6749, 5.1: a credential is never cached
     assert first.json()["name"] == "gpupool CLI on laptop" and first.json()["username"] == "bob"
     again = _trade(client, code)
     assert again.status_code == 400
     assert again.json()["extra"]["fields"] == {"code": ["This code was already used."]}
     token = ApiToken.objects.get(prefix=first.json()["prefix"])
     assert token.revoked_at is not None  # whoever replays the code may hold the token too
+
+
+def test_a_new_login_from_the_same_machine_replaces_its_token(client, bob):
+    first = _trade(client, _code(client, bob)).json()
+    second = _trade(client, _code(client, bob)).json()
+    assert ApiToken.objects.get(prefix=first["prefix"]).revoked_at is not None
+    assert ApiToken.objects.get(prefix=second["prefix"]).revoked_at is None
 
 
 def test_a_wrong_verifier_is_refused_and_uses_the_code_up(client, bob):
@@ -288,12 +311,14 @@ def test_a_callback_off_the_loopback_or_a_bad_request_is_refused(client, bob, ov
     assert posted.status_code == 400 and not CliGrant.objects.exists()
 
 
-def test_localhost_is_a_loopback_callback_too(client, bob):
+def test_localhost_by_name_and_non_ascii_digits_are_refused(client, bob):
+    """A loopback callback is 127.0.0.1 by number (a name may resolve elsewhere), and a port
+    of Unicode digits is a bad request, not a crash."""
     client.force_login(bob)
-    response = client.post(
-        "/cli/authorize/", {**_params(host="localhost"), "decision": "authorize"}
-    )
-    assert response["Location"].startswith("http://localhost:49152/callback?code=")
+    named = client.post("/cli/authorize/", {**_params(host="localhost"), "decision": "authorize"})
+    assert named.status_code == 400 and not CliGrant.objects.exists()
+    page = client.get("/cli/authorize/", {**_params(), "port": "4915²"})
+    assert page.status_code == 400 and "<code>port</code>" in page.content.decode()
 
 
 def test_someone_not_signed_in_is_sent_to_sign_in_first(client, bob):
