@@ -158,19 +158,32 @@ def detail_not_tried() -> str:
 
 
 def detail_quota_full(need: int, used: int, nominal: int, borrowing_limit: int | None) -> str:
+    """The shortfall, not the job's size: "2 more than the team may use" is what to ask the
+    team admin for, or to wait for; the job's own size is already in the sentence's head."""
+    may_use = nominal + (borrowing_limit or 0)
+    short = used + need - may_use if borrowing_limit is not None else need
     return (
-        f"team quota full: team uses {used} of {nominal} nominal, borrowing limit "
-        f"{fmt_limit(borrowing_limit)}, needs {need} more"
+        f"team quota full: {max(1, short)} more than the team may use (it uses {used} of "
+        f"{nominal} nominal, borrowing limit {fmt_limit(borrowing_limit)})"
     )
 
 
 def detail_cohort_cannot_lend(
     used: int, nominal: int, borrow_need: int, borrowing_limit: int | None, can_lend: int
 ) -> str:
+    """``borrow_need``: how far above nominal the team would be with the job; what the job
+    itself would borrow leaves out what the team borrows already (the cohort's ``can_lend``
+    has that counted), so the shortfall is in the job's own terms."""
+    extra = borrow_need - max(0, used - nominal)
+    can = max(0, can_lend)
+    team = (
+        f"the team uses {used} of {nominal} nominal, borrowing limit {fmt_limit(borrowing_limit)}"
+    )
+    if can == 0:
+        return f"cohort has nothing to lend: this job would borrow {extra} ({team})"
     return (
-        f"cohort has nothing to lend: team uses {used} of {nominal} nominal, would borrow "
-        f"{borrow_need} in all with this job (borrowing limit {fmt_limit(borrowing_limit)}); "
-        f"cohort can lend {max(0, can_lend)}"
+        f"cohort has too little to lend: it can lend {can} of the {extra} this job would "
+        f"borrow, {max(1, extra - can)} short ({team})"
     )
 
 

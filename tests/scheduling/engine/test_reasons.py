@@ -136,8 +136,8 @@ CASES = [
         .build(),
         ReasonCode.QUOTA_EXHAUSTED,
         (
-            f"needs 2 replicas {X} 2 A100-80GB; team quota full: team uses 6 of 8 nominal, "
-            f"borrowing limit 0, needs 4 more"
+            f"needs 2 replicas {X} 2 A100-80GB; team quota full: 2 more than the team may "
+            "use (it uses 6 of 8 nominal, borrowing limit 0)"
         ),
     ),
     Case(
@@ -152,8 +152,24 @@ CASES = [
         ReasonCode.COHORT_HAS_NOTHING_TO_LEND,
         (
             f"needs 8 {X} A100-80GB; "
-            "cohort has nothing to lend: team uses 6 of 6 nominal, would borrow 8 in all "
-            "with this job (borrowing limit none); cohort can lend 0"
+            "cohort has nothing to lend: this job would borrow 8 (the team uses 6 of 6 "
+            "nominal, borrowing limit none)"
+        ),
+    ),
+    Case(
+        "cohort has too little to lend: the shortfall, not the job's size",
+        a_snapshot()
+        .with_clusters(a_cluster().with_nodes("a100-80gb", 3, gpus=8))
+        .with_quota("alice", "a100-80gb", 6)
+        .with_quota("bob", "a100-80gb", 4)
+        .with_running(busy(6, team="alice"), busy(2, team="bob", job="rb"))
+        .with_pending(a_job("j", gpus=8).on_models("a100-80gb"))
+        .build(),
+        ReasonCode.COHORT_HAS_NOTHING_TO_LEND,
+        (
+            f"needs 8 {X} A100-80GB; "
+            "cohort has too little to lend: it can lend 2 of the 8 this job would borrow, 6 "
+            "short (the team uses 6 of 6 nominal, borrowing limit none)"
         ),
     ),
     Case(
@@ -442,5 +458,6 @@ def test_quota_note_for_a_full_model_in_an_explanation() -> None:
     (note,) = a.explanation.skipped
     assert (
         note.message
-        == "A100-80GB: team quota full: team uses 8 of 8 nominal, borrowing limit 0, needs 2 more"
+        == "A100-80GB: team quota full: 2 more than the team may use (it uses 8 of 8 nominal, "
+        "borrowing limit 0)"
     )

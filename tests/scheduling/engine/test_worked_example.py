@@ -121,6 +121,6 @@ def test_the_worked_example_of_the_docs() -> None:
         "on the nodes used; within nominal (2 of 12))"
     )
     assert d.pending[1].message == (
-        "needs 8 \u00d7 A100-80GB; cohort has nothing to lend: team uses 8 of 4 nominal, would "
-        "borrow 12 in all with this job (borrowing limit none); cohort can lend 0"
+        "needs 8 \u00d7 A100-80GB; cohort has nothing to lend: this job would borrow 8 (the "
+        "team uses 8 of 4 nominal, borrowing limit none)"
     )
