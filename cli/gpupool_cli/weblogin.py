@@ -68,6 +68,7 @@ class _Answer:
 
     def __init__(self, state: str) -> None:
         self.state = state
+        self.port = 0  # the listener's, once bound
         self.arrived: queue.Queue[dict[str, str]] = queue.Queue()
         self.outcome = ""
         self.done = threading.Event()
@@ -93,7 +94,7 @@ def _handler(answer: _Answer) -> type[BaseHTTPRequestHandler]:
                 return
             # The portal sends the browser to 127.0.0.1:<port> by number; any other Host is a
             # name pointed at this machine (DNS rebinding) by a page that is not the portal's.
-            if self.headers.get("Host") != f"127.0.0.1:{self.server.server_address[1]}":
+            if self.headers.get("Host") != f"127.0.0.1:{answer.port}":
                 self.send_error(400, "not the address this login listens on")
                 return
             params = {k: v[0] for k, v in parse_qs(parsed.query).items()}
@@ -155,9 +156,10 @@ def browser_login(
     pkce = Pkce.fresh()
     answer = _Answer(pkce.state)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(answer))
+    answer.port = server.server_port
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = authorize_url(portal, server.server_address[1], pkce, socket.gethostname())
+    url = authorize_url(portal, answer.port, pkce, socket.gethostname())
     try:
         if open_browser:
             say(f"Opening your browser to sign in. If it does not open, visit:\n  {url}")
