@@ -319,6 +319,11 @@ API_COLLECTIONS: tuple[tuple[str, str, str], ...] = (
     ),
     ("notification_deliveries", "api-notification-deliveries", "your email delivery log"),
     ("tokens", "api-tokens", "your API tokens (never their secret)"),
+    (
+        "cli_token",
+        "api-cli-token",
+        "POST a gpupool login code and its PKCE verifier: a new API token for the CLI",
+    ),
     ("clusters", "api-clusters", "registered clusters and their GPU nodes by model"),
     ("gpu_models", "api-gpu-models", "the GPU model catalog"),
     ("gpu_models_match", "api-gpu-match", "the models a requirement matches in the pool"),

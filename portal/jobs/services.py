@@ -50,6 +50,12 @@ def _largest_node_gpus() -> int | None:
     return _largest_node[1]
 
 
+def largest_node_forget() -> None:
+    """Drop this process's largest node (``portal.apps`` calls it on a node or cluster saved)."""
+    global _largest_node
+    _largest_node = None
+
+
 def submit_limits() -> SpecLimits:
     """The setting bounds GPUs per replica; once clusters report nodes, so does the largest
     node (a replica's GPUs must all sit on one node)."""

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from portal.jobs.services import job_submit
+from portal.jobs.spec import SpecError
 from portal.models import Job, JobEvent, JobState
 from scheduling import catalog as catalog_module
 from scheduling.catalog import catalog_entries
@@ -182,3 +183,20 @@ def test_the_fingerprint_is_the_json_of_the_spec_as_before(catalog):
     del asked["gpu_memory_gib"], asked["gpu_cores_percent"]  # still empty: left out
     canonical = json.dumps(asked, sort_keys=True, default=str)
     assert services._fingerprint(with_secret) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bigger_node_registered_here_raises_the_submit_bound_at_once(bob, catalog):
+    """Outside a transaction the largest node is kept per process for a few seconds; a node
+    saved in this process drops it, so the next submit is bounded by the new inventory (and a
+    test that follows another does not inherit its pool)."""
+    from tests.builders import gpu_nodes
+
+    gpu_nodes("east", "a100-80gb", 1, 4)
+    too_big = job_body(replicas=1, gpus_per_replica=8, gpu_models=["a100-80gb"])
+    too_big["min_gpu_memory_gib"] = None
+    with pytest.raises(SpecError) as refused:
+        job_submit(user=bob, data=too_big)
+    assert refused.value.fields["gpus_per_replica"] == ["Must be at most 4."]
+    gpu_nodes("west", "a100-80gb", 1, 8)
+    assert job_submit(user=bob, data=too_big).created
