@@ -918,6 +918,7 @@ class Placement:
                 row.used,
                 row.nominal,
                 named_first=job.requirement.models[:1] == (model.key,),
+                shared=job.requirement.shared,
             )
             explanation = Explanation(
                 model=model.key,
@@ -984,7 +985,7 @@ class Placement:
 
     def _assemble(self) -> Decision:
         self._final = True
-        self._frames: dict[tuple[int, int, str, int], tuple[str, str]] = {}
+        self._frames: dict[tuple[int, int, str, int, bool], tuple[str, str]] = {}
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
         self._reason_memo: dict[int, _Words] = {}
         # The loop below is the one place that runs once per pending job: kept flat.

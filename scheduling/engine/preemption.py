@@ -119,7 +119,14 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
                 for_team=job.team,
                 code=PreemptionCode.RECLAIM_NOMINAL,
                 message=reasons.msg_preempted(
-                    a.team, model.label, a.gpus, a.cluster, job.team, row.used, row.nominal
+                    a.team,
+                    model.label,
+                    a.gpus,
+                    a.cluster,
+                    job.team,
+                    row.used,
+                    row.nominal,
+                    shared=job.requirement.shared,
                 ),
             )
         )

@@ -121,8 +121,12 @@ def fmt_wait(wait: timedelta) -> str:
     return f"{minutes}m"
 
 
-def fmt_gang(replicas: int, gpus_per_replica: int, label: str) -> str:
-    """1 x 8 → "8 x A100"; 2 x 4 → "2 replicas x 4 A100"."""
+def fmt_gang(replicas: int, gpus_per_replica: int, label: str, shared: bool = False) -> str:
+    """1 x 8 → "8 x A100"; 2 x 4 → "2 replicas x 4 A100"; a share names its unit: "30 GiB of
+    a100-80gb-shared", "2 replicas x 30 GiB of a100-80gb-shared"."""
+    if shared:
+        one = f"{gpus_per_replica} GiB of {label}"
+        return one if replicas == 1 else f"{replicas} replicas{TIMES}{one}"
     if replicas == 1:
         return f"{gpus_per_replica}{TIMES}{label}"
     return f"{replicas} replicas{TIMES}{gpus_per_replica} {label}"
@@ -157,19 +161,27 @@ def detail_not_tried() -> str:
     return "not tried, an earlier candidate fitted"
 
 
-def detail_quota_full(need: int, used: int, nominal: int, borrowing_limit: int | None) -> str:
+def detail_quota_full(
+    need: int, used: int, nominal: int, borrowing_limit: int | None, unit: str = ""
+) -> str:
     """The shortfall, not the job's size: "2 more than the team may use" is what to ask the
-    team admin for, or to wait for; the job's own size is already in the sentence's head."""
+    team admin for, or to wait for; the job's own size is already in the sentence's head.
+    ``unit``: " GiB" for a shared pool, whose quota counts GiB."""
     may_use = nominal + (borrowing_limit or 0)
     short = used + need - may_use if borrowing_limit is not None else need
     return (
-        f"team quota full: {max(1, short)} more than the team may use (it uses {used} of "
-        f"{nominal} nominal, borrowing limit {fmt_limit(borrowing_limit)})"
+        f"team quota full: {max(1, short)}{unit} more than the team may use (it uses {used} of "
+        f"{nominal}{unit} nominal, borrowing limit {fmt_limit(borrowing_limit)})"
     )
 
 
 def detail_cohort_cannot_lend(
-    used: int, nominal: int, borrow_need: int, borrowing_limit: int | None, can_lend: int
+    used: int,
+    nominal: int,
+    borrow_need: int,
+    borrowing_limit: int | None,
+    can_lend: int,
+    unit: str = "",
 ) -> str:
     """``borrow_need``: how far above nominal the team would be with the job; what the job
     itself would borrow leaves out what the team borrows already (the cohort's ``can_lend``
@@ -177,13 +189,14 @@ def detail_cohort_cannot_lend(
     extra = borrow_need - max(0, used - nominal)
     can = max(0, can_lend)
     team = (
-        f"the team uses {used} of {nominal} nominal, borrowing limit {fmt_limit(borrowing_limit)}"
+        f"the team uses {used} of {nominal}{unit} nominal, borrowing limit "
+        f"{fmt_limit(borrowing_limit)}"
     )
     if can == 0:
-        return f"cohort has nothing to lend: this job would borrow {extra} ({team})"
+        return f"cohort has nothing to lend: this job would borrow {extra}{unit} ({team})"
     return (
-        f"cohort has too little to lend: it can lend {can} of the {extra} this job would "
-        f"borrow, {max(1, extra - can)} short ({team})"
+        f"cohort has too little to lend: it can lend {can} of the {extra}{unit} this job would "
+        f"borrow, {max(1, extra - can)}{unit} short ({team})"
     )
 
 
@@ -345,18 +358,22 @@ def note(label: str, detail: str) -> str:
     return f"{label}: {detail}"
 
 
-def pending(replicas: int, gpr: int, label: str, detail: str, others: int = 0) -> str:
+def pending(
+    replicas: int, gpr: int, label: str, detail: str, others: int = 0, shared: bool = False
+) -> str:
     """A pending message: "needs 8 x A100-80GB; <detail>"; the other blocked candidates are
     counted here and explained one by one in ``PendingReason.candidates``."""
-    head, tail = pending_frame(replicas, gpr, label, others)
+    head, tail = pending_frame(replicas, gpr, label, others, shared)
     return f"{head}{detail}{tail}"
 
 
-def pending_frame(replicas: int, gpr: int, label: str, others: int = 0) -> tuple[str, str]:
+def pending_frame(
+    replicas: int, gpr: int, label: str, others: int = 0, shared: bool = False
+) -> tuple[str, str]:
     """What :func:`pending` puts before and after the detail: worded once for many jobs whose
     details alone differ (``WAITING_BEHIND``)."""
     tail = f" (and {others} other candidate{'s' if others > 1 else ''} blocked)" if others else ""
-    return f"needs {fmt_gang(replicas, gpr, label)}; ", tail
+    return f"needs {fmt_gang(replicas, gpr, label, shared)}; ", tail
 
 
 def msg_team_held(team: str) -> str:
@@ -386,6 +403,7 @@ def msg_admitted(
     used: int,
     nominal: int,
     named_first: bool = False,
+    shared: bool = False,
 ) -> str:
     """``first_choice``: the model heads the policy's order; ``named_first``: the user named
     it first. Under ``cheapest`` or ``fastest`` the two differ, and the model the user named
@@ -396,13 +414,14 @@ def msg_admitted(
         why = "your first choice"
     else:
         why = "first fitting fallback candidate"
+    units = "GiB" if shared else "GPUs"
     quota = (
-        f"on borrowed quota ({borrowed} GPUs above nominal {nominal})"
+        f"on borrowed quota ({borrowed} {units} above nominal {nominal})"
         if borrowed
-        else f"within nominal ({used} of {nominal})"
+        else f"within nominal ({used} of {nominal}{' GiB' if shared else ''})"
     )
     return (
-        f"admitted {fmt_gang(replicas, gpr, label)} in {cluster} ({why}; best fit leaves "
+        f"admitted {fmt_gang(replicas, gpr, label, shared)} in {cluster} ({why}; best fit leaves "
         f"{leftover} free on the nodes used; {quota})"
     )
 
@@ -427,13 +446,21 @@ def msg_cluster_worse_fit(
 
 
 def msg_preempted(
-    victim_team: str, label: str, gpus: int, cluster: str, for_team: str, used: int, nominal: int
+    victim_team: str,
+    label: str,
+    gpus: int,
+    cluster: str,
+    for_team: str,
+    used: int,
+    nominal: int,
+    shared: bool = False,
 ) -> str:
     """The victim's timeline entry: who reclaimed what, and why. The job it is reclaimed for
     belongs to another team, so it is not named (``Preemption.for_job`` keeps it)."""
+    held = f"{gpus} GiB of {label}" if shared else f"{gpus} {label} GPU{'s' if gpus != 1 else ''}"
     return (
-        f"preempted: team {for_team} reclaims its nominal {label} quota ({used} of {nominal} "
-        f"with the job it reclaims for); this job's {gpus} {label} GPU{'s' if gpus != 1 else ''} "
+        f"preempted: team {for_team} reclaims its nominal {label} quota ({used} of {nominal}"
+        f"{' GiB' if shared else ''} with the job it reclaims for); this job's {held} "
         f"in {cluster} ran on quota team {victim_team} had borrowed; its pods get SIGTERM and "
         f"their grace period to checkpoint, then it is requeued with its submit time"
     )

@@ -64,9 +64,10 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
     docstring for why those explain a failure seen earlier in the cycle)."""
     m = f.model.key
     g, r, need = job.gpus_per_replica, job.replicas, job.gpus
+    unit = " GiB" if job.requirement.shared else ""  # a shared pool's quota counts GiB
     if code is SkipCode.QUOTA_FULL:
         row = pl.quota.row(job.team, m)
-        return reasons.detail_quota_full(need, row.used, row.nominal, row.borrowing_limit)
+        return reasons.detail_quota_full(need, row.used, row.nominal, row.borrowing_limit, unit)
     if code is SkipCode.COHORT_CANNOT_LEND:
         row = pl.quota.row(job.team, m)
         return reasons.detail_cohort_cannot_lend(
@@ -75,6 +76,7 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
             max(0, row.used + need - row.nominal),
             row.borrowing_limit,
             pl.quota.can_lend(job.team, m),
+            unit,
         )
     if code is SkipCode.NO_ENABLED_CLUSTER:
         unavailable = pl.unavailable.get(m, ())
@@ -185,7 +187,9 @@ def pending_reason_of(pl: Placement, w: _Waiting, position: int) -> PendingReaso
     elif w.code is ReasonCode.NO_MODEL_MATCHES:
         message = reasons.msg_no_model_matches(len(pl.snap.models), [n.message for n in w.rejected])
     else:  # PREEMPTING, HOLDING_CAPACITY
-        message = reasons.pending(job.replicas, job.gpus_per_replica, w.label, w.detail)
+        message = reasons.pending(
+            job.replicas, job.gpus_per_replica, w.label, w.detail, shared=job.requirement.shared
+        )
     return PendingReason(
         job_id=job.id,
         team=job.team,
@@ -235,7 +239,7 @@ def reason_words(
     f = failures[primary_at]
     code = _REASON_OF.get(primary.code) or reason_code_of(pl, primary.code, f, failures)
     label = f.model.label
-    frame_key = (job.replicas, job.gpus_per_replica, label, others)
+    frame_key = (job.replicas, job.gpus_per_replica, label, others, job.requirement.shared)
     frame = pl._frames.get(frame_key)
     if frame is None:
         frame = pl._frames[frame_key] = reasons.pending_frame(*frame_key)

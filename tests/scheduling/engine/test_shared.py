@@ -196,3 +196,23 @@ def test_worked_example_two_half_shares_cost_one_whole_card_hour():
     weighted = 2 * charged_gib(20, 50, 80) * 3 * per_gib_hour
     whole_card_for_three_hours = 1 * 3 * A100.cost_factor
     assert weighted == pytest.approx(whole_card_for_three_hours)
+
+
+def test_messages_about_shares_name_their_unit():
+    # "needs 30 GiB of a100-80gb-shared", never "30 × a100-80gb-shared" (issue 32).
+    snap = (
+        _quotas(a_snapshot())
+        .with_models(*CATALOG)
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb-shared", 1, gpus=640))
+        .with_quota("alice", "a100-80gb-shared", nominal=40, borrowing=0)
+        .with_pending(a_share("a", 30), a_share("b", 20, replicas=2).submitted(1))
+        .build()
+    )
+    decision = decide(snap)
+    explained = admitted(decision)["a"].explanation.message
+    assert explained.startswith("admitted 30 GiB of A100-80GB shared in east")
+    assert "within nominal (30 of 40 GiB)" in explained
+    waiting = reasons_by_job(decision)["b"].message
+    assert waiting.startswith("needs 2 replicas \u00d7 20 GiB of A100-80GB shared; ")
+    assert "30 GiB more than the team may use (it uses 30 of 40 GiB nominal" in waiting
+    assert "\u00d7 A100-80GB shared" not in explained + waiting
