@@ -23,22 +23,9 @@ class PortalConfig(AppConfig):
         for signal in (post_save, post_delete):
             for model in ("portal.ApiToken", settings.AUTH_USER_MODEL):
                 signal.connect(_tokens_forget, sender=model, dispatch_uid=f"tokens_{model}")
-        # A GPU node or cluster saved or deleted here, or the database migrated or flushed: the
-        # largest node the submit bounds GPUs per replica by is read again (it is otherwise
-        # kept 10 s per process), so an inventory change applies to the next submit at once.
-        for signal in (post_save, post_delete):
-            for model in ("clusters.Node", "clusters.Cluster"):
-                signal.connect(_largest_node_forget, sender=model, dispatch_uid=f"largest_{model}")
-        post_migrate.connect(_largest_node_forget, dispatch_uid="largest_node_on_migrate")
 
 
 def _tokens_forget(**_: Any) -> None:
     from portal.tokens import api_tokens_forget
 
     api_tokens_forget()
-
-
-def _largest_node_forget(**_: Any) -> None:
-    from portal.jobs.services import largest_node_forget
-
-    largest_node_forget()

@@ -8,15 +8,12 @@ catalog, then each candidate against the clusters as the next cycle will see the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-from django.db.models.signals import post_delete, post_migrate, post_save
-
 from clusters.models import Cluster, ClusterState, Node
+from portal.cache import ProcessView
 from portal.jobs.spec import SpecError
 from scheduling import engine
 from scheduling.engine.capacity import Pool
@@ -95,45 +92,15 @@ class ModelRoom:
     fits_ever: bool
 
 
-_pool_cache: tuple[float, tuple[engine.Cluster, ...]] | None = None
-_pool_generation = 0  # bumped by every forget: a view read before it is never kept after it
-
-
-def _clusters_cached() -> tuple[engine.Cluster, ...]:
-    """``clusters_now()``, reused for a few seconds per process (read fresh in a
-    transaction, so a test's own inventory is seen and nothing rolled back is cached)."""
-    global _pool_cache
-    if connection.in_atomic_block:
-        return clusters_now()
-    now = time.monotonic()
-    cached = _pool_cache
-    if cached is None or now - cached[0] > POOL_VIEW_SECONDS:
-        generation = _pool_generation
-        cached = (now, clusters_now())
-        if generation == _pool_generation:
-            _pool_cache = cached
-    return cached[1]
-
-
-def pool_view_forget(**_signal: Any) -> None:
-    """Drop this process's view of the pool: a cluster or node saved or deleted (an admin
-    registering or enabling a cluster sees it in the preview at once), or the database
-    migrated or flushed (a test's teardown), must not wait for the view to age out."""
-    global _pool_cache, _pool_generation
-    _pool_generation += 1
-    _pool_cache = None
-
-
-for _model in (Cluster, Node):
-    post_save.connect(pool_view_forget, sender=_model, dispatch_uid=f"pool_forget_save_{_model}")
-    post_delete.connect(pool_view_forget, sender=_model, dispatch_uid=f"pool_forget_del_{_model}")
-post_migrate.connect(pool_view_forget, dispatch_uid="pool_forget_on_migrate")
+_pool_view = ProcessView("pool_view", clusters_now, POOL_VIEW_SECONDS).forget_on(Cluster, Node)
+"""The clusters as the next cycle will see them: an admin registering or enabling a cluster
+sees it in the preview at once."""
 
 
 def pool_room(*, gpus_per_replica: int, replicas: int) -> dict[str, ModelRoom]:
     """Every model some enabled cluster has, with whether the gang would fit it now."""
     pools: dict[str, list[Pool]] = {}
-    for cluster in _clusters_cached():
+    for cluster in _pool_view.get():
         if cluster.state is not engine.ClusterState.ENABLED:
             continue
         by_model: dict[str, list[engine.Node]] = {}

@@ -16,18 +16,15 @@ query for this; inside a transaction they are read fresh, as the other submit-ti
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
-from django.db.models.signals import post_delete, post_migrate, post_save
-
+from portal.cache import ProcessView
 from portal.jobs.spec import JobSpec, SpecError
 from portal.models import Team
 from scheduling import engine
+from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.models import CohortQuota, GpuModel, Quota, TeamPolicy
 from scheduling.snapshot import engine_catalog, quota_lines
 
@@ -42,12 +39,7 @@ class _View:
     reach: dict[tuple[str, str], int]
     tried: dict[tuple[Any, ...], list[str]] = field(default_factory=dict)
     """:func:`_tried` by requirement: most submits ask alike, and resolving the catalog costs
-    more than the rest of the check (70 µs a submit without it)."""
-
-
-_cache: tuple[float, _View] | None = None
-_generation = 0
-_lock = threading.Lock()
+    more than the rest of the check."""
 
 
 def _read() -> _View:
@@ -58,33 +50,10 @@ def _read() -> _View:
     return _View(catalog=engine_catalog()[0], reach=reach)
 
 
-def _view() -> _View:
-    global _cache
-    if connection.in_atomic_block:
-        return _read()
-    now = time.monotonic()
-    cached = _cache
-    if cached is None or now - cached[0] > CACHE_SECONDS:
-        generation = _generation
-        cached = (now, _read())
-        with _lock:
-            if generation == _generation:
-                _cache = cached
-    return cached[1]
-
-
-def quota_view_forget(**_signal: Any) -> None:
-    """Drop this process's copy: a quota edited here applies to the next submit at once."""
-    global _cache, _generation
-    with _lock:
-        _generation += 1
-        _cache = None
-
-
-for _model in (Quota, CohortQuota, TeamPolicy, Team, GpuModel):
-    post_save.connect(quota_view_forget, sender=_model, dispatch_uid=f"quota_forget_{_model}")
-    post_delete.connect(quota_view_forget, sender=_model, dispatch_uid=f"quota_forget_d{_model}")
-post_migrate.connect(quota_view_forget, dispatch_uid="quota_forget_on_migrate")
+_quota_view = ProcessView("quota_view", _read, CACHE_SECONDS).forget_on(
+    Quota, CohortQuota, TeamPolicy, Team, GpuModel
+)
+"""A quota edited here applies to the next submit at once."""
 
 
 def _tried(spec: JobSpec, view: _View) -> list[str]:
@@ -109,18 +78,8 @@ def _tried(spec: JobSpec, view: _View) -> list[str]:
 
 
 def _resolve(spec: JobSpec, catalog: tuple[engine.GpuModel, ...]) -> list[str]:
-    requirement = engine.Requirement(
-        models=tuple(spec.gpu_models),
-        min_memory_gib=float(spec.min_gpu_memory_gib or 0),
-        min_tflops_fp16=float(spec.min_fp16_tflops or 0),
-        bf16=spec.requires_bf16,
-        fp8=spec.requires_fp8,
-        shared=spec.gpu_memory_gib is not None,
-    )
-    matched = engine.resolve_candidates(
-        requirement, engine.Policy(spec.selection_policy), catalog
-    ).matched
-    keys = [m.key for m in matched]
+    requirement, policy = requirement_of({f: getattr(spec, f) for f in REQUIREMENT_FIELDS})
+    keys = [m.key for m in engine.resolve_candidates(requirement, policy, catalog).matched]
     return keys if spec.allow_fallback else keys[:1]
 
 
@@ -132,7 +91,7 @@ def _amount(n: int, shared: bool) -> str:
 
 def quota_refusal(spec: JobSpec, team: Team, view: _View | None = None) -> SpecError | None:
     """Why ``spec`` can never start under ``team``'s quota, or None when it may."""
-    view = view or _view()
+    view = view or _quota_view.get()
     message = _beyond(
         view,
         team,
@@ -152,7 +111,9 @@ def beyond_quota_message(
     """The words of a refusal (the submit's, and the form's warning before it): the job's
     size, the team's reach on each model it may try, and the ways out; None when the quota
     can take it on one of them (or reaches none of them at all: see the module docstring)."""
-    return _beyond(_view(), team, tried, replicas=replicas, per_replica=per_replica, shared=shared)
+    return _beyond(
+        _quota_view.get(), team, tried, replicas=replicas, per_replica=per_replica, shared=shared
+    )
 
 
 def _beyond(
@@ -179,7 +140,7 @@ def _beyond(
 def quota_refusals(specs: Sequence[tuple[JobSpec, Team]]) -> dict[int, SpecError]:
     """:func:`quota_refusal` of each (spec, team), by index, for the ones refused."""
     found = {}
-    view = _view()
+    view = _quota_view.get()
     for i, (spec, team) in enumerate(specs):
         refusal = quota_refusal(spec, team, view)
         if refusal is not None:

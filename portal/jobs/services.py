@@ -5,18 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
 from clusters.selectors import largest_node_gpus
 from portal import db, hooks
 from portal.access import AnyUser, require_cancel, team_for_submit
+from portal.cache import ProcessView
 from portal.errors import ApplicationError, Conflict, Forbidden, TooManyQueued
 from portal.jobs.spec import JobSpec, SpecError, SpecLimits, parse_job_spec
 from portal.jobs.state import job_transition
@@ -34,33 +34,18 @@ class SubmitResult:
     created: bool
 
 
-_largest_node: tuple[float, int | None] | None = None
 LARGEST_NODE_CACHE_SECONDS = 10.0
-
-
-def _largest_node_gpus() -> int | None:
-    """The largest GPU node of any enabled cluster, cached per process like the catalog (read
-    fresh inside a transaction, so a test's own inventory is seen and never cached)."""
-    global _largest_node
-    if connection.in_atomic_block:
-        return largest_node_gpus()
-    now = time.monotonic()
-    if _largest_node is None or now - _largest_node[0] > LARGEST_NODE_CACHE_SECONDS:
-        _largest_node = (now, largest_node_gpus())
-    return _largest_node[1]
-
-
-def largest_node_forget() -> None:
-    """Drop this process's largest node (``portal.apps`` calls it on a node or cluster saved)."""
-    global _largest_node
-    _largest_node = None
+_largest_node = ProcessView(
+    "largest_node", largest_node_gpus, LARGEST_NODE_CACHE_SECONDS
+).forget_on("clusters.Node", "clusters.Cluster")
+"""The largest GPU node of any enabled cluster: an inventory change applies to the next submit."""
 
 
 def submit_limits() -> SpecLimits:
     """The setting bounds GPUs per replica; once clusters report nodes, so does the largest
     node (a replica's GPUs must all sit on one node)."""
     bound = settings.GPUPOOL_MAX_GPUS_PER_REPLICA
-    largest = _largest_node_gpus()
+    largest = _largest_node.get()
     return SpecLimits(
         max_gpus_per_replica=min(bound, largest) if largest else bound,
         max_replicas=settings.GPUPOOL_MAX_REPLICAS,
@@ -396,36 +381,39 @@ def job_submit(
     team = team_for_submit(user, spec.team)
     if spec.priority > team_max_priority(team):
         # A retry of a job created before the policy was lowered still reads as a retry.
-        existing = _replay(user=user, key=key, spec=spec) if key is not None else None
-        if existing is not None:
-            return SubmitResult(existing, created=False)
-        raise _priority_refusal([("priority", team, spec.priority)])
+        return _replay_or_raise(
+            _priority_refusal([("priority", team, spec.priority)]), user, key, spec
+        )
     refused = _beyond_quota([(spec, team)])
     if refused:
-        existing = _replay(user=user, key=key, spec=spec) if key is not None else None
-        if existing is not None:
-            return SubmitResult(existing, created=False)
-        raise refused[0]
+        return _replay_or_raise(refused[0], user, key, spec)
     now = now or timezone.now()
     job = _new_job(spec=spec, team=team, user=user, key=key, now=now)
     try:
         _insert_within_queue_limit(job, _submitted_event(job, user, now), team, user)
-    except TooManyQueued:
-        # A retry of a job that was created must read as such even once the queue is full;
-        # looked up only here, so a keyed submit that fits pays no extra query.
-        existing = _replay(user=user, key=key, spec=spec) if key is not None else None
-        if existing is None:
-            raise
-        return SubmitResult(existing, created=False)
-    except IntegrityError:
-        if key is None:
-            raise
-        existing = _replay(user=user, key=key, spec=spec)
-        if existing is None:
-            raise
-        return SubmitResult(existing, created=False)
+    except (TooManyQueued, IntegrityError) as exc:
+        # A retry of a job that was created must read as such even once the queue is full, and
+        # a concurrent duplicate loses on the unique key; looked up only here, so a keyed
+        # submit that fits pays no extra query.
+        return _replay_or_raise(exc, user, key, spec)
     _notify_jobs_changed()  # on commit: at once in autocommit, else with the caller's commit
     return SubmitResult(job, created=True)
+
+
+def _replay_or_raise(
+    error: Exception, user: AnyUser, key: str | None, spec: JobSpec
+) -> SubmitResult:
+    """A keyed submit that an earlier one with the same key already stored returns that job;
+    anything else is refused with ``error``."""
+    existing = _replay(user=user, key=key, spec=spec) if key is not None else None
+    if existing is None:
+        raise error
+    return SubmitResult(existing, created=False)
+
+
+def _in_batch(i: int, fields: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """Field errors of a batch's job ``i``, named as the batch names them (``jobs[i].field``)."""
+    return {f"jobs[{i}].{name}": messages for name, messages in fields.items()}
 
 
 def _parse_batch(items: Sequence[Any]) -> list[JobSpec]:
@@ -445,8 +433,7 @@ def _parse_batch(items: Sequence[Any]) -> list[JobSpec]:
         try:
             specs.append(parse_job_spec(item, catalog=catalog, limits=limits))
         except SpecError as exc:
-            for name, messages in exc.fields.items():
-                errors[f"jobs[{i}].{name}"] = messages
+            errors.update(_in_batch(i, exc.fields))
     if errors:
         raise ApplicationError(
             f"{len({k.split('.')[0] for k in errors})} job(s) are invalid; none were submitted.",
@@ -475,7 +462,7 @@ def job_submit_batch(
             try:
                 teams[spec.team] = team_for_submit(user, spec.team)
             except ApplicationError as exc:
-                exc.fields = {f"jobs[{i}].{k}": v for k, v in exc.fields.items()}
+                exc.fields = _in_batch(i, exc.fields)
                 raise
     sep = BATCH_KEY_SEPARATOR
     keys = [f"{key}{sep}{i}" for i in range(len(specs))] if key else [None] * len(specs)
@@ -519,9 +506,9 @@ def _refuse_batch_beyond_quota(specs: Sequence[JobSpec], teams: Mapping[str, Tea
         raise ApplicationError(
             f"{len(refused)} job(s) can never start under their team's quota; none were submitted.",
             fields={
-                f"jobs[{i}].{name}": messages
+                name: messages
                 for i, exc in sorted(refused.items())
-                for name, messages in exc.fields.items()
+                for name, messages in _in_batch(i, exc.fields).items()
             },
         )
 

@@ -21,7 +21,7 @@ def _forget_the_largest_node():
     """The live server's pages cache the largest node per process for 10 s (outside a
     transaction): forget it, so the next test's pool is read afresh."""
     yield
-    services._largest_node = None
+    services._largest_node.forget()
 
 
 @pytest.fixture
