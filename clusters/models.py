@@ -179,6 +179,12 @@ class Node(models.Model):
     gpu_allocatable = models.PositiveIntegerField(default=0)
     gpus_used_by_others = models.PositiveIntegerField(default=0)
     mig_resources = models.JSONField(default=dict, blank=True, help_text="{resource: count}")
+    devices = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="A shared node's devices in order: [{id, gib, others}] (UUID, GiB of GPU "
+        "memory, GiB that pods the portal did not create hold on it)",
+    )
     ready = models.BooleanField(default=True)
     schedulable = models.BooleanField(default=True, help_text="False when cordoned or tainted")
     labels = models.JSONField(default=dict, blank=True)

@@ -195,6 +195,12 @@ class Job(models.Model):
     placement = models.JSONField(
         default=dict, blank=True, help_text="Why this model and cluster: the engine's explanation"
     )
+    device_plan = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="A share's device per replica: its UUID (planned, then as the cluster's "
+        "scheduler reports it), '' where unknown; empty for whole GPUs and slices",
+    )
     volcano_job_name = models.CharField(max_length=63, blank=True)
     attempt_number = models.PositiveIntegerField(
         default=1,

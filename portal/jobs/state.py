@@ -53,6 +53,7 @@ _UPDATABLE = frozenset(
         "finished_at",
         "volcano_job_name",
         "node_plan",
+        "device_plan",
         "placement",
         "dispatch_attempts",
         "dispatch_next_at",
@@ -112,6 +113,7 @@ def _timestamp_updates(to: JobState, moment: Any) -> dict[str, Any]:
             "admitted_at": None,
             "started_at": None,
             "node_plan": [],
+            "device_plan": [],
             "placement": {},
             "volcano_job_name": "",
         }
