@@ -20,6 +20,7 @@ Pure (standard library and the engine only): the cycle feeds it the snapshot it 
 from __future__ import annotations
 
 import heapq
+import math
 import re
 import statistics
 from collections.abc import Container, Iterable, Mapping, Sequence
@@ -85,65 +86,156 @@ class Finished:
     pattern: str
     """:func:`name_pattern` of the job."""
     runtime: timedelta
+    shape: str = ""
+    """:func:`shape_of` the job (replicas x GPUs), for the pool-wide level."""
+
+
+def shape_of(replicas: int, gpus_per_replica: int) -> str:
+    """``2x8``: what makes two jobs of any team alike at the widest level."""
+    return f"{replicas}x{gpus_per_replica}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Duration:
-    """A job's expected runtime and the basis it was learned from, in words."""
+    """A job's expected runtime, the range it most likely falls in, and the basis it was
+    learned from, in words."""
 
     expected: timedelta
     basis: str
-    """E.g. ``"median of 12 runs of this team's training jobs like it"`` or ``"its max runtime
-    (no finished runs of this team's training jobs to learn from)"``."""
+    """E.g. ``"median of 12 runs of this team's training jobs like it"`` or ``"no finished
+    runs to learn from: anywhere up to its max runtime"``."""
+    low: timedelta | None = None
+    """The short end of the runtime's likely range (None: ``expected``)."""
+    high: timedelta | None = None
+    """The long end (None: ``expected``); a running job past it has outlived what was
+    learned."""
+    runs: int = 0
+    """Finished runs of the narrowest group it rests on (0: nothing learned)."""
+
+    @property
+    def learned(self) -> bool:
+        return self.runs > 0
+
+
+SHRINK = 3.0
+"""Pseudo-runs of the wider group a narrower group's median is weighed with: 1 run of a job
+like it moves the estimate a quarter of the way, 12 runs 80 %."""
+
+SPREAD_Z = 1.28
+"""Half-width of a runtime's likely range in standard deviations of its log (1.28: the middle
+80 % of a log-normal), tuned by ``bench/estimate_bench.py`` for 80-95 % of starts inside the
+start range."""
+
+MIN_SIGMA = 0.25
+"""The least spread a runtime is given (runs of one job vary at least this much in log)."""
+
+NO_HISTORY_FLOOR = timedelta(minutes=5)
+"""With nothing learned, a runtime is anywhere between this and the job's max runtime."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Stats:
+    runs: int
+    centre: float
+    """Median of the log runtimes."""
+    var: float
+    """Variance of the log runtimes (0 for one run)."""
+
+
+def _stats(logs: list[float]) -> _Stats:
+    return _Stats(
+        len(logs), statistics.median(logs), statistics.variance(logs) if len(logs) > 1 else 0.0
+    )
 
 
 class DurationModel:
-    """Median runtimes of finished jobs, per (team, kind, pattern), (team, kind) and (kind).
+    """Runtimes learned from finished jobs, most specific first and shrinking toward the wider
+    prior: the same name pattern and image of the team, the team's jobs of that kind, the
+    pool's jobs of that shape (replicas x GPUs), every job of the pool.
 
-    The narrowest group with at least :data:`MIN_RUNS` runs wins; without any, the job's max
-    runtime (what Slurm assumes for every job). Always bounded by the job's max runtime: the
-    portal stops a job there.
+    Each level's median (in log) is weighed with the wider level's as if that were
+    :data:`SHRINK` runs, and so is its spread: two runs of a job like it move the estimate,
+    they do not replace what 40 runs of the team say. With no finished run at all, nothing
+    is learned: the range is wide (:data:`NO_HISTORY_FLOOR` to the max runtime) and the basis
+    says so. Always bounded by the job's max runtime: the portal stops a job there.
     """
 
     def __init__(self, finished: Sequence[Finished], *, min_runs: int = MIN_RUNS) -> None:
         self.min_runs = min_runs
         groups: dict[tuple[str, ...], list[float]] = {}
         for f in finished:
-            seconds = max(0.0, f.runtime.total_seconds())
-            for key in ((f.team, f.kind, f.pattern), (f.team, f.kind), (f.kind,)):
-                groups.setdefault(key, []).append(seconds)
-        self.medians = {
-            key: (statistics.median(runs), len(runs))
-            for key, runs in groups.items()
-            if len(runs) >= min_runs
-        }
+            log = math.log(max(1.0, f.runtime.total_seconds()))
+            for key in (
+                ("pattern", f.team, f.kind, f.pattern),
+                ("team", f.team, f.kind),
+                ("shape", f.shape),
+                ("pool",),
+            ):
+                groups.setdefault(key, []).append(log)
+        self.stats = {key: _stats(logs) for key, logs in groups.items()}
+        self._memo: dict[tuple[str, str, str, str, timedelta], Duration] = {}
 
-    def expected(self, *, team: str, kind: str, pattern: str, max_runtime: timedelta) -> Duration:
-        """The expected runtime of a job, with its basis."""
+    def expected(
+        self, *, team: str, kind: str, pattern: str, max_runtime: timedelta, shape: str = ""
+    ) -> Duration:
+        """The expected runtime of a job and its likely range, with its basis."""
+        key = (team, kind, pattern, shape, max_runtime)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._expected(team, kind, pattern, max_runtime, shape)
+        return found
+
+    def _expected(
+        self, team: str, kind: str, pattern: str, max_runtime: timedelta, shape: str
+    ) -> Duration:
+        cap = max(1.0, max_runtime.total_seconds())
         levels = (
-            ((team, kind, pattern), f"this team's {kind} jobs like it (same name and image)"),
-            ((team, kind), f"this team's {kind} jobs"),
-            ((kind,), f"{kind} jobs of every team"),
-        )
-        for key, who in levels:
-            found = self.medians.get(key)
-            if found is None:
+            (("pool",), "jobs of the pool"),
+            (("shape", shape), f"the pool's {shape.replace('x', ' x ')}-GPU jobs"),
+            (("team", team, kind), f"this team's {kind} jobs"),
+            (("pattern", team, kind, pattern), f"this team's {kind} jobs like it (same name "
+             "and image)"),
+        )  # fmt: skip
+        centre = var = 0.0
+        runs, who, wider = 0, "", ""
+        for level_key, words in levels:
+            st = self.stats.get(level_key)
+            if st is None or (level_key[0] == "shape" and not shape):
                 continue
-            median, runs = found
-            if median >= max_runtime.total_seconds():
-                return Duration(
-                    expected=max_runtime,
-                    basis=f"its max runtime (the median of {count(runs, 'run')} of {who} is "
-                    "longer)",
-                )
+            if runs == 0:
+                centre, var = st.centre, st.var if st.runs > 1 else MIN_SIGMA**2
+            else:
+                centre = (st.runs * st.centre + SHRINK * centre) / (st.runs + SHRINK)
+                if st.runs > 1:
+                    var = ((st.runs - 1) * st.var + SHRINK * var) / (st.runs - 1 + SHRINK)
+            if who:
+                wider = who
+            runs, who = st.runs, words
+        if runs == 0:
+            floor = min(NO_HISTORY_FLOOR.total_seconds(), cap)
             return Duration(
-                expected=timedelta(seconds=median),
-                basis=f"median of {count(runs, 'finished run')} of {who}",
+                expected=timedelta(seconds=math.sqrt(floor * cap)),
+                low=timedelta(seconds=floor),
+                high=max_runtime,
+                runs=0,
+                basis=f"no finished runs to learn from yet: anywhere up to its max runtime "
+                f"({fmt_wait(max_runtime)})",
             )
+        sigma = max(MIN_SIGMA, math.sqrt(var))
+        expected = min(cap, math.exp(centre))
+        low = min(expected, math.exp(centre - SPREAD_Z * sigma))
+        high = min(cap, max(expected, math.exp(centre + SPREAD_Z * sigma)))
+        basis = f"median of {count(runs, 'finished run')} of {who}"
+        if wider and runs < 4 * SHRINK:
+            basis += f", weighed with {wider}"
+        if expected >= cap:
+            basis = f"its max runtime ({basis} is longer)"
         return Duration(
-            expected=max_runtime,
-            basis=f"its max runtime (fewer than {self.min_runs} finished {kind} runs to learn "
-            "from)",
+            expected=timedelta(seconds=expected),
+            low=timedelta(seconds=low),
+            high=timedelta(seconds=high),
+            runs=runs,
+            basis=basis,
         )
 
 
@@ -400,6 +492,14 @@ class Expected:
 
     end: datetime
     basis: str
+    earliest: datetime | None = None
+    """The soonest it likely ends (None: ``end``)."""
+    latest: datetime | None = None
+    """The latest it likely ends (None: ``end``)."""
+    runs: int = 0
+    """Finished runs its runtime was learned from."""
+    outlived: bool = False
+    """It has run past what was learned: nobody knows when it ends (up to its max runtime)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,6 +539,15 @@ class JobForecast:
     cluster: str = ""
     why: str
     """How it was reached and why it may move, or why there is no estimate."""
+    earliest: datetime | None = None
+    """The soonest it likely starts: runs ahead ending at the short end of their range."""
+    latest: datetime | None = None
+    """The latest it likely starts: runs ahead ending at the long end of their range."""
+    runs: int = 0
+    """Finished runs the runtimes it waits on were learned from (0: none, or it starts now)."""
+    unknown: bool = False
+    """It waits on a running job that has outlived what was learned: when that one ends is
+    not known (``latest`` is its max runtime)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -477,6 +586,9 @@ class _Sim:
     preempting: int = 0
     """GPUs of running jobs that are being preempted."""
     done: dict[str, JobForecast] = field(default_factory=dict)
+    spread: dict[str, tuple[datetime, datetime, int, bool]] = field(default_factory=dict)
+    """Per running job: when it ends at the soonest and the latest, the runs that was learned
+    from, and whether it has outlived them (what a start it opens inherits)."""
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     resolved: dict[tuple[object, ...], Candidates] = field(default_factory=dict)
     """``Placement._resolved`` shared by every step."""
@@ -515,6 +627,7 @@ class _Sim:
         self._tally(alloc, -1)
         if gone < natural:
             self.run(replace(alloc, preempting=True), gone, PREEMPTED)
+            self.spread[job_id] = (gone, gone, 0, False)
             heapq.heappush(self.ends, (gone, job_id))
             if job_id in self.requeue:
                 self.returning.add(job_id)
@@ -645,6 +758,13 @@ def _started(
         for node in adm.node_plan:
             sim.free.add((adm.cluster, node, adm.model), -adm.gpus_per_replica)
         end = now + duration.expected
+        early, late, runs, outlived = opened.spread()
+        sim.spread[job.id] = (
+            early + (duration.low or duration.expected),
+            late + (duration.high or duration.expected),
+            duration.runs,
+            False,
+        )
         if alloc.protected_until is not None and adm.borrowed_gpus and alloc.protected_until < end:
             heapq.heappush(sim.wakes, alloc.protected_until)
         sim.run(alloc, end, duration.basis)
@@ -659,6 +779,10 @@ def _started(
                 model=adm.model,
                 cluster=adm.cluster,
                 why=opened.why(job.team),
+                earliest=early,
+                latest=late,
+                runs=runs,
+                unknown=outlived,
             ),
         )
 
@@ -680,6 +804,10 @@ class _Freed:
     team: str
     end: datetime
     basis: str
+    earliest: datetime | None = None
+    latest: datetime | None = None
+    runs: int = 0
+    outlived: bool = False
 
 
 @dataclass(frozen=True)
@@ -691,6 +819,21 @@ class _Opened:
     start: datetime
     freed: tuple[_Freed, ...] = ()
     _said: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def spread(self) -> tuple[datetime, datetime, int, bool]:
+        """When a job this step starts likely starts at the soonest and the latest (the jobs
+        it ended all ending at the short or the long end of their ranges), the runs those
+        were learned from (the fewest), and whether one has outlived what was learned."""
+        if not self.freed:
+            return self.start, self.start, 0, False
+        early = max(f.earliest or f.end for f in self.freed)
+        late = max(f.latest or f.end for f in self.freed)
+        return (
+            max(self.now, min(early, self.start)),
+            max(late, self.start),
+            min(f.runs for f in self.freed),
+            any(f.outlived for f in self.freed),
+        )
 
     def why(self, team: str) -> str:
         """Worded for a job of ``team``: a running job of the same team is named, one of
@@ -784,10 +927,23 @@ def forecast(
         exp = ends.get(a.job_id)
         if a.preempting:
             end, basis = now + rules.release_after(a.team), "grace period (it is being preempted)"
+            sim.spread[a.job_id] = (end, end, 0, False)
         elif exp is not None:
             end, basis = max(exp.end, now), exp.basis
+            sim.spread[a.job_id] = (
+                max(now, min(end, exp.earliest or end)),
+                max(end, exp.latest or end),
+                exp.runs,
+                exp.outlived,
+            )
         else:
             end, basis = max(a.started_at + default.expected, now), default.basis
+            sim.spread[a.job_id] = (
+                max(now, min(end, a.started_at + (default.low or default.expected))),
+                max(end, a.started_at + (default.high or default.expected)),
+                default.runs,
+                False,
+            )
         sim.run(a, end, basis)
         sim.ends.append((end, a.job_id))
         if a.protected_until is not None and now < a.protected_until < end:
@@ -889,7 +1045,8 @@ def _advance(sim: _Sim, quantum: timedelta) -> tuple[list[_Freed], datetime | No
             break
         heapq.heappop(ends)
         sim.stop(job_id)
-        freed.append(_Freed(job_id, held[0].team, end, held[2]))
+        early, late, runs, outlived = sim.spread.get(job_id, (end, end, 0, False))
+        freed.append(_Freed(job_id, held[0].team, end, held[2], early, late, runs, outlived))
         at = max(at, end)
     return freed, at
 

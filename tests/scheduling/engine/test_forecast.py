@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,57 @@ def test_a_job_that_fits_now_is_estimated_now_on_the_engines_choice() -> None:
     admitted = decide(snap).admissions[0]
     assert (f.start, f.model, f.cluster) == (NOW, admitted.model, admitted.cluster)
     assert "next cycle" in f.why and "not a promise" in f.why
+
+
+def test_a_start_carries_the_range_of_the_runs_it_waits_on_through_a_chain() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_running(runs("r1", "alice", 0))
+        .with_pending(a_job("j1", gpus=8), a_job("j2", gpus=8))
+        .build()
+    )
+    m = timedelta(minutes=1)
+    ends = {
+        "r1": Expected(
+            end=NOW + 40 * m, basis="b", earliest=NOW + 30 * m, latest=NOW + 70 * m, runs=12
+        )
+    }
+    durations = {
+        "j1": Duration(expected=60 * m, basis="d", low=40 * m, high=100 * m, runs=5),
+        "j2": HOUR,
+    }
+    jobs = forecast(snap, ends=ends, durations=durations, default=HOUR).jobs
+    j1, j2 = jobs["j1"], jobs["j2"]
+    assert (j1.earliest, j1.start, j1.latest) == (NOW + 30 * m, NOW + 40 * m, NOW + 70 * m)
+    assert j1.runs == 12 and not j1.unknown
+    # j2 waits on j1: its range adds j1's runtime range to j1's start range.
+    assert (j2.earliest, j2.start, j2.latest) == (NOW + 70 * m, NOW + 100 * m, NOW + 170 * m)
+    assert j2.runs == 5
+
+
+def test_a_job_waiting_on_a_run_that_outlived_what_was_learned_is_unknown() -> None:
+    snap = (
+        a_snapshot()
+        .with_clusters(a_cluster("east").with_nodes("a100-80gb", 1))
+        .with_quota("alice", "a100-80gb", 8)
+        .with_running(runs("r1", "alice", 0))
+        .with_pending(a_job("j1", gpus=8))
+        .build()
+    )
+    ends = {
+        "r1": Expected(
+            end=NOW + timedelta(minutes=5),
+            basis="b",
+            earliest=NOW,
+            latest=NOW + timedelta(hours=20),
+            runs=12,
+            outlived=True,
+        )
+    }
+    j1 = forecast(snap, ends=ends, durations={}, default=HOUR).jobs["j1"]
+    assert j1.unknown and j1.latest == NOW + timedelta(hours=20) and j1.earliest == NOW
 
 
 def test_a_job_starts_when_the_running_job_on_its_gpus_is_expected_to_end() -> None:
@@ -285,18 +337,20 @@ def test_alternatives_estimate_each_candidate_model_and_fewer_replicas() -> None
     assert alts["1 replica instead of 2"].estimate.start == NOW
 
 
-def test_durations_come_from_the_narrowest_group_with_enough_runs() -> None:
-    def run(team: str, name: str, minutes: int) -> Finished:
+def test_durations_come_from_the_narrowest_group_shrunk_toward_the_wider() -> None:
+    def run(team: str, name: str, minutes: int, shape: str = "1x1") -> Finished:
         return Finished(
             team=team,
             kind="training",
             pattern=name_pattern(name, "reg/bert:1.0"),
             runtime=timedelta(minutes=minutes),
+            shape=shape,
         )
 
     model = DurationModel(
-        [run("alice", f"bert-{i}", 30) for i in range(3)]
-        + [run("alice", "gpt", 300), run("bob", "x", 10), run("bob", "y", 10)]
+        [run("alice", f"bert-{i}", 30) for i in range(12)]
+        + [run("alice", "gpt", 300) for _ in range(12)]
+        + [run("bob", "x", 10, "2x8"), run("bob", "y", 12, "2x8")]
     )
     cap = timedelta(hours=24)
     same = model.expected(
@@ -305,17 +359,41 @@ def test_durations_come_from_the_narrowest_group_with_enough_runs() -> None:
         pattern=name_pattern("bert-99", "reg/bert:2"),
         max_runtime=cap,
     )
-    assert same.expected == timedelta(minutes=30) and "like it" in same.basis
-    team = model.expected(team="alice", kind="training", pattern="other|x", max_runtime=cap)
-    assert team.expected == timedelta(minutes=30) and "this team's training jobs" in team.basis
-    pool = model.expected(team="bob", kind="training", pattern="z|z", max_runtime=cap)
-    assert "of every team" in pool.basis
+    # 12 runs of the same job: close to their 30 minutes, pulled a little toward the team's.
+    assert timedelta(minutes=30) <= same.expected < timedelta(minutes=45)
+    assert same.runs == 12 and "like it" in same.basis
+    assert same.low is not None and same.high is not None
+    assert same.low < same.expected < same.high
+    # One run of a new job moves the team's estimate, it does not replace it.
+    one = DurationModel([*model_runs(run), run("alice", "new", 600)])
+    new = one.expected(
+        team="alice", kind="training", pattern=name_pattern("new", "reg/bert:1"), max_runtime=cap
+    )
+    team_only = one.expected(team="alice", kind="training", pattern="z|z", max_runtime=cap)
+    assert team_only.expected < new.expected < timedelta(minutes=600)
+    assert "weighed with" in new.basis
+    # Another team's job of a shape the pool has run: learned from that shape.
+    shaped = model.expected(
+        team="carol", kind="training", pattern="z|z", max_runtime=cap, shape="2x8"
+    )
+    assert shaped.runs == 2 and "2 x 8-GPU" in shaped.basis
     bounded = model.expected(
         team="alice", kind="training", pattern="other|x", max_runtime=timedelta(minutes=20)
     )
     assert bounded.expected == timedelta(minutes=20) and "max runtime" in bounded.basis
-    unknown = model.expected(team="carol", kind="inference", pattern="a|b", max_runtime=cap)
-    assert unknown.expected == cap and "fewer than 3" in unknown.basis
+    assert bounded.high == timedelta(minutes=20)
+    # Nothing learned: a wide range, said so, not the max runtime as a point.
+    unknown = DurationModel([]).expected(
+        team="carol", kind="inference", pattern="a|b", max_runtime=cap
+    )
+    assert unknown.runs == 0 and not unknown.learned
+    assert unknown.expected < cap and unknown.high == cap
+    assert unknown.low is not None and unknown.low <= timedelta(minutes=5)
+    assert "no finished runs" in unknown.basis
+
+
+def model_runs(run: Any) -> list[Finished]:
+    return [run("alice", "gpt", 300) for _ in range(12)]
 
 
 def _random_pool(seed: int) -> tuple[Snapshot, dict[str, Expected], dict[str, Duration]]:
