@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 # Tests run against the real PostgreSQL and Redis (override to point elsewhere).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpupool
@@ -42,7 +43,17 @@ $(STAMP): requirements.txt requirements-dev.txt cli/pyproject.toml
 
 venv: $(STAMP) ## Create the virtualenv, install the pinned dependencies and the gpupool CLI
 
-demo: $(STAMP) ## Run the portal with demo data on embedded defaults (SQLite, no Redis)
+# The demo needs the portal's own dependencies only (requirements.txt): no test tools, linters
+# or the CLI's build. A full install (make venv / make test) covers it too.
+$(DEMO_STAMP): requirements.txt
+	@$(MAKE) --no-print-directory system-packages
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if [ -f $(STAMP) ] && [ $(STAMP) -nt requirements.txt ]; then :; else \
+		$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes \
+			-r requirements.txt; fi
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP) ## Run the portal with demo data on embedded defaults (SQLite, no Redis); port 8000 (DEMO_PORT=… make demo)
 	$(BIN)/python manage.py migrate --no-input -v0
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py run_demo
@@ -53,7 +64,7 @@ $(IDP)/node_modules/.installed: $(IDP)/package-lock.json
 	npm ci --prefix $(IDP) --no-audit --no-fund --silent
 	touch $@
 
-demo-sso: $(STAMP) $(IDP)/node_modules/.installed ## The demo plus a test OpenID provider: "Sign in with Demo SSO"
+demo-sso: $(DEMO_STAMP) $(IDP)/node_modules/.installed ## The demo plus a test OpenID provider: "Sign in with Demo SSO"
 	$(BIN)/python manage.py migrate --no-input -v0
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py seed_demo_sso

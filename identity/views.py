@@ -33,6 +33,7 @@ from identity.providers import (
     providers,
     sign_in_params,
 )
+from portal.demo import DEMO_PASSWORD, demo_user_roles
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ class LoginView(auth_views.LoginView):
         context = super().get_context_data(**kwargs)
         context["sso_providers"] = providers()
         context["local_login_open"] = local_login_allowed(None)
+        if settings.GPUPOOL_DEMO:
+            context["demo_users"] = demo_user_roles()
+            context["demo_password"] = DEMO_PASSWORD
         return context
 
 

@@ -27,6 +27,21 @@ DEMO_USERS = (
 )
 
 
+def demo_user_roles() -> list[tuple[str, str]]:
+    """(username, role in words) of each demo user, as ``seed_demo``, ``run_demo`` and the
+    login page in demo mode name them."""
+    names = {slug: name for name, slug, _ in DEMO_TEAMS}
+    return [
+        (
+            username,
+            "platform admin"
+            if staff
+            else ", ".join(f"{Role(role).label.lower()} of {names[t]}" for t, role in memberships),
+        )
+        for username, staff, memberships in DEMO_USERS
+    ]
+
+
 @transaction.atomic
 def demo_seed() -> list[tuple[str, str]]:
     """Create (or refresh) the demo users and teams; returns (username, password) pairs."""

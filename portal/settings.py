@@ -342,6 +342,9 @@ GPUPOOL_GPU_CATALOG_CSV = env.str(
 )
 # Bench-only endpoints (a bare INSERT to compare submit throughput against); never in production.
 GPUPOOL_BENCH_ENDPOINTS = env_bool("GPUPOOL_BENCH_ENDPOINTS", False)
+# Demo mode (set by ``manage.py run_demo``): the login page names the demo users and their
+# password. Only with DEBUG, so a production portal never shows it.
+GPUPOOL_DEMO = DEBUG and env_bool("GPUPOOL_DEMO", False)
 
 
 # ---------------------------------------------------------------------------------------------

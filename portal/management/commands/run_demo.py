@@ -3,6 +3,10 @@
 Each child runs in its own process group, so Ctrl-C (or SIGTERM) here stops every process this
 command started, and nothing is left behind. Later parts (kubesim, the scheduler) hook in by
 appending to ``demo_processes``.
+
+The children write to ``var/demo/<name>.log``, not to the terminal: once the web server
+answers, the URL and the demo users are printed last and stay on screen (the login page names
+them too, in demo mode).
 """
 
 from __future__ import annotations
@@ -12,11 +16,16 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+
+from portal.demo import DEMO_PASSWORD, demo_user_roles
+
+WEB_READY_SECONDS = 60.0
 
 
 def demo_processes(host: str, port: int) -> list[tuple[str, list[str]]]:
@@ -106,29 +115,56 @@ class Command(BaseCommand):
         processes = demo_processes(options["host"], options["port"])
         if options["sso"]:
             processes.insert(0, _sso_process())
+        os.environ["GPUPOOL_DEMO"] = "true"  # the login page names the demo users
+        logs = Path(settings.VAR_DIR) / "demo"
+        logs.mkdir(parents=True, exist_ok=True)
         for name, cmd in processes:
-            children[name] = subprocess.Popen(cmd, start_new_session=True)  # noqa: S603
-            self.stdout.write(f"started {name} (pid {children[name].pid})")
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"\ngpupool demo: http://{options['host']}:{options['port']}/  "
-                "(Ctrl-C stops everything)\n"
-            )
-        )
-        self.stdout.write(
-            f"KUBECONFIG={settings.VAR_DIR}/demo/kubesim.kubeconfig kubectl get nodes"
-        )
+            with open(logs / f"{name}.log", "ab") as log:
+                children[name] = subprocess.Popen(  # noqa: S603
+                    cmd, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+                )
+            self.stdout.write(f"started {name} (pid {children[name].pid}), log {logs}/{name}.log")
+        url = f"http://{options['host']}:{options['port']}/"
         try:
+            if self._web_ready(url + "login/", children["web"]):
+                self._banner(url, logs)
+            else:
+                self.stderr.write(f"the web server did not answer at {url}; see {logs}/web.log")
+                stopping = True
             while not stopping:
                 for name, proc in children.items():
                     if proc.poll() is not None:
                         self.stderr.write(
-                            f"{name} exited with {proc.returncode}; stopping the demo"
+                            f"{name} exited with {proc.returncode} (see {logs}/{name}.log); "
+                            "stopping the demo"
                         )
                         stopping = True
                 time.sleep(0.5)
         finally:
             self._stop_all(children)
+
+    def _web_ready(self, url: str, web: subprocess.Popen[bytes]) -> bool:
+        """Wait until the web server answers (it migrates nothing; a few seconds)."""
+        deadline = time.monotonic() + WEB_READY_SECONDS
+        while time.monotonic() < deadline and web.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (our own http URL)
+                    return True
+            except OSError:
+                time.sleep(0.5)
+        return False
+
+    def _banner(self, url: str, logs: Path) -> None:
+        """The URL and the demo users, printed last so that they stay on screen."""
+        lines = [
+            "",
+            f"gpupool demo: {url}   (Ctrl-C stops everything; logs in {logs}/)",
+            f"Log in as one of these users, password {DEMO_PASSWORD}:",
+            *(f"  {username:<8} {role}" for username, role in demo_user_roles()),
+            f"kubectl: KUBECONFIG={logs}/kubesim.kubeconfig kubectl get nodes",
+            "",
+        ]
+        self.stdout.write(self.style.SUCCESS("\n".join(lines)))
 
     def _stop_all(self, children: dict[str, subprocess.Popen[bytes]]) -> None:
         for proc in children.values():

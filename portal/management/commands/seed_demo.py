@@ -4,17 +4,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from portal.demo import DEMO_USERS, demo_seed
+from portal.demo import demo_seed, demo_user_roles
 
 
 class Command(BaseCommand):
     help = "Create demo teams, users (known passwords, printed) and the GPU catalog."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        credentials = demo_seed()
-        roles = {u: (staff, m) for u, staff, m in DEMO_USERS}
+        credentials = dict(demo_seed())
         self.stdout.write("Demo users (username / password):")
-        for username, password in credentials:
-            staff, memberships = roles[username]
-            where = "platform admin" if staff else ", ".join(f"{r} of {t}" for t, r in memberships)
-            self.stdout.write(f"  {username:<8} / {password}   ({where})")
+        for username, where in demo_user_roles():
+            self.stdout.write(f"  {username:<8} / {credentials[username]}   ({where})")
