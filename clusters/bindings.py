@@ -25,6 +25,7 @@ from typing import Any
 from django.db import transaction
 
 from clusters import volcano
+from clusters.devices import pod_device
 from clusters.kube import KubeError
 from clusters.models import Cluster
 from clusters.services import ClusterUnavailable, cluster_client
@@ -38,6 +39,7 @@ __all__ = [
     "job_uuid_of",
     "node_plans_apply",
     "pod_bindings",
+    "pod_devices",
     "replica_of",
 ]
 
@@ -95,6 +97,56 @@ def pod_bindings(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, st
     return dict(bindings)
 
 
+def pod_devices(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, str]]:
+    """Portal job → replica → the device its share landed on (``clusters.devices``), for the
+    same pods as :func:`pod_bindings` (bound, live, of the latest run seen) that say so."""
+    devices: dict[uuid.UUID, dict[int, str]] = defaultdict(dict)
+    latest: dict[uuid.UUID, int] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
+            continue
+        labels = meta.get("labels") or {}
+        job_uuid = job_uuid_of(labels)
+        replica = replica_of(labels)
+        if job_uuid is None or replica is None:
+            continue
+        attempt = volcano.attempt_of(labels) or 0
+        if attempt < latest.get(job_uuid, 0):
+            continue
+        if attempt > latest.get(job_uuid, 0):
+            latest[job_uuid] = attempt
+            devices[job_uuid].clear()
+        device = pod_device(pod)
+        if device:
+            devices[job_uuid][replica] = device
+    return {u: d for u, d in devices.items() if d}
+
+
+def _devices_with(
+    devices: list[str],
+    replicas: int,
+    old_plan: list[str],
+    new_plan: list[str],
+    reported: Mapping[int, str],
+) -> list[str]:
+    """A share's device plan once the bindings are applied: the devices the pods report, and
+    "" (unknown: the books then charge the replica as the cluster's policy would place it)
+    for a replica that was bound on another node than planned without saying where. A job
+    with no device plan and nothing reported (whole GPUs) keeps none."""
+    if not devices and not reported:
+        return devices
+    new = [*devices[:replicas], *[""] * (replicas - len(devices))]
+    for replica in range(replicas):
+        before = old_plan[replica] if replica < len(old_plan) else ""
+        if new_plan[replica] != before:
+            new[replica] = ""
+    for replica, device in reported.items():
+        if 0 <= replica < replicas and device:
+            new[replica] = device
+    return new
+
+
 def _plan_with(plan: list[str], replicas: int, bound: Mapping[int, str]) -> list[str]:
     new = [*plan[:replicas], *[""] * (replicas - len(plan))]
     for replica, node in bound.items():
@@ -104,9 +156,14 @@ def _plan_with(plan: list[str], replicas: int, bound: Mapping[int, str]) -> list
 
 
 def node_plans_apply(
-    bindings: Mapping[uuid.UUID, Mapping[int, str]], *, cluster_id: int | None = None
+    bindings: Mapping[uuid.UUID, Mapping[int, str]],
+    *,
+    cluster_id: int | None = None,
+    devices: Mapping[uuid.UUID, Mapping[int, str]] | None = None,
 ) -> dict[int, list[str]]:
-    """Write real bindings over the node plans of the jobs still holding GPUs, in one pass.
+    """Write real bindings over the node plans of the jobs still holding GPUs, in one pass;
+    with ``devices`` (:func:`pod_devices`), the devices shares landed on over their device
+    plans too, so the books charge each share where it really is.
 
     Returns the plans that changed (job pk → new plan). Rows are locked in primary-key order,
     so concurrent reporters (watcher, reconcile, inventory) serialise without deadlock; jobs
@@ -117,21 +174,41 @@ def node_plans_apply(
     """
     if not bindings:
         return {}
+    devices = devices or {}
     changed: dict[int, list[str]] = {}
+    changed_devices: dict[int, list[str]] = {}
+    read: dict[int, tuple[list[str], list[str]]] = {}
     with transaction.atomic():
         rows = Job.objects.select_for_update(no_key=True).filter(
             public_id__in=list(bindings), state__in=FOLLOWED_STATES
         )
         if cluster_id is not None:
             rows = rows.filter(cluster_id=cluster_id)
-        for pk, public_id, plan, replicas in rows.order_by("pk").values_list(
-            "pk", "public_id", "node_plan", "replicas"
+        for pk, public_id, plan, replicas, device_plan in rows.order_by("pk").values_list(
+            "pk", "public_id", "node_plan", "replicas", "device_plan"
         ):
             old = list(plan or [])
             new = _plan_with(old, replicas, bindings[public_id])
             if new != old:
                 changed[pk] = new
-        if changed:
+            old_devices = list(device_plan or [])
+            new_devices = _devices_with(
+                old_devices, replicas, old, new, devices.get(public_id) or {}
+            )
+            if new_devices != old_devices:
+                changed_devices[pk] = new_devices
+            read[pk] = (new, new_devices)
+        if changed_devices:
+            # Shares: both plans of every row that changed either (as read, under the lock).
+            Job.objects.bulk_update(
+                [
+                    Job(pk=pk, node_plan=read[pk][0], device_plan=read[pk][1])
+                    for pk in sorted({*changed, *changed_devices})
+                ],
+                ["node_plan", "device_plan"],
+                batch_size=500,
+            )
+        elif changed:
             Job.objects.bulk_update(
                 [Job(pk=pk, node_plan=plan) for pk, plan in changed.items()],
                 ["node_plan"],
@@ -151,4 +228,6 @@ def cluster_bindings_refresh(*, cluster: Cluster) -> int:
     except (ClusterUnavailable, KubeError) as exc:
         log.warning("could not read the bindings on %s: %s", cluster.name, exc)
         return -1
-    return len(node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk))
+    return len(
+        node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk, devices=pod_devices(pods))
+    )

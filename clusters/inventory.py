@@ -38,8 +38,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings
+from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings, pod_devices
 from clusters.checkup import cluster_checkup
+from clusters.devices import allocated_devices, registered_devices
 from clusters.kube import KubeError
 from clusters.models import Cluster, Node
 from clusters.services import ClusterUnavailable, cluster_client
@@ -156,6 +157,44 @@ class NodeRow:
     schedulable: bool
     labels: dict[str, str]
     taints: list[dict[str, Any]]
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    """A shared node's devices, in order: ``{"id": UUID, "gib": GiB, "others": GiB held by
+    pods the portal did not create}`` (:func:`shared_device_rows`); empty otherwise."""
+
+
+def shared_device_rows(
+    node: str, annotations: Mapping[str, str], others: Mapping[tuple[str, str], int]
+) -> list[dict[str, Any]]:
+    """The devices a shared node registered (``clusters.devices``) with what foreign pods hold
+    on each (``others``: MiB per (node, device UUID), :func:`foreign_device_use`)."""
+    return [
+        {
+            "id": uuid,
+            "gib": memory_units(mib),
+            "others": math.ceil(others.get((node, uuid), 0) / 1024),
+        }
+        for uuid, mib, _cores in registered_devices(annotations)
+    ]
+
+
+def foreign_device_use(
+    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
+) -> dict[tuple[str, str], int]:
+    """MiB per (node, device UUID) that foreign pods' shares hold, as their schedulers wrote
+    it on them (HAMi's and Volcano vGPU's allocation annotations); the same pods as
+    :func:`foreign_gpu_use` counts."""
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in ("Succeeded", "Failed") or not meta.get("annotations"):
+            continue
+        if _is_portal_pod(pod) and _uid(pod) not in left_behind:
+            continue
+        for uuid, mib, _cores in allocated_devices(meta["annotations"]):
+            used[(node, uuid)] += mib
+    return dict(used)
 
 
 def hami_devices(annotation: str) -> list[tuple[int, int]]:
@@ -331,7 +370,9 @@ def node_rows_from(
     """Rows for every GPU resource of every node (nodes without GPUs are left out);
     ``left_behind``: uids of portal pods counted as another's use (see
     :func:`portal_pods_left_behind`)."""
+    pods = list(pods)
     used = foreign_gpu_use(pods, left_behind)
+    used_devices = foreign_device_use(pods, left_behind)
     rows: list[NodeRow] = []
     for node in nodes:
         meta = node.get("metadata") or {}
@@ -372,6 +413,7 @@ def node_rows_from(
                     schedulable=schedulable,
                     labels=labels,
                     taints=taints,
+                    devices=shared_device_rows(name, annotations, used_devices),
                 )
             )
             continue
@@ -419,6 +461,7 @@ _FIELDS = (
     "gpu_allocatable",
     "gpus_used_by_others",
     "mig_resources",
+    "devices",
     "ready",
     "schedulable",
     "labels",
@@ -441,6 +484,7 @@ def _store(cluster: Cluster, rows: list[NodeRow]) -> int:
             gpu_allocatable=r.allocatable,
             gpus_used_by_others=r.used_by_others,
             mig_resources=r.mig_resources,
+            devices=r.devices,
             ready=r.ready,
             schedulable=r.schedulable,
             labels=r.labels,
@@ -526,7 +570,7 @@ def inventory_sync(*, cluster: Cluster) -> InventoryResult:
     removed = _store(cluster, rows)
     # The same list says where every portal replica runs: plans that drifted are corrected
     # here too, all in one pass, whether or not the watcher and the reconcile caught them.
-    node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk)
+    node_plans_apply(pod_bindings(pods), cluster_id=cluster.pk, devices=pod_devices(pods))
     # The cluster doctor reads the same node list. Its own trouble is logged, never the sync's:
     # the scheduler needs the rows above whatever the doctor makes of them.
     try:

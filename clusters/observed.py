@@ -18,6 +18,7 @@ from clusters.bindings import (
     job_uuid_of,
     replica_of,
 )
+from clusters.devices import pod_device
 from portal.models import JobState
 
 __all__ = ["Fact", "JobView", "PodView", "job_view", "pod_view"]
@@ -135,6 +136,9 @@ class PodView:
     restarts: int = 0
     """Times its containers restarted in place: only then does the kubelet keep a previous
     run's log (``kubectl logs --previous``)."""
+    device: str = ""
+    """For a share: the device its scheduler placed it on (``clusters.devices.pod_device``),
+    "" when it has not said."""
 
     def of_attempt(self, number: int) -> bool:
         """Whether the pod belongs to run ``number`` of its job: an earlier run's pods can
@@ -258,6 +262,7 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
             for c in (obj.get("status") or {}).get("conditions") or []
         ),
         attempt=volcano.attempt_of(labels),
+        device=pod_device(obj) if node else "",
         restarts=sum(
             int(cs.get("restartCount") or 0)
             for cs in (obj.get("status") or {}).get("containerStatuses") or []

@@ -27,6 +27,7 @@ from clusters.bindings import (
     FOLLOWED_STATES,
     node_plans_apply,
     pod_bindings,
+    pod_devices,
 )
 from clusters.kube import KubeError
 from clusters.models import Cluster
@@ -111,7 +112,9 @@ def cluster_reconcile(*, cluster: Cluster, now: dt.datetime | None = None) -> Re
     result.jobs, result.objects = len(jobs), sum(map(len, views.values()))
     # Every followed job's plan follows its pods' bindings, in one pass, before anything else.
     corrected = node_plans_apply(
-        {u: b for u, b in pod_bindings(pod_objects).items() if u in jobs}, cluster_id=cluster.pk
+        {u: b for u, b in pod_bindings(pod_objects).items() if u in jobs},
+        cluster_id=cluster.pk,
+        devices=pod_devices(pod_objects),
     )
     result.plans_corrected = len(corrected)
     for job in jobs.values():

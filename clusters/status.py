@@ -101,7 +101,12 @@ def pods_apply(*, job: Job, pods: Iterable[PodView], plans: bool = True) -> int:
         return 0
     if plans:
         bound = {p.replica: p.node for p in pods if p.replica is not None and p.node}
-        changed = node_plans_apply({job.public_id: bound}) if bound else {}
+        devices = {p.replica: p.device for p in pods if p.replica is not None and p.device}
+        changed = (
+            node_plans_apply({job.public_id: bound}, devices={job.public_id: devices})
+            if bound
+            else {}
+        )
         if job.pk in changed:
             job.node_plan = changed[job.pk]
     if job.state == S.ADMITTED:

@@ -94,6 +94,10 @@ def explanation_dict(e: engine.Explanation) -> dict[str, Any]:
 
 
 def _admit(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[int]:
+    # A share's planned devices go with it (the next cycle charges them, the manifest pins
+    # them); a batch without shares leaves the column alone, as every change of a bulk
+    # transition sets the same fields.
+    devices = any(a.device_plan for a in decision.admissions)
     changes = [
         Change(
             job_id=loaded.job_pk[a.job_id],
@@ -101,6 +105,7 @@ def _admit(decision: engine.Decision, loaded: Loaded, now: dt.datetime) -> list[
                 "cluster_id": loaded.cluster_pk[a.cluster],
                 "gpu_model_id": loaded.model_pk[a.model],
                 "node_plan": list(a.node_plan),
+                **({"device_plan": list(a.device_plan)} if devices else {}),
                 "placement": {
                     **explanation_dict(a.explanation),
                     "borrowed_gpus": a.borrowed_gpus,

@@ -229,9 +229,12 @@ class Holding:
     # is one Node row per resource, so the row of the job's model is charged.
     planned: dict[tuple[str, str, str], int]
     job_pk: dict[str, int]
-    # (cluster, node, model) -> GiB of each replica planned there, oldest admission first,
-    # for the models in ``shared``: what the per-device books are rebuilt from.
-    shares: dict[tuple[str, str, str], list[int]] = dataclasses.field(default_factory=dict)
+    # (cluster, node, model) -> (GiB, device) of each replica planned there, oldest admission
+    # first, for the models in ``shared``: what the per-device books are built from. The
+    # device is the one the share's device plan names ("" where unknown).
+    shares: dict[tuple[str, str, str], list[tuple[int, str]]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 def effective_priority() -> Any:
@@ -255,6 +258,7 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             started_us=EpochMicroseconds(F("admitted_at")),
             changed_us=EpochMicroseconds(F("state_changed_at")),
             node_plan_text=_as_text("node_plan"),
+            device_plan_text=_as_text("device_plan"),
             counted_priority=effective_priority(),
         )
         .values_list(
@@ -270,20 +274,24 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             "changed_us",
             "node_plan_text",
             "state",
+            "device_plan_text",
         )
     )
     running = []
     plans = []
     job_pk = {}
-    shares: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    shares: dict[tuple[str, str, str], list[tuple[int, int, str]]] = defaultdict(list)
     for pk, public_id, team, cluster, model, replicas, gpus, priority, *rest in rows:
-        started_us, changed_us, plan_text, state = rest
+        started_us, changed_us, plan_text, state, devices_text = rest
         job_id = uuid_text(public_id)
         plan = json_tuple(plan_text)
         plans.append((cluster, plan, gpus, model))
         if model in shared:
-            for node in plan:
-                shares[(cluster, node, model)].append((started_us or changed_us or 0, gpus))
+            devices = json_tuple(devices_text) if devices_text != "[]" else ()
+            since = started_us or changed_us or 0
+            for replica, node in enumerate(plan):
+                device = devices[replica] if replica < len(devices) else ""
+                shares[(cluster, node, model)].append((since, gpus, str(device or "")))
         running.append(
             engine.running_allocation(
                 job_id,
@@ -306,46 +314,85 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
         tuple(running),
         planned_gpus_by_node(plans),
         job_pk,
-        {key: [gib for _, gib in sorted(replicas)] for key, replicas in shares.items()},
+        {
+            key: [(gib, device) for _, gib, device in sorted(replicas)]
+            for key, replicas in shares.items()
+        },
     )
 
 
-def device_books(allocatable: int, device_gib: int, foreign: int, shares: list[int]) -> list[int]:
-    """Free GiB per device of a shared node, rebuilt from what is known.
+def device_books(
+    allocatable: int,
+    device_gib: int,
+    foreign: int,
+    shares: list[tuple[int, str]],
+    devices: list[dict[str, Any]] | None = None,
+) -> tuple[list[int], tuple[str, ...]]:
+    """Free GiB per device of a shared node, and the devices' UUIDs (empty when unknown).
 
-    The inventory records a shared node's GiB in all (``gpu_allocatable``) and its card's
-    device size (the catalog's ``memory_gib``), but not which device each share landed on:
-    the devices are ``allocatable / device size`` (rounded), and the shares the portal
-    planned there (oldest admission first), then the foreign pods' GiB, are charged to the
-    fullest device that holds each, as the cluster's scheduler places them (HAMi's and the
-    Volcano vGPU plugin's ``binpack``, the policy the manifest asks for). A share that no
-    device holds any more (an over-count) is taken from the fullest devices, never below 0.
+    When the inventory read the node's devices (``clusters.models.Node.devices``: each one's
+    UUID, GiB, and GiB that foreign pods hold on it), those are the devices, and each share is
+    charged to the device its plan names (planned by the cycle, then as the cluster's scheduler
+    reported it). What is left unplaced (a share whose device is not known, foreign GiB the
+    inventory could not pin to a device) is charged as the cluster's scheduler places it: to
+    the fullest device that holds it (HAMi's and the Volcano vGPU plugin's ``binpack``).
+    Without the inventory's devices, the node is ``allocatable / device size`` (rounded)
+    devices of equal size. A share that no device holds any more (an over-count) is taken
+    from the fullest devices, never below 0.
     """
     if allocatable <= 0:
-        return []
-    count = max(1, round(allocatable / device_gib)) if device_gib > 0 else 1
-    size, extra = divmod(allocatable, count)
-    devices = [size + (1 if i < extra else 0) for i in range(count)]
-    for gib in [*shares, foreign]:
+        return [], ()
+    rows = [d for d in devices or () if int(d.get("gib") or 0) > 0]
+    index: dict[str, int] = {}
+    if rows:
+        free = [int(d["gib"]) for d in rows]
+        ids = tuple(str(d.get("id") or "") for d in rows)
+        index = {uuid: i for i, uuid in enumerate(ids) if uuid}
+        known_foreign = 0
+        for i, d in enumerate(rows):
+            others = min(free[i], max(0, int(d.get("others") or 0)))
+            free[i] -= others
+            known_foreign += others
+        foreign = max(0, foreign - known_foreign)
+        if not index:
+            ids = ()
+    else:
+        count = max(1, round(allocatable / device_gib)) if device_gib > 0 else 1
+        size, extra = divmod(allocatable, count)
+        free = [size + (1 if i < extra else 0) for i in range(count)]
+        ids = ()
+    loose: list[int] = []
+    for gib, device in shares:
         if gib <= 0:
             continue
-        fit = [i for i in range(count) if devices[i] >= gib]
-        if fit:
-            i = min(fit, key=lambda i: (devices[i], i))
-            devices[i] -= gib
+        planned = [index.get(part) for part in device.split("+")] if device and index else []
+        if planned and None not in planned:
+            per = -(-gib // len(planned))
+            for i in planned:
+                assert i is not None
+                free[i] -= per  # charged where it is, even past 0: the sum shows the over-count
             continue
-        for i in sorted(range(count), key=devices.__getitem__):
-            take = min(devices[i], gib)
-            devices[i] -= take
+        loose.append(gib)
+    for gib in [*loose, foreign]:
+        if gib <= 0:
+            continue
+        fit = [i for i in range(len(free)) if free[i] >= gib]
+        if fit:
+            i = min(fit, key=lambda i: (free[i], i))
+            free[i] -= gib
+            continue
+        for i in sorted(range(len(free)), key=free.__getitem__):
+            take = min(max(free[i], 0), gib)
+            free[i] -= take
             gib -= take
             if not gib:
                 break
-    return devices
+    return [f if f > 0 else 0 for f in free], ids
 
 
 def _clusters(
     planned: dict[tuple[str, str, str], int],
-    shares: dict[tuple[str, str, str], list[int]] | None = None,
+    shares: dict[tuple[str, str, str], list[tuple[int, str]]] | None = None,
     device_gib: dict[str, int] | None = None,
 ) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
     """Clusters with free GPUs per node, by the one capacity rule (``clusters.capacity``), and
@@ -356,8 +403,11 @@ def _clusters(
     and handed to ``on_over_count`` so that the cluster's bindings are read again.
 
     A node of a shared pool (a model in ``device_gib``: its device size in GiB) gets its
-    devices' free GiB (:func:`device_books`), so that the engine admits a share only where
-    one device holds it; its devices are picked by the cluster's scheduler, ``binpack``.
+    devices' free GiB and UUIDs (:func:`device_books`), so that the engine admits a share only
+    where one device holds it and names the device; the manifest pins it there (HAMi's and
+    Volcano vGPU's device-UUID annotations), so the portal picks the device (no
+    ``device_policy``). A node whose devices the inventory does not know is left to the
+    cluster's scheduler, ``binpack``.
     """
     shares = shares or {}
     device_gib = device_gib or {}
@@ -377,6 +427,7 @@ def _clusters(
         "gpus_used_by_others",
         "ready",
         "schedulable",
+        "devices",
     ):
         key = (n["cluster_id"], n["cluster__name"], n["gpu_model__key"], n["gpu_resource"])
         pools[key].append(n)
@@ -399,28 +450,32 @@ def _clusters(
             _warn_over_count(cluster_name, model, over)
             over_counted.add(cluster_id)
         size = device_gib.get(model, 0)
-        nodes_by_cluster[cluster_id].extend(
-            engine.Node(
-                name=load.name,
-                model=model,
-                total_gpus=load.allocatable,
-                free_gpus=free.free,
-                out_of_service_gpus=free.out_of_service,
-                group=resource,
-                devices=tuple(
-                    device_books(
-                        load.allocatable,
-                        size,
-                        load.used_by_others,
-                        shares.get((cluster_name, load.name, model), []),
-                    )
+        for n, load, free in zip(rows, loads, frees, strict=True):
+            books, ids = (
+                device_books(
+                    load.allocatable,
+                    size,
+                    load.used_by_others,
+                    shares.get((cluster_name, load.name, model), []),
+                    n["devices"],
                 )
                 if size
-                else (),
-                device_policy="binpack" if size else "",
+                else ([], ())
             )
-            for load, free in zip(loads, frees, strict=True)
-        )
+            nodes_by_cluster[cluster_id].append(
+                engine.Node(
+                    name=load.name,
+                    model=model,
+                    total_gpus=load.allocatable,
+                    free_gpus=free.free,
+                    out_of_service_gpus=free.out_of_service,
+                    group=resource,
+                    devices=tuple(books),
+                    device_ids=ids,
+                    # The portal pins the device where it knows the devices' UUIDs.
+                    device_policy="binpack" if size and not ids else "",
+                )
+            )
     clusters = []
     pks = {}
     rows = Cluster.objects.values_list("id", "name", "state", "unreachable_since").order_by("name")
