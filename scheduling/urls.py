@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import views
+from scheduling import admin_views, views
 
 urlpatterns = [
     path("queue/", views.queue_page, name="queue"),
@@ -16,4 +16,9 @@ urlpatterns = [
     path("quotas/check/", views.quota_check, name="quota-check"),
     path("quotas/preview/", views.quota_preview, name="quota-preview"),
     path("quotas/teams/", views.team_policies_save, name="team-policies"),
+    path("catalog/", admin_views.catalog_page, name="catalog"),
+    path("catalog/<str:key>/", admin_views.gpu_model_edit, name="gpu-model-edit"),
+    path("catalog/<str:key>/share/", admin_views.shared_pool_page, name="shared-pool"),
+    path("policies/", admin_views.team_policy_list, name="team-policy-list"),
+    path("policies/<slug:slug>/", admin_views.team_policy_edit, name="team-policy-edit"),
 ]
