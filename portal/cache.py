@@ -65,14 +65,10 @@ class ProcessView(Generic[T]):
     def forget_on(self, *models: type[Model] | str) -> ProcessView[T]:
         """Drop the copy whenever one of ``models`` (a class or ``"app.Model"``) is saved or
         deleted in this process, and on every migrate or flush."""
+        # Receivers are told apart by their bound method (this view), so each view connects
+        # once per model however often this is called, and two views never shadow each other.
         for model in models:
-            label = model if isinstance(model, str) else model._meta.label
             for signal in (post_save, post_delete):
-                signal.connect(
-                    self.forget,
-                    sender=model,
-                    weak=False,
-                    dispatch_uid=(self.name, id(signal), label),
-                )
-        post_migrate.connect(self.forget, weak=False, dispatch_uid=(self.name, "migrate"))
+                signal.connect(self.forget, sender=model, weak=False)
+        post_migrate.connect(self.forget, weak=False)
         return self
