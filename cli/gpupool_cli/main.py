@@ -1173,6 +1173,71 @@ def _token_status(token: dict[str, Any], now: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# the catalog: GPU models and shared pools
+# ---------------------------------------------------------------------------------------------
+@cli.group()
+def models() -> None:
+    """The GPU models of the catalog; platform admins offer a card as a shared pool."""
+
+
+@models.command(name="ls")
+@json_option
+def models_ls(as_json: bool) -> None:
+    """The catalog: each model's memory, cost factor and whether it takes new jobs.
+
+    \b
+    Example:
+      gpupool models ls
+    """
+    rows = client().get("gpu-models/")
+    if as_json:
+        emit_json(rows)
+        return
+    table(
+        rows,
+        [
+            ("MODEL", lambda m: m["key"]),
+            ("MEMORY", lambda m: f"{m['memory_gib']} GiB"),
+            ("TFLOPS", lambda m: f"{m['fp16_tflops']:g}"),
+            ("COST", lambda m: f"{m['cost_factor']:g}"),
+            ("ACTIVE", lambda m: "yes" if m.get("active") else "no"),
+        ],
+    )
+
+
+@models.command(name="share")
+@click.argument("card")
+@click.option(
+    "--cost-factor",
+    type=float,
+    default=None,
+    help="Per GiB-hour (default: the card's cost factor / its memory in GiB).",
+)
+@json_option
+def models_share(card: str, cost_factor: float | None, as_json: bool) -> None:
+    """Offer the whole card CARD as a shared pool (platform admins): jobs then ask for GiB of
+    one of its devices. Offering a card that has a pool prints that pool.
+
+    \b
+    Example:
+      gpupool models share a100-80gb
+      gpupool models share a100-80gb --cost-factor 0.02 --json
+    """
+    body = {} if cost_factor is None else {"cost_factor": cost_factor}
+    pool = client().post(f"gpu-models/{card}/shared-pool/", body)
+    if as_json:
+        emit_json(pool)
+        return
+    done = "offered" if pool.get("created") else "already offered"
+    click.echo(
+        f"{pool['key']}  shares {pool['card']}  {done}; unit {pool['unit']}, up to "
+        f"{pool['memory_gib']} GiB a replica, cost {pool['cost_factor']:g} per GiB-hour"
+    )
+    for line in pool.get("effects", []):
+        click.echo(f"  - {line}")
+
+
+# ---------------------------------------------------------------------------------------------
 # config, completion
 # ---------------------------------------------------------------------------------------------
 @cli.command()

@@ -3,6 +3,7 @@ from rest_framework.routers import SimpleRouter
 
 from clusters import api as clusters_api
 from portal.api import notification_views, template_views, token_views, views
+from scheduling import admin_api as scheduling_admin_api
 from scheduling import api as scheduling_api
 
 urlpatterns = [
@@ -44,6 +45,11 @@ urlpatterns = [
     path("clusters/", include("clusters.api_urls")),
     path("gpu-models/", views.GpuModelListView.as_view(), name="api-gpu-models"),
     path("gpu-models/match/", scheduling_api.GpuModelMatchView.as_view(), name="api-gpu-match"),
+    path(
+        "gpu-models/<str:key>/shared-pool/",
+        scheduling_admin_api.SharedPoolView.as_view(),
+        name="api-gpu-model-shared-pool",
+    ),
     path("teams/", views.TeamListView.as_view(), name="api-teams"),
     path("queue/", scheduling_api.QueueView.as_view(), name="api-queue"),
     path("quotas/", scheduling_api.QuotaListView.as_view(), name="api-quotas"),
