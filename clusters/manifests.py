@@ -191,6 +191,19 @@ def _replica_hosts(job: Job, nodes: list[Node]) -> list[str]:
     return [_hostname(by_name[name]) for name in plan]
 
 
+def _replica_devices(job: Job) -> list[str]:
+    """The device planned for each replica of a share (UUIDs, as the cycle planned them), or
+    nothing when the plan does not name a device for every replica: the cluster's scheduler
+    then picks, and the reconcile reads back where."""
+    plan = [str(d or "") for d in job.device_plan or ()]
+    if job.gpu_memory_gib is None or len(plan) != job.replicas or not all(plan):
+        return []
+    # A device the inventory knew no UUID for is named by its index: not something to pin.
+    if any(part.isdigit() for d in plan for part in d.split("+")):
+        return []
+    return plan
+
+
 def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
     """(namespace, Volcano Job manifest) for an admitted job."""
     cluster, model = job.cluster, job.gpu_model
@@ -225,6 +238,7 @@ def job_manifest(job: Job) -> tuple[str, dict[str, Any]]:
         node_selector=node_selector,
         node_label_in=node_label_in,
         replica_hosts=_replica_hosts(job, nodes),
+        replica_devices=_replica_devices(job),
         cpu_millicores=job.cpu_millicores,
         memory_mib=job.memory_mib,
         max_runtime_seconds=job.max_runtime_seconds,

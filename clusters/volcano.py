@@ -109,6 +109,7 @@ __all__ = [
     "EXPOSURES",
     "EXPOSURE_CLUSTERIP",
     "EXPOSURE_INGRESS",
+    "HAMI_USE_UUID",
     "JOB_API_VERSION",
     "JOB_KIND",
     "LABEL_ATTEMPT",
@@ -130,6 +131,7 @@ __all__ = [
     "TASK_MASTER",
     "TASK_SERVER",
     "TASK_WORKER",
+    "VGPU_USE_UUID",
     "VOLCANO_LABEL_JOB_NAME",
     "VOLCANO_LABEL_TASK_INDEX",
     "VOLCANO_LABEL_TASK_SPEC",
@@ -541,6 +543,11 @@ HAMI_MEMORY: Final = "nvidia.com/gpumem"
 HAMI_CORES: Final = "nvidia.com/gpucores"
 HAMI_GPU_POLICY: Final = "hami.io/gpu-scheduler-policy"
 VGPU_MODE: Final = "volcano.sh/vgpu-mode"
+HAMI_USE_UUID: Final = "nvidia.com/use-gpuuuid"
+"""The devices (UUIDs, comma-separated) HAMi's scheduler may give the pod, and no other."""
+VGPU_USE_UUID: Final = "volcano.sh/vgpu-use-gpuuuid"
+"""The same for Volcano's deviceshare plugin (``how_to_use_volcano_vgpu.md``)."""
+_DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -568,10 +575,18 @@ class GpuShare:
             amounts[VGPU_CORES if vgpu else HAMI_CORES] = self.cores_percent
         return amounts
 
-    def pod_annotations(self) -> dict[str, str]:
+    def pod_annotations(self, devices: Sequence[str] = ()) -> dict[str, str]:
+        """The pod's annotations; ``devices``: the UUIDs its replicas were planned on, which
+        pins the pod to them (a task of several replicas may take any of its replicas')."""
         if self.mode == SHARING_VOLCANO_VGPU:
-            return {VGPU_MODE: "hami-core"}
-        return {HAMI_GPU_POLICY: "binpack"}
+            out = {VGPU_MODE: "hami-core"}
+        else:
+            out = {HAMI_GPU_POLICY: "binpack"}
+        if devices:
+            out[VGPU_USE_UUID if self.mode == SHARING_VOLCANO_VGPU else HAMI_USE_UUID] = ",".join(
+                sorted(set(devices))
+            )
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -615,6 +630,12 @@ class VolcanoJobSpec:
     """The hostname planned for each replica, in replica order (empty: not pinned). Each task
     may run only on its own replicas' hosts, so a gang lands where the scheduler reserved its
     GPUs; a task of several replicas gets the set of their hosts."""
+    replica_devices: Sequence[str] = ()
+    """For a share: the device planned for each replica, in replica order (its UUID, several
+    joined by ``+``; empty: not pinned). Each task's pods may take only its replicas' devices
+    (HAMi's ``nvidia.com/use-gpuuuid``, Volcano vGPU's ``volcano.sh/vgpu-use-gpuuuid``), so a
+    share lands on the device the portal booked; a task with a replica of unknown device is
+    left to the cluster's scheduler."""
     cpu_millicores: int
     memory_mib: int
     max_runtime_seconds: int
@@ -721,6 +742,15 @@ def _validate(spec: VolcanoJobSpec) -> None:
             raise _fail("replica_hosts", f"needs one hostname per replica ({spec.replicas})")
         for host in spec.replica_hosts:
             _check_node_label("replica_hosts", HOSTNAME_LABEL, host)
+    if spec.replica_devices:
+        if spec.gpu_share is None:
+            raise _fail("replica_devices", "pins the devices of a shared GPU only")
+        if isinstance(spec.replica_devices, str) or len(spec.replica_devices) != spec.replicas:
+            raise _fail("replica_devices", f"needs one device per replica ({spec.replicas})")
+        for device in spec.replica_devices:
+            for part in device.split("+") if device else ():
+                if _DEVICE_ID.fullmatch(part) is None:
+                    raise _fail("replica_devices", f"{part!r} is not a device UUID")
     cpu_quantity(spec.cpu_millicores)
     memory_quantity(spec.memory_mib)
     if not 1 <= spec.max_runtime_seconds <= INT32_MAX:
@@ -856,19 +886,24 @@ def _plugins(kind: str) -> dict[str, list[str]]:
 def _task(spec: VolcanoJobSpec, name: str, first: int, replicas: int) -> dict[str, Any]:
     """A task of ``replicas`` replicas, the first being portal replica ``first``."""
     hosts = spec.replica_hosts[first : first + replicas]
+    devices = spec.replica_devices[first : first + replicas]
     return {
         "name": name,
         "replicas": replicas,
         "minAvailable": replicas,
         "maxRetry": spec.max_retry,
-        "template": _pod_template(spec, hosts),
+        "template": _pod_template(spec, hosts, devices),
     }
 
 
-def _pod_template(spec: VolcanoJobSpec, hosts: Sequence[str]) -> dict[str, Any]:
+def _pod_template(
+    spec: VolcanoJobSpec, hosts: Sequence[str], devices: Sequence[str] = ()
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {"labels": _labels(spec)}
     if spec.gpu_share is not None:
-        metadata["annotations"] = spec.gpu_share.pod_annotations()
+        # Pinned only when every replica of the task has its device.
+        pinned = [part for d in devices for part in d.split("+")] if all(devices) else []
+        metadata["annotations"] = spec.gpu_share.pod_annotations(pinned)
     return {"metadata": metadata, "spec": _pod_spec(spec, hosts)}
 
 

@@ -26,6 +26,7 @@ from kubesim.devices import (
     VGPU_REGISTER,
     register_annotation,
 )
+from kubesim.gpuinfo import gpu_uuid
 from kubesim.quantity import format_milli, to_milli
 
 
@@ -248,8 +249,9 @@ def _device_memory_mib(pool: NodePool) -> int:
     return pool.sharing.device_memory_mib or (model.memory_mib if model else 16384)
 
 
-def shared_annotations(pool: NodePool) -> dict[str, str]:
-    """The device plugin's registration of a shared pool's node, and kubesim's policy."""
+def shared_annotations(pool: NodePool, node: str = "") -> dict[str, str]:
+    """The device plugin's registration of a shared pool's node (each device by the UUID
+    ``nvidia-smi`` shows for it on that node), and kubesim's policy."""
     if pool.sharing is None or not pool.gpus:
         return {}
     sharing = pool.sharing
@@ -260,6 +262,7 @@ def shared_annotations(pool: NodePool) -> dict[str, str]:
         _device_memory_mib(pool),
         sharing.device_cores,
         (model.product if model else pool.product or "GPU").removeprefix("NVIDIA-"),
+        [gpu_uuid(node, i) for i in range(pool.gpus)] if node else None,
     )
     key = HAMI_REGISTER if sharing.mode == "hami" else VGPU_REGISTER
     return {key: text, POLICY_ANNOTATION: sharing.policy}
@@ -371,9 +374,9 @@ def build_nodes(config: ClusterConfig) -> list[dict[str, Any]]:
     for pool in config.pools:
         allocatable = pool_resources(pool)
         gpu_labels = _gpu_labels(pool)
-        annotations = shared_annotations(pool)
         for index in range(pool.count):
             name = _node_name(pool, index)
+            annotations = shared_annotations(pool, name)
             labels = {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",

@@ -49,7 +49,9 @@ class JobController:
             spec = template.get("spec") or {}
             replicas = int(task.get("replicas", 0))
             req = pod_requests(spec)
-            constraints = PodConstraints.from_spec(spec)
+            constraints = PodConstraints.from_spec(
+                spec, (template.get("metadata") or {}).get("annotations")
+            )
             tasks.append(
                 TaskInfo(
                     name=task.get("name") or f"default{index}",

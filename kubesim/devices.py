@@ -29,6 +29,15 @@ HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 VGPU_REGISTER = "volcano.sh/node-vgpu-register"
 POLICY_ANNOTATION = "kubesim.gpupool.dev/device-policy"
+HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
+HAMI_NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
+VGPU_USE_UUID = "volcano.sh/vgpu-use-gpuuuid"
+VGPU_NOUSE_UUID = "volcano.sh/vgpu-nouse-gpuuuid"
+HAMI_POLICY = "hami.io/gpu-scheduler-policy"
+HAMI_ALLOCATED = "hami.io/vgpu-devices-allocated"
+HAMI_NODE = "hami.io/vgpu-node"
+VGPU_ALLOCATED = "volcano.sh/vgpu-ids-new"
+VGPU_NODE = "volcano.sh/vgpu-node"
 
 DEVICE_ONLY = frozenset(
     {
@@ -46,20 +55,23 @@ MODES = ("volcano-vgpu", "hami")
 POLICIES = ("binpack", "spread")
 
 
-def register_annotation(count: int, split: int, memory_mib: int, cores: int, kind: str) -> str:
+def register_annotation(
+    count: int, split: int, memory_mib: int, cores: int, kind: str, uuids: list[str] | None = None
+) -> str:
     """A device plugin's registration, the older ``id,count,devmem,devcore,type,numa,health``
-    records separated by colons (HAMi and the Volcano vGPU plugin both write this form)."""
+    records separated by colons (HAMi and the Volcano vGPU plugin both write this form);
+    ``uuids``: each device's UUID (the node's own, as ``nvidia-smi -L`` lists them)."""
+    ids = uuids or [f"GPU-kubesim-{i:04d}" for i in range(count)]
     return ":".join(
-        f"GPU-kubesim-{i:04d},{split},{memory_mib},{cores},NVIDIA-{kind},0,true"
-        for i in range(count)
+        f"{ids[i]},{split},{memory_mib},{cores},NVIDIA-{kind},0,true" for i in range(count)
     )
 
 
-def parse_register(text: str) -> list[tuple[int, int, int]]:
-    """(memory MiB, cores %, split count) per healthy device of a registration annotation
-    (the colon form above, or HAMi's newer JSON list)."""
+def parse_register(text: str) -> list[tuple[int, int, int, str]]:
+    """(memory MiB, cores %, split count, UUID) per healthy device of a registration
+    annotation (the colon form above, or HAMi's newer JSON list)."""
     text = (text or "").strip()
-    out: list[tuple[int, int, int]] = []
+    out: list[tuple[int, int, int, str]] = []
     if text.startswith("["):
         try:
             items = json.loads(text)
@@ -72,6 +84,7 @@ def parse_register(text: str) -> list[tuple[int, int, int]]:
                         int(item.get("devmem", 0)),
                         int(item.get("devcore", 100)),
                         int(item.get("count", 1)),
+                        str(item.get("id") or ""),
                     )
                 )
         return out
@@ -80,10 +93,51 @@ def parse_register(text: str) -> list[tuple[int, int, int]]:
         if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):
             continue
         try:
-            out.append((int(parts[2]), int(parts[3]), int(parts[1])))
+            out.append((int(parts[2]), int(parts[3]), int(parts[1]), parts[0].strip()))
         except ValueError:
             continue
     return out
+
+
+def _uuids(text: Any) -> frozenset[str]:
+    return frozenset(u.strip() for u in str(text or "").split(",") if u.strip())
+
+
+@dataclass(frozen=True)
+class DevicePick:
+    """What a pod's annotations say about its devices: the UUIDs it may use (or not) in each
+    sharing mode, and HAMi's per-pod device policy (``binpack``/``spread``; "" = the node's)."""
+
+    hami_use: frozenset[str] = frozenset()
+    hami_nouse: frozenset[str] = frozenset()
+    vgpu_use: frozenset[str] = frozenset()
+    vgpu_nouse: frozenset[str] = frozenset()
+    policy: str = ""
+
+    @classmethod
+    def from_annotations(cls, annotations: dict[str, Any] | None) -> DevicePick:
+        a = annotations or {}
+        policy = str(a.get(HAMI_POLICY) or "")
+        return cls(
+            hami_use=_uuids(a.get(HAMI_USE_UUID)),
+            hami_nouse=_uuids(a.get(HAMI_NOUSE_UUID)),
+            vgpu_use=_uuids(a.get(VGPU_USE_UUID)),
+            vgpu_nouse=_uuids(a.get(VGPU_NOUSE_UUID)),
+            policy=policy if policy in POLICIES else "",
+        )
+
+    @property
+    def key(self) -> str:
+        """A stable text for cache keys ("" for a pod that says nothing)."""
+        if self == NO_PICK:
+            return ""
+        return json.dumps(
+            [sorted(self.hami_use), sorted(self.hami_nouse), sorted(self.vgpu_use),
+             sorted(self.vgpu_nouse), self.policy]
+        )  # fmt: skip
+
+
+NO_PICK = DevicePick()
 
 
 @dataclass
@@ -105,6 +159,7 @@ class SharedDevices:
     cores: list[int]
     slots: list[int]
     size: list[int]
+    uuids: list[str] = field(default_factory=list)
     held: dict[tuple[str, str], list[tuple[int, int, int]]] = field(default_factory=dict)
 
     @classmethod
@@ -128,10 +183,20 @@ class SharedDevices:
             cores=[d[1] for d in devices],
             slots=[d[2] for d in devices],
             size=[d[0] for d in devices],
+            uuids=[d[3] or f"GPU-{i}" for i, d in enumerate(devices)],
         )
 
     def same_layout(self, other: SharedDevices) -> bool:
-        return self.mode == other.mode and self.size == other.size
+        return self.mode == other.mode and self.size == other.size and self.uuids == other.uuids
+
+    def _allowed(self, pick: DevicePick) -> list[int]:
+        """The devices the pod's annotations let it use on this node (every one by default)."""
+        vgpu = self.mode == "volcano-vgpu"
+        use = pick.vgpu_use if vgpu else pick.hami_use
+        nouse = pick.vgpu_nouse if vgpu else pick.hami_nouse
+        return [
+            i for i, uuid in enumerate(self.uuids) if (not use or uuid in use) and uuid not in nouse
+        ]
 
     def share_of(self, req: dict[str, int]) -> Share | None:
         """The share a pod's requests (milli-units) ask for on this node, or None when it asks
@@ -153,30 +218,35 @@ class SharedDevices:
             return self.size[i] * -share.memory_mib // 100
         return share.memory_mib
 
-    def _choose(self, share: Share) -> list[int] | None:
+    def _choose(self, share: Share, pick: DevicePick = NO_PICK) -> list[int] | None:
+        """The devices the share takes: among those the pod may use that have the memory, the
+        compute and a split slot, the fullest first (``binpack``) or the emptiest (``spread``:
+        the node's policy, or for HAMi the pod's own ``hami.io/gpu-scheduler-policy``)."""
         fit = [
             i
-            for i in range(len(self.size))
+            for i in self._allowed(pick)
             if self.slots[i] > 0
             and self.memory[i] >= self._need(i, share)
             and self.cores[i] >= share.cores
         ]
         if len(fit) < share.count:
             return None
-        reverse = self.policy == "spread"
-        fit.sort(key=lambda i: (self.memory[i], i), reverse=reverse)
+        policy = (pick.policy if self.mode == "hami" else "") or self.policy
+        fit.sort(key=lambda i: (self.memory[i], i), reverse=policy == "spread")
         return fit[: share.count]
 
-    def fits(self, req: dict[str, int]) -> bool:
+    def fits(self, req: dict[str, int], pick: DevicePick = NO_PICK) -> bool:
         share = self.share_of(req)
-        return share is None or self._choose(share) is not None
+        return share is None or self._choose(share, pick) is not None
 
-    def why(self, req: dict[str, int]) -> list[str]:
+    def why(self, req: dict[str, int], pick: DevicePick = NO_PICK) -> list[str]:
         """Why the share fits no device, in the words HAMi's filter uses for a node."""
         share = self.share_of(req)
-        if share is None or self._choose(share) is not None:
+        if share is None or self._choose(share, pick) is not None:
             return []
-        n = range(len(self.size))
+        n = self._allowed(pick)
+        if not n:
+            return ["CardUuidMismatch"]
         if len(self.size) < share.count:
             return ["AllocatedCardsInsufficientRequest"]
         if not any(self.size[i] >= self._need(i, share) for i in n):
@@ -187,12 +257,12 @@ class SharedDevices:
             return ["CardInsufficientMemory"]
         return ["CardInsufficientCore"]
 
-    def take(self, key: tuple[str, str], req: dict[str, int]) -> None:
+    def take(self, key: tuple[str, str], req: dict[str, int], pick: DevicePick = NO_PICK) -> None:
         """Charge the pod's share to the devices chosen for it (no-op for a pod without one)."""
         share = self.share_of(req)
         if share is None:
             return
-        chosen = self._choose(share)
+        chosen = self._choose(share, pick)
         if chosen is None:
             return
         taken = []
@@ -209,6 +279,18 @@ class SharedDevices:
             self.memory[i] += memory
             self.cores[i] += cores
             self.slots[i] += 1
+
+    def allocation(self, key: tuple[str, str], node: str) -> dict[str, str]:
+        """The annotations the scheduler writes on a pod whose share it placed: the devices
+        (``uuid,NVIDIA,memoryMiB,cores:`` each, ``;`` after the container, HAMi's protocol)
+        and the node; empty for a pod that holds no share here."""
+        taken = self.held.get(key)
+        if not taken:
+            return {}
+        text = "".join(f"{self.uuids[i]},NVIDIA,{memory},{cores}:" for i, memory, cores in taken)
+        if self.mode == "volcano-vgpu":
+            return {VGPU_ALLOCATED: text + ";", VGPU_NODE: node}
+        return {HAMI_ALLOCATED: text + ";", HAMI_NODE: node}
 
     def in_use(self) -> tuple[int, int]:
         """(memory MiB, cores %) held on the node, for the dashboards' readers and tests."""

@@ -128,7 +128,16 @@ class Kubelet:
                 for c in obj["spec"]["containers"]
             ],
         }
-        self._replace_pod(obj, spec={**obj["spec"], "nodeName": node_name}, status=status)
+        meta = obj["metadata"]
+        state = self.scheduler.nodes.get(node_name)
+        # A share's scheduler writes the devices it chose on the pod (HAMi's protocol; Volcano's
+        # deviceshare plugin alike): how a reader learns which device the share holds.
+        placed = state.devices.allocation(pod.key, node_name) if state and state.devices else {}
+        if placed:
+            meta = {**meta, "annotations": {**(meta.get("annotations") or {}), **placed}}
+        self._replace_pod(
+            obj, metadata=meta, spec={**obj["spec"], "nodeName": node_name}, status=status
+        )
         self.stats.pods_bound += 1
         self.record_event(
             obj,

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesim.devices import DEVICE_ONLY, SharedDevices
+from kubesim.devices import DEVICE_ONLY, NO_PICK, DevicePick, SharedDevices
 from kubesim.quantity import resource_list_to_milli
 from kubesim.selectors import node_selector_term_matches, tolerates
 
@@ -42,18 +42,27 @@ class PodConstraints:
     affinity_terms: tuple[dict[str, Any], ...]
     tolerations: tuple[dict[str, Any], ...]
     signature: str
+    devices: DevicePick = NO_PICK
+    """Which shared devices the pod may take, and how (its template's annotations): checked
+    by the device-level fit, not the static predicates."""
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> PodConstraints:
-        """Extract nodeSelector, required node affinity and tolerations from a PodSpec."""
+    def from_spec(
+        cls, spec: dict[str, Any], annotations: dict[str, Any] | None = None
+    ) -> PodConstraints:
+        """Extract nodeSelector, required node affinity and tolerations from a PodSpec, and
+        the device pins and policy from the pod template's ``annotations``."""
         selector = dict(spec.get("nodeSelector") or {})
         required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
         ) or {}
         terms = tuple(required.get("nodeSelectorTerms") or [])
         tolerations = tuple(spec.get("tolerations") or [])
+        devices = DevicePick.from_annotations(annotations)
         signature = json.dumps([selector, terms, tolerations], sort_keys=True)
-        return cls(selector, terms, tolerations, signature)
+        if devices.key:
+            signature += f"<devices {devices.key}>"
+        return cls(selector, terms, tolerations, signature, devices)
 
 
 class NodeState:
@@ -82,8 +91,9 @@ class NodeState:
         self.pods: set[tuple[str, str]] = set()
         self.devices: SharedDevices | None = None
 
-    def fits(self, req: dict[str, int]) -> bool:
-        """Whether every requested resource is free on the node (a shared GPU: on one device)."""
+    def fits(self, req: dict[str, int], pick: DevicePick = NO_PICK) -> bool:
+        """Whether every requested resource is free on the node (a shared GPU: on one device
+        the pod may use)."""
         alloc, used = self.allocatable, self.used
         for name, value in req.items():
             if value and name not in DEVICE_ONLY and alloc.get(name, 0) - used.get(name, 0) < value:
@@ -91,9 +101,9 @@ class NodeState:
         if self.devices is None:
             # Only a node whose device plugin registered its devices takes a share.
             return not any(req.get(name) for name in DEVICE_ONLY)
-        return self.devices.fits(req)
+        return self.devices.fits(req, pick)
 
-    def insufficient(self, req: dict[str, int]) -> list[str]:
+    def insufficient(self, req: dict[str, int], pick: DevicePick = NO_PICK) -> list[str]:
         """Resources the node lacks for ``req`` ("Too many pods" for the pods resource)."""
         out = []
         for name, value in sorted(req.items()):
@@ -102,17 +112,19 @@ class NodeState:
             if value and self.allocatable.get(name, 0) - self.used.get(name, 0) < value:
                 out.append("Too many pods" if name == "pods" else f"Insufficient {name}")
         if not out and self.devices is not None:
-            out.extend(self.devices.why(req))
+            out.extend(self.devices.why(req, pick))
         elif not out and any(req.get(name) for name in DEVICE_ONLY):
             out.append("NodeUnfitPod")  # no shared devices registered here
         return out
 
-    def add(self, req: dict[str, int], key: tuple[str, str] | None = None) -> None:
+    def add(
+        self, req: dict[str, int], key: tuple[str, str] | None = None, pick: DevicePick = NO_PICK
+    ) -> None:
         """Reserve ``req`` on the node (and a shared GPU's devices, held under ``key``)."""
         for name, value in req.items():
             self.used[name] = self.used.get(name, 0) + value
         if self.devices is not None and key is not None:
-            self.devices.take(key, req)
+            self.devices.take(key, req, pick)
 
     def subtract(self, req: dict[str, int], key: tuple[str, str] | None = None) -> None:
         """Release ``req`` from the node (and the devices ``key`` held)."""
@@ -274,7 +286,7 @@ class Scheduler:
             if reason is not None:
                 reasons[reason] += 1
                 continue
-            for item in node.insufficient(pod.req):
+            for item in node.insufficient(pod.req, pod.constraints.devices):
                 reasons[item] += 1
         parts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         return f"0/{len(self._order)} nodes are unavailable: {parts}."
@@ -312,11 +324,11 @@ class Scheduler:
             nodes, count = fs.nodes, len(fs.nodes)
             chosen = None
             if spread:
-                chosen = _least_requested(nodes, pod.req)
+                chosen = _least_requested(nodes, pod.req, pod.constraints.devices)
                 count = 0  # the scan above replaced next-fit
             for step in range(count):
                 node = nodes[(fs.cursor + step) % count]
-                if node.fits(pod.req):
+                if node.fits(pod.req, pod.constraints.devices):
                     chosen = node
                     fs.cursor = (fs.cursor + step) % count
                     break
@@ -327,7 +339,7 @@ class Scheduler:
                 if len(members) - unplaced < need:
                     break  # the gang can no longer reach ``need``: stop scanning nodes
                 continue
-            chosen.add(pod.req, pod.key)
+            chosen.add(pod.req, pod.key, pod.constraints.devices)
             placed.append((pod, chosen))
         if len(placed) >= need and placed:
             for pod, node in placed:
@@ -339,12 +351,14 @@ class Scheduler:
         return Placement(bound=[], unplaced=unplaced, fit_error=error)
 
 
-def _least_requested(nodes: list[NodeState], req: dict[str, int]) -> NodeState | None:
+def _least_requested(
+    nodes: list[NodeState], req: dict[str, int], pick: DevicePick = NO_PICK
+) -> NodeState | None:
     """The node that fits ``req`` with the most free GPUs (else CPU) left: nodeorder's spread."""
     main = "nvidia.com/gpu" if req.get("nvidia.com/gpu") else "cpu"
     best, best_free = None, -1
     for node in nodes:
         free = node.allocatable.get(main, 0) - node.used.get(main, 0)
-        if free > best_free and node.fits(req):
+        if free > best_free and node.fits(req, pick):
             best, best_free = node, free
     return best

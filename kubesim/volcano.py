@@ -415,12 +415,22 @@ class VolcanoScheduler:
 def _constraints(conf: SchedulerConf, constraints: PodConstraints) -> PodConstraints:
     """The static constraints the configured predicates plugin checks for a pod."""
     if not conf.predicates:
-        return _NO_PREDICATES
+        if constraints.devices == _NO_PREDICATES.devices:
+            return _NO_PREDICATES
+        # The device pins are deviceshare's (or HAMi's), not the predicates plugin's.
+        return PodConstraints(
+            {},
+            (),
+            _NO_PREDICATES.tolerations,
+            f"{_NO_PREDICATES.signature}{constraints.signature}",
+            constraints.devices,
+        )
     if not conf.node_affinity and (constraints.node_selector or constraints.affinity_terms):
         return PodConstraints(
             {},
             (),
             constraints.tolerations,
             f"{constraints.signature}<no node affinity>",
+            constraints.devices,
         )
     return constraints

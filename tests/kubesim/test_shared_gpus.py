@@ -152,6 +152,108 @@ def test_a_released_share_gives_its_device_back(sim, custom):
     assert sorted(_devices(sim, "vgpu-0")) == [80 * 1024, 80 * 1024]
 
 
+def _uuids(core: Any, node: str) -> list[str]:
+    """The device UUIDs a shared node registered, in device order (read over the API)."""
+    annotations = core.read_node(node).metadata.annotations
+    text = annotations.get("hami.io/node-nvidia-register") or annotations.get(
+        "volcano.sh/node-vgpu-register"
+    )
+    return [record.split(",")[0] for record in text.split(":") if record]
+
+
+def _annotated(job: dict[str, Any], key: str, uuid: str) -> dict[str, Any]:
+    template = job["spec"]["tasks"][0]["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})[key] = uuid
+    return job
+
+
+def _allocated(core: Any, name: str, key: str) -> str:
+    """The device the scheduler wrote on the job's pod (HAMi's protocol), read over the API."""
+    (pod,) = [  # one replica per job here
+        p for p in core.list_namespaced_pod("team-a").items if p.metadata.name.startswith(name)
+    ]
+    return str((pod.metadata.annotations or {}).get(key, ""))
+
+
+def test_each_shared_node_registers_its_own_device_uuids(core):
+    vgpu_ids, hami_ids = _uuids(core, "vgpu-0"), _uuids(core, "hami-0")
+    assert len(vgpu_ids) == len(hami_ids) == 2
+    assert all(u.startswith("GPU-") for u in vgpu_ids + hami_ids)
+    assert len(set(vgpu_ids + hami_ids)) == 4
+
+
+@pytest.mark.parametrize(
+    ("mode", "limits", "scheduler", "selector", "pin", "written"),
+    [
+        (
+            "vgpu-0",
+            vgpu(10 * 1024),
+            "volcano",
+            "a100-80gb",
+            "volcano.sh/vgpu-use-gpuuuid",
+            "volcano.sh/vgpu-ids-new",
+        ),
+        (
+            "hami-0",
+            hami(2048),
+            "hami-scheduler",
+            "t4",
+            "nvidia.com/use-gpuuuid",
+            "hami.io/vgpu-devices-allocated",
+        ),
+    ],
+    ids=["Volcano vGPU", "HAMi"],
+)
+def test_a_pinned_share_lands_on_its_device_and_the_pod_says_so(
+    sim, core, custom, mode, limits, scheduler, selector, pin, written
+):
+    # Binpack (vGPU) and spread (HAMi) would both take device 0 of an empty node first.
+    second = _uuids(core, mode)[1]
+    create_job(
+        custom,
+        _annotated(
+            share_job("pinned", limits, scheduler=scheduler, selector=selector), pin, second
+        ),
+    )
+    sim.settle()
+    assert _nodes(sim, "pinned") == [mode]
+    assert _allocated(core, "pinned", written).startswith(f"{second},NVIDIA,")
+    free = _devices(sim, mode)
+    assert free[0] == sim.sim.scheduler.nodes[mode].devices.size[0] > free[1]
+
+
+def test_a_share_pinned_to_a_device_without_room_waits_though_another_device_has_it(
+    sim, core, custom
+):
+    first = _uuids(core, "vgpu-0")[0]
+    create_job(custom, share_job("filler", vgpu(60 * 1024)))  # binpack: device 0
+    sim.settle()
+    create_job(
+        custom,
+        _annotated(share_job("pinned", vgpu(30 * 1024)), "volcano.sh/vgpu-use-gpuuuid", first),
+    )
+    sim.settle()
+    pod = sim.job_pods("team-a", "pinned")[0]
+    assert pod["spec"].get("nodeName") is None
+    assert "CardInsufficientMemory" in pod["status"]["conditions"][0]["message"]
+    # Unpinned, the same share fits on the other device.
+    create_job(custom, share_job("free", vgpu(30 * 1024)))
+    sim.settle()
+    assert _nodes(sim, "free") == ["vgpu-0"]
+
+
+def test_a_hami_pod_may_ask_for_binpack_on_a_node_that_spreads(sim, core, custom):
+    # The HAMi pool spreads; a pod's own hami.io/gpu-scheduler-policy wins for that pod.
+    create_job(custom, share_job("a", hami(4096), scheduler="hami-scheduler", selector="t4"))
+    sim.settle()
+    packed = share_job("b", hami(4096), scheduler="hami-scheduler", selector="t4")
+    create_job(custom, _annotated(packed, "hami.io/gpu-scheduler-policy", "binpack"))
+    sim.settle()
+    a = _allocated(core, "a", "hami.io/vgpu-devices-allocated").split(",")[0]
+    b = _allocated(core, "b", "hami.io/vgpu-devices-allocated").split(",")[0]
+    assert a == b  # binpack: the fullest device that fits, the one "a" took
+
+
 def test_a_bad_sharing_config_names_its_key():
     bad = {"nodePools": [{"name": "p", "count": 1, "gpus": 1, "sharing": {"mode": "mps"}}]}
     with pytest.raises(ConfigError, match=r"nodePools\[0\].sharing.mode"):
