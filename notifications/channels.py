@@ -160,6 +160,19 @@ def webhook_send(delivery: Delivery) -> None:
         raise SendError(
             DeliveryError.REMOVED, "the webhook was removed or switched off", permanent=True
         )
+    notification = delivery.notification
+    payload = (
+        slack_payload(notification)
+        if delivery.channel == Channel.SLACK
+        else notification_payload(notification, delivery)
+    )
+    webhook_post(hook, payload, delivery_ref=str(delivery.pk), key=str(delivery.key))
+
+
+def webhook_post(hook: TeamWebhook, payload: dict[str, Any], *, delivery_ref: str, key: str) -> int:
+    """Post one signed body to a webhook: the URL guard again (DNS may have changed since it
+    was saved), the secret, the request. Returns the 2xx status; raises SendError with the
+    category otherwise. Every send goes through here: a delivery, a test, a redelivery."""
     try:
         url = webhook_url_check(hook.url)
     except UnresolvableHostError as exc:  # may be a passing DNS failure: tried again
@@ -172,18 +185,12 @@ def webhook_send(delivery: Delivery) -> None:
         secret = text_open(hook.secret, what=f"the secret of webhook {hook.name!r}")
     except CredentialsUnreadable as exc:
         raise SendError(DeliveryError.SECRET, str(exc), permanent=True) from None
-    notification = delivery.notification
-    payload = (
-        slack_payload(notification)
-        if delivery.channel == Channel.SLACK
-        else notification_payload(notification, delivery)
-    )
     body = json.dumps(payload, separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "gpupool-webhook/1",
-        DELIVERY_HEADER: str(delivery.pk),
-        IDEMPOTENCY_HEADER: str(delivery.key),
+        DELIVERY_HEADER: delivery_ref,
+        IDEMPOTENCY_HEADER: key,
         **signature_headers(secret, body),
     }
     try:
@@ -196,7 +203,7 @@ def webhook_send(delivery: Delivery) -> None:
             stream=True,  # an error answer's body is read only as far as the log needs
         ) as answer:
             if 200 <= answer.status_code < 300:
-                return
+                return int(answer.status_code)
             detail = f"answered {answer.status_code} {answer.reason!r}: {_start_of(answer)!r}"
     except requests.RequestException as exc:
         raise SendError(transport_error(exc), f"{type(exc).__name__}: {exc}") from None

@@ -118,6 +118,46 @@ class DeliveryError(models.TextChoices):
     OTHER = "other", "failed"
 
 
+# What an HTTP status means to whoever set the webhook up, and what they could check.
+HTTP_WORDS = {
+    400: "the receiver refused the body as malformed",
+    401: "the receiver refused the signature: check its secret and its clock",
+    403: "the receiver forbids it",
+    404: "not found at the receiver: check the URL",
+    405: "the receiver does not take a POST there",
+    408: "the receiver timed out reading it",
+    410: "gone: the receiver removed this URL",
+    413: "too large for the receiver",
+    429: "the receiver asks to slow down",
+    500: "error inside the receiver",
+    502: "a proxy before the receiver got no good answer",
+    503: "the receiver is unavailable",
+    504: "a proxy before the receiver timed out",
+}
+
+
+def error_words(error: str, status: int | None = None) -> str:
+    """A failure in words for a log or a page ("HTTP 500 (error inside the receiver)",
+    "connection refused"), or "" for none: the category, and for an HTTP answer what its
+    status means; never what the remote said."""
+    if not error:
+        return ""
+    if error == DeliveryError.HTTP and status is not None:
+        if status in HTTP_WORDS:
+            words = HTTP_WORDS[status]
+        elif 400 <= status < 500:
+            words = "the receiver refused it"
+        elif status >= 500:
+            words = "error at the receiver"
+        else:
+            words = "not a 2xx answer"
+        return f"HTTP {status} ({words})"
+    try:
+        return str(DeliveryError(error).label)
+    except ValueError:
+        return str(DeliveryError.OTHER.label)
+
+
 class Delivery(models.Model):
     """One message of one notification on one channel to one recipient: the outbox row.
 
@@ -188,11 +228,7 @@ class Delivery(models.Model):
     @property
     def last_error(self) -> str:
         """The last failure in words for its log ("HTTP 500", "connection refused"), or ""."""
-        if not self.error:
-            return ""
-        if self.error == DeliveryError.HTTP and self.error_status is not None:
-            return f"HTTP {self.error_status}"
-        return str(DeliveryError(self.error).label)
+        return error_words(self.error, self.error_status)
 
     @property
     def retried_after_interruption(self) -> bool:

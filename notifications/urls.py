@@ -24,4 +24,14 @@ urlpatterns = [
         views.team_webhook_delete,
         name="team-webhook-delete",
     ),
+    path(
+        "teams/<slug:team>/webhooks/<int:webhook_id>/test/",
+        views.team_webhook_test,
+        name="team-webhook-test",
+    ),
+    path(
+        "teams/<slug:team>/webhooks/deliveries/<int:delivery_id>/redeliver/",
+        views.team_webhook_redeliver,
+        name="team-webhook-redeliver",
+    ),
 ]

@@ -19,13 +19,17 @@ from notifications.addresses import (
     email_address_verify,
 )
 from notifications.models import Delivery, EmailVerification
-from notifications.outbox import TEAM_KINDS
 from notifications.preferences import EVENTS, PERSONAL_CHANNELS, preferences_of, preferences_set
 from notifications.webhooks import (
     DEFAULT_WEBHOOK_EVENTS,
+    TEAM_EVENT_WORDS,
+    SendOutcome,
+    delivery_redeliver,
     team_for_webhooks,
+    team_webhook_deliveries,
     webhook_create,
     webhook_delete,
+    webhook_test_send,
     webhooks_of,
 )
 from portal.access import team_roles_of
@@ -157,16 +161,68 @@ def team_webhooks(request: HttpRequest, team: str) -> HttpResponse:
             errors = exc.fields or {"__all__": [exc.message]}
         else:
             created = {"name": hook.name, "secret": secret}
+    form = request.POST if errors else {}
+    chosen = set(request.POST.getlist("events")) if errors else set(DEFAULT_WEBHOOK_EVENTS)
     context = {
         "team": found,
-        "webhooks": webhooks_of(found),
-        "kinds": sorted(TEAM_KINDS),
-        "default_kinds": DEFAULT_WEBHOOK_EVENTS,
+        "webhooks": [
+            {"hook": w, "events": [TEAM_EVENT_WORDS.get(k, k) for k in w.events]}
+            for w in webhooks_of(found)
+        ],
+        # the form keeps what was typed and chosen after an error (format and events too)
+        "kinds": [
+            {"kind": k, "words": words, "checked": k in chosen}
+            for k, words in TEAM_EVENT_WORDS.items()
+        ],
+        "format": form.get("format", "webhook") if form else "webhook",
+        "deliveries": team_webhook_deliveries(found),
         "created": created,
         "errors": errors,
-        "form": request.POST if errors else {},
+        "form": form,
     }
     return render(request, "notifications/webhooks.html", context, status=400 if errors else 200)
+
+
+def _outcome_message(request: HttpRequest, what: str, outcome: SendOutcome) -> None:
+    if outcome.ok and outcome.status:
+        messages.success(request, f"{what} arrived: the receiver answered {outcome.status}.")
+    elif outcome.ok and outcome.state == "sent":
+        messages.success(request, f"{what} arrived: the receiver answered with a 2xx.")
+    elif outcome.ok:  # a worker claimed it first
+        messages.success(request, f"{what} is on its way.")
+    elif outcome.state == "pending":
+        messages.error(request, f"{what} failed: {outcome.words}. It will be tried again.")
+    else:
+        messages.error(request, f"{what} failed: {outcome.words}.")
+
+
+@login_required
+@require_POST
+def team_webhook_test(request: HttpRequest, team: str, webhook_id: int) -> HttpResponse:
+    """Send a test to the webhook now and say on the page how it went."""
+    found = _team(request, team)
+    try:
+        outcome = webhook_test_send(team=found, webhook_id=webhook_id, by=request.user)
+    except NotFound:
+        raise Http404("No such webhook.") from None
+    _outcome_message(request, "The test", outcome)
+    return redirect("team-webhooks", team=found.slug)
+
+
+@login_required
+@require_POST
+def team_webhook_redeliver(request: HttpRequest, team: str, delivery_id: int) -> HttpResponse:
+    """Send a delivery of the team's log again now (same idempotency key)."""
+    found = _team(request, team)
+    try:
+        outcome = delivery_redeliver(team=found, delivery_id=delivery_id, by=request.user)
+    except NotFound:
+        raise Http404("No such delivery.") from None
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        _outcome_message(request, "The redelivery", outcome)
+    return redirect(reverse("team-webhooks", args=[found.slug]) + "#deliveries")
 
 
 @login_required

@@ -177,7 +177,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
     before = timezone.now()
     assert delivery_send(delivery.pk) == "pending"
     delivery.refresh_from_db()
-    assert (delivery.attempts, delivery.last_error) == (1, "HTTP 500")
+    assert (delivery.attempts, delivery.last_error) == (1, "HTTP 500 (error inside the receiver)")
     assert delivery.next_attempt_at >= before + dt.timedelta(seconds=30)
     assert delivery_send(delivery.pk) is None  # not due yet: nothing sent
     assert len(receiver.received) == 1
@@ -194,7 +194,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
     assert (delivery.state, delivery.attempts, delivery.last_error) == (
         "failed",
         3,
-        "HTTP 500",
+        "HTTP 500 (error inside the receiver)",
     )
     assert len(receiver.received) == 3
 

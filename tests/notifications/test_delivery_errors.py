@@ -56,12 +56,12 @@ def test_an_error_answer_shows_as_its_status_and_its_body_only_in_the_server_log
         "state": "pending",
         "error": "http",
         "error_status": 500,
-        "last_error": "HTTP 500",
+        "last_error": "HTTP 500 (error inside the receiver)",
     }
     client = Client()
     client.force_login(alice)
     page = client.get("/settings/notifications/").content.decode()
-    assert "<td>HTTP 500</td>" in page
+    assert "<td>HTTP 500 (error inside the receiver)</td>" in page
     assert "redis" not in page and "10.0.0.7" not in page
     assert LEAK not in str(api_as(alice).get("/api/v1/notification-deliveries/").json())
     # The operators keep the whole story.
