@@ -19,6 +19,7 @@ dispatcher import; this module only exposes them.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 
 from django.core.cache import cache
@@ -26,10 +27,11 @@ from django.db import connection
 from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client import generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
+from dashboards.estimates import start_errors
 from dashboards.live import NO_MODEL, LiveState
 from dashboards.models import JobUtilization, MetricsSource, SnapshotRun
 from portal.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
@@ -143,6 +145,41 @@ class PortalCollector(Collector):
         yield GaugeMetricFamily(
             "gpupool_snapshot_age_seconds", "Seconds since the last pool snapshot.", value=age
         )
+        yield from estimate_error_metrics()
+
+
+ESTIMATE_ERROR_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
+"""Seconds: 1 min, 5 min, 15 min, 30 min, 1 h, 3 h, 6 h, 1 day."""
+ESTIMATE_ERRORS_CACHE_KEY = "dashboards:estimate-errors"
+ESTIMATE_ERRORS_SECONDS = 60
+ESTIMATE_ERRORS_DAYS = 7
+
+
+def estimate_error_metrics() -> Iterator[Metric]:
+    """The first start estimate's absolute error over the starts of the last 7 days, as a
+    histogram, and the share of them inside the range shown (read from the estimate records,
+    cached for a minute: the same figures whichever process answers)."""
+    cached = cache.get(ESTIMATE_ERRORS_CACHE_KEY)
+    if cached is None:
+        errors = start_errors(since=timezone.now() - dt.timedelta(days=ESTIMATE_ERRORS_DAYS))
+        cached = ([e for e, *_ in errors], [i for _, _, i, _ in errors if i is not None])
+        cache.set(ESTIMATE_ERRORS_CACHE_KEY, cached, ESTIMATE_ERRORS_SECONDS)
+    errs, inside = cached
+    buckets = [(str(b), sum(1 for e in errs if e <= b)) for b in ESTIMATE_ERROR_BUCKETS] + [
+        ("+Inf", len(errs))
+    ]
+    yield HistogramMetricFamily(
+        "gpupool_start_estimate_error_seconds",
+        "Absolute error of each job's first start estimate against its actual start (jobs "
+        f"started in the last {ESTIMATE_ERRORS_DAYS} days).",
+        buckets=buckets,
+        sum_value=sum(errs),
+    )
+    yield GaugeMetricFamily(
+        "gpupool_start_estimate_inside_range_ratio",
+        "Share of those starts inside the first estimate's likely range (NaN: none yet).",
+        value=sum(inside) / len(inside) if inside else float("nan"),
+    )
 
 
 def metrics_exposition() -> bytes:

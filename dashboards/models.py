@@ -339,3 +339,38 @@ class JobUtilization(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id}: {self.gpu_util_avg}% ({'idle' if self.idle else 'busy'})"
+
+
+class StartEstimateRecord(models.Model):
+    """The start estimate a queued job was given and how it came out: how the portal proves
+    its estimates.
+
+    One row per job, written by the estimate refresh (``portal.hooks.estimates_refreshed``),
+    never by the submit: the ``first_*`` fields are the first estimate it got after its
+    submit (what the user planned with), the others its likely range now (what the pages show
+    beside the point estimate on the job row), and ``started_at`` its actual first admission,
+    set once it left the queue. Calibration compares the first with the actual start.
+    """
+
+    job = models.OneToOneField(
+        "portal.Job", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    first_at = models.DateTimeField(help_text="First estimate: the most likely start")
+    first_earliest = models.DateTimeField(null=True)
+    first_latest = models.DateTimeField(null=True)
+    first_runs = models.PositiveIntegerField(default=0)
+    first_made_at = models.DateTimeField(help_text="When the first estimate was made")
+    earliest = models.DateTimeField(null=True, help_text="Likely range now: soonest")
+    latest = models.DateTimeField(null=True, help_text="Likely range now: latest")
+    runs = models.PositiveIntegerField(default=0, help_text="Comparable finished runs")
+    unknown = models.BooleanField(
+        default=False, help_text="It waits on a running job that outlived what was learned"
+    )
+    updated_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, help_text="Actual first admission")
+
+    class Meta:
+        indexes = [models.Index(fields=["started_at"], name="startestimate_by_start")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: first estimate {self.first_at:%Y-%m-%d %H:%M}"

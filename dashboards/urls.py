@@ -5,6 +5,7 @@ from dashboards import views
 urlpatterns = [
     path("pool/", views.pool_overview_page, name="pool"),
     path("pool/clusters/", views.cluster_page, name="pool-clusters"),
+    path("pool/estimates/", views.estimate_calibration_page, name="estimate-calibration"),
     path("fair-share/", views.fair_share_page, name="fair-share"),
     path("usage/", views.usage_page, name="usage"),
     path("usage/export.csv", views.usage_csv, name="usage-csv"),

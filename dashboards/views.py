@@ -15,11 +15,19 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseForbidden,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from dashboards import charts
+from dashboards.estimates import estimate_calibration
 from dashboards.live import LiveState, ModelInfo
 from dashboards.metrics import metrics_exposition
 from dashboards.selectors.cluster import cluster_heatmap, idle_allocations
@@ -34,8 +42,10 @@ from dashboards.selectors.usage import (
     usage_totals,
 )
 from portal.access import teams_visible_to
+from portal.jobs.blocker import CONFIDENCE
 from portal.models import Team
 from portal.proxies import client_address
+from scheduling.engine.reasons import fmt_wait
 from scheduling.services import cohort_quotas
 
 
@@ -74,6 +84,39 @@ def pool_overview_page(request: HttpRequest) -> HttpResponse:
         "chart": "dashboards/_pool_chart.html",
     }.get(fragment, "dashboards/pool.html")
     return render(request, template, context)
+
+
+@login_required
+@require_GET
+def estimate_calibration_page(request: HttpRequest) -> HttpResponse:
+    """Platform admins: how the start estimates came out. Each job's first estimate after
+    its submit against its actual start, by how long it waited: the median and P90 error and
+    the share of starts inside the range shown."""
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only platform admins see the estimates' calibration.")
+    days = 30
+    rows = estimate_calibration(now=timezone.now(), days=days)
+
+    def words(seconds: float | None) -> str:
+        return "—" if seconds is None else fmt_wait(dt.timedelta(seconds=round(seconds)))
+
+    context = {
+        "rows": [
+            {
+                "bucket": r.bucket,
+                "starts": r.starts,
+                "median": words(r.median_error_seconds),
+                "p90": words(r.p90_error_seconds),
+                "inside": "—" if r.inside is None else f"{r.inside:.0%}",
+                "early": r.early,
+            }
+            for r in rows
+        ],
+        "any": rows[-1].starts > 0,
+        "days": days,
+        "confidence": round(CONFIDENCE * 100),
+    }
+    return render(request, "dashboards/estimates.html", context)
 
 
 @login_required

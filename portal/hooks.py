@@ -46,6 +46,9 @@ hook (arguments)       fired by, when                  listeners (connected in)
 ``cluster_findings``   ``clusters.checkup``: the       ``notifications.events.cluster_
 ``(id, keys)``         cluster doctor found problems   findings``: tell the platform admins
                        that were not there before      (``notifications/apps.py``)
+``estimates_``         ``scheduling.estimates.``       ``dashboards.estimates.estimates_record``:
+``refreshed``          ``estimates_refresh``: queued   each job's range, and its first estimate
+``(changed, now)``     jobs whose estimate changed     kept for calibration (``dashboards/apps.py``)
 =====================  ==============================  ============================================
 
 One hand-off is a question rather than news: a :class:`Question` is answered at once (not on
@@ -57,6 +60,9 @@ question (arguments)   asked by, when                  answered by (connected in
 ``start_estimate``     ``portal.jobs.blocker``: a      ``dashboards.estimates.job_start_estimate``
 ``(job, now)``         queued job's page, list or API  from the wait history
                        row                             (``dashboards/apps.py``)
+``estimate_ranges``    ``portal.jobs.blocker`` and     ``dashboards.estimates.estimate_ranges``:
+``(job_pks)``          the queue (page, API): the      the records of ``estimates_record``
+                       likely range of a start         (``dashboards/apps.py``)
 ``dcgm_presence``      ``clusters.checkup``: the       ``dashboards.dcgm.dcgm_presence``: which
 ``(cluster)``          cluster doctor, where a         nodes have DCGM series in the cluster's
                        Prometheus URL is set           Prometheus (``dashboards/apps.py``)
@@ -85,6 +91,8 @@ __all__ = [
     "cluster_findings",
     "cluster_unreachable",
     "dcgm_presence",
+    "estimate_ranges",
+    "estimates_refreshed",
     "job_cancelling",
     "jobs_changed",
     "notifications_created",
@@ -139,6 +147,8 @@ notifications_created: Hook[[list[int]]] = Hook("notifications_created")
 cluster_unreachable: Hook[[int]] = Hook("cluster_unreachable")
 quota_changed: Hook[[list[int]]] = Hook("quota_changed")
 cluster_findings: Hook[[int, list[str]]] = Hook("cluster_findings")
+estimates_refreshed: Hook[[dict[int, Any], dt.datetime]] = Hook("estimates_refreshed")
+"""job pk -> ``scheduling.estimates.Estimate`` of the queued jobs whose estimate changed."""
 
 
 class Question(Generic[P, R]):
@@ -165,6 +175,8 @@ class Question(Generic[P, R]):
 
 start_estimate: Question[[Any, dt.datetime], Any] = Question("start_estimate")
 dcgm_presence: Question[[Any], Any] = Question("dcgm_presence")
+estimate_ranges: Question[[list[int]], Any] = Question("estimate_ranges")
+"""job pks -> {pk: ``portal.jobs.blocker.StartRange``} of those with a recorded range."""
 quota_refusals: Question[[Any], Any] = Question("quota_refusals")
 """(spec, team) pairs → {index: SpecError} for the jobs their team's quota can never admit
 (``scheduling.quota_check``); asked by the submit before anything is stored."""

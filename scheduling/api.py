@@ -7,6 +7,7 @@ from typing import Any
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
@@ -14,11 +15,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal import hooks
 from portal.access import job_get_for_user, jobs_visible_to, team_for_submit, teams_visible_to
 from portal.api.query import FlagField, WholeNumberField, query_params
 from portal.api.schema import error
-from portal.api.serializers import BlockerSerializer, JobInputSerializer
-from portal.jobs.blocker import blocker_of
+from portal.api.serializers import BlockerSerializer, JobInputSerializer, StartEstimateSerializer
+from portal.jobs.blocker import SimulatedStart, blocker_of, estimate_dict
 from portal.jobs.resubmit import resolve_from_job
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import parse_job_spec
@@ -84,6 +86,9 @@ class QueueEntrySerializer(serializers.Serializer):
         help_text="How many of the jobs ahead in line belong to teams you cannot see (null "
         "while the job is not ranked)"
     )
+    start_estimate = serializers.SerializerMethodField(
+        help_text="The stored start estimate with its likely range (null: not estimated yet)"
+    )
 
     @extend_schema_field(BlockerSerializer)
     def get_blocker(self, job: Job) -> dict[str, Any] | None:
@@ -94,6 +99,21 @@ class QueueEntrySerializer(serializers.Serializer):
     def get_others_ahead(self, job: Job) -> int | None:
         position = job.queue_position
         return None if position is None else self.context["ahead"].get(position, 0)
+
+    @extend_schema_field(StartEstimateSerializer(allow_null=True))
+    def get_start_estimate(self, job: Job) -> dict[str, Any] | None:
+        if job.estimate_updated_at is None:
+            return None
+        now = self.context["now"]
+        estimate = SimulatedStart(
+            at=job.estimated_start_at,
+            basis=job.estimate_note,
+            model=job.estimate_model,
+            cluster=job.estimate_cluster,
+            range=self.context["ranges"].get(job.pk),
+            now=now,
+        )
+        return estimate_dict(estimate, now)
 
 
 class QueueQuery(serializers.Serializer):
@@ -127,7 +147,9 @@ class QueueView(APIView):
                     )
                 ),
             )
-        return Response(QueueEntrySerializer(pending, many=True, context={"ahead": ahead}).data)
+        ranges = (hooks.estimate_ranges.ask([j.pk for j in pending]) or {}) if pending else {}
+        context = {"ahead": ahead, "ranges": ranges, "now": timezone.now()}
+        return Response(QueueEntrySerializer(pending, many=True, context=context).data)
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -595,6 +617,36 @@ class EstimateSerializer(serializers.Serializer):
     cluster = serializers.CharField(help_text="Cluster it would get ('' without one)")
     why = serializers.CharField(
         help_text="What the estimate rests on and why it may move, or why there is none"
+    )
+    earliest = serializers.DateTimeField(
+        allow_null=True,
+        required=False,
+        help_text="Likely range: the soonest it starts (never in the past; null: no range)",
+    )
+    latest = serializers.DateTimeField(
+        allow_null=True, required=False, help_text="Likely range: the latest it starts"
+    )
+    confidence = serializers.FloatField(
+        allow_null=True,
+        required=False,
+        help_text="Share of starts the range is meant to hold (0.8), measured on "
+        "/pool/estimates/",
+    )
+    comparable_runs = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="Finished runs the runtimes it waits on were learned from (0: none yet, a "
+        "wide range)",
+    )
+    unknown = serializers.BooleanField(
+        required=False,
+        help_text="True when it waits on a running job that has run longer than what was "
+        "learned (or it is past the latest): when it starts is not known",
+    )
+    summary = serializers.CharField(
+        required=False,
+        help_text='In words: "between 17:40 and 19:10 UTC, most likely 18:05 UTC (…); 12 '
+        'comparable runs", or "unknown: …"',
     )
 
 

@@ -15,13 +15,15 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery import current_app
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
+from portal import hooks
+from portal.jobs.blocker import CONFIDENCE, StartRange, range_words
 from portal.jobs.rowlock import jobs_update_rows
 from portal.models import HOLDING_STATES, Job, JobState, Team
 from scheduling import engine
@@ -35,6 +37,8 @@ from scheduling.engine.forecast import (
     alternatives,
     forecast,
     name_pattern,
+    running_expected,
+    shape_of,
 )
 from scheduling.engine.reasons import fmt_wait
 from scheduling.models import GpuModel
@@ -44,9 +48,6 @@ log = logging.getLogger(__name__)
 
 FINISHED_RUNS = 5_000
 """At most this many recent finished runs teach the durations (the newest)."""
-
-OVERRUN_SHARE = 0.1
-"""A running job already past its expected runtime is assumed to end within this share of it."""
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,26 @@ def _finished_runs(now: dt.datetime) -> list[Finished]:
             started_at__isnull=False,
         )
         .order_by("-finished_at")
-        .values_list("team__slug", "kind", "name", "image", "started_at", "finished_at")[
-            :FINISHED_RUNS
-        ]
+        .values_list(
+            "team__slug",
+            "kind",
+            "name",
+            "image",
+            "replicas",
+            "gpus_per_replica",
+            "started_at",
+            "finished_at",
+        )[:FINISHED_RUNS]
     )
     return [
-        Finished(team=team, kind=kind, pattern=name_pattern(name, image), runtime=end - start)
-        for team, kind, name, image, start, end in rows
+        Finished(
+            team=team,
+            kind=kind,
+            pattern=name_pattern(name, image),
+            runtime=end - start,
+            shape=shape_of(replicas, gpus),
+        )
+        for team, kind, name, image, replicas, gpus, start, end in rows
         if end >= start
     ]
 
@@ -85,25 +99,22 @@ def duration_model(*, now: dt.datetime) -> DurationModel:
 
 
 def duration_of(model: DurationModel, *, team: str, kind: str, name: str, image: str,
-                max_runtime_seconds: int) -> Duration:  # fmt: skip
+                max_runtime_seconds: int, replicas: int = 1,
+                gpus_per_replica: int = 1) -> Duration:  # fmt: skip
     return model.expected(
         team=team,
         kind=kind,
         pattern=name_pattern(name, image),
         max_runtime=dt.timedelta(seconds=max_runtime_seconds),
+        shape=shape_of(replicas, gpus_per_replica),
     )
 
 
 def _running_end(start: dt.datetime, d: Duration, max_runtime: int, now: dt.datetime) -> Expected:
-    """When a running job ends: its start plus its expected runtime; one already past that
-    is assumed to end soon (within a tenth of it), never after its max runtime."""
-    end = start + d.expected
-    if end > now:
-        return Expected(end=end, basis=d.basis)
-    soon = now + max(dt.timedelta(minutes=1), d.expected * OVERRUN_SHARE)
-    return Expected(
-        end=min(soon, max(now, start + dt.timedelta(seconds=max_runtime))),
-        basis=f"{d.basis}, which it has already run past (assumed to end soon)",
+    """When a running job ends, likely between when (``engine.forecast.running_expected``):
+    one past what was learned has an unknown end up to its max runtime, not "soon"."""
+    return running_expected(
+        started=start, duration=d, max_runtime=dt.timedelta(seconds=max_runtime), now=now
     )
 
 
@@ -124,10 +135,20 @@ def inputs_for(snapshot: engine.Snapshot) -> Inputs:
         "max_runtime_seconds",
         "started_at",
         "admitted_at",
+        "replicas",
+        "gpus_per_replica",
     )
-    for public_id, state, team, kind, name, image, max_runtime, started, admitted in rows:
+    for row in rows:
+        public_id, state, team, kind, name, image, max_runtime, started, admitted, r, g = row
         d = duration_of(
-            model, team=team, kind=kind, name=name, image=image, max_runtime_seconds=max_runtime
+            model,
+            team=team,
+            kind=kind,
+            name=name,
+            image=image,
+            max_runtime_seconds=max_runtime,
+            replicas=r,
+            gpus_per_replica=g,
         )
         if state == JobState.QUEUED:
             durations[str(public_id)] = d
@@ -175,30 +196,40 @@ def estimates_refresh(
     )
     by_pk = {job_pk[j]: f for j, f in result.jobs.items() if j in job_pk}
     changed: dict[int, Estimate] = {}
+    ranged: dict[int, Estimate] = {}
     for pk, *old in Job.objects.filter(state=JobState.QUEUED).values_list(
         "pk", "estimated_start_at", "estimate_model", "estimate_cluster", "estimate_note"
     ):
         f = by_pk.get(pk)
         new = (
-            Estimate(f.start, f.model, f.cluster, f.why)
+            Estimate(f.start, f.model, f.cluster, f.why, f.earliest, f.latest, f.runs, f.unknown)
             if f is not None
             else Estimate(None, "", "", _beyond_lookback())
         )
-        if new != Estimate(*old):
+        if new[:4] != tuple(old):
             changed[pk] = new
+        ranged[pk] = new
     stored = estimates_store(changed, now=now)
+    # The ranges and each job's first estimate are kept by the dashboards wing (calibration):
+    # every queued job's, as a range moves without the point or note moving. One statement
+    # there, in this task, nothing on the submit or the cycle.
+    hooks.estimates_refreshed.fire_on_commit(ranged, now)
     log.info("estimates: %d changed, %d simulation steps", stored, result.steps)
     return stored
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """What a queued job's row says of its start (``Job.estimated_start_at`` and the rest)."""
+class Estimate(NamedTuple):
+    """What a queued job's row says of its start (``Job.estimated_start_at`` and the rest),
+    and the likely range kept beside it (``dashboards.models.StartEstimateRecord``)."""
 
     start: dt.datetime | None
     model: str
     cluster: str
     note: str
+    earliest: dt.datetime | None = None
+    latest: dt.datetime | None = None
+    runs: int = 0
+    unknown: bool = False
 
 
 def estimates_store(estimates: Mapping[int, Estimate], *, now: dt.datetime) -> int:
@@ -266,9 +297,20 @@ def in_words(start: dt.datetime | None, now: dt.datetime) -> str:
     return f"in ~{fmt_wait(start - now + dt.timedelta(seconds=59))}"
 
 
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat().replace("+00:00", "Z") if t else None
+
+
 def forecast_dict(f: JobForecast, now: dt.datetime, labels: Mapping[str, str]) -> dict[str, Any]:
+    r = StartRange(f.earliest, f.latest, f.runs, f.unknown) if f.start else None
     return {
-        "start_at": f.start.isoformat().replace("+00:00", "Z") if f.start else None,
+        "start_at": _iso(f.start),
+        "earliest": _iso(max(f.earliest, now)) if f.start and f.earliest else None,
+        "latest": _iso(f.latest) if f.start else None,
+        "confidence": CONFIDENCE if f.start and f.latest else None,
+        "comparable_runs": f.runs if f.start else None,
+        "unknown": bool(f.start) and f.unknown,
+        "summary": range_words(f.start, r, now),
         "starts": in_words(f.start, now),
         "model": f.model,
         "model_name": labels.get(f.model, f.model),
@@ -382,5 +424,7 @@ def spec_estimate(
         name=spec.name,
         image=spec.image,
         max_runtime_seconds=spec.max_runtime_seconds,
+        replicas=spec.replicas,
+        gpus_per_replica=spec.gpus_per_replica,
     )
     return {"why": "", **_answer(snapshot, config, job, duration, inputs)}

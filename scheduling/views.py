@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from portal import hooks
 from portal.access import (
     SUBMIT_ROLES,
     job_get_for_user,
@@ -23,7 +24,7 @@ from portal.access import (
     teams_visible_to,
 )
 from portal.errors import ApplicationError, NotFound
-from portal.jobs.blocker import Blocker, blocker_of
+from portal.jobs.blocker import Blocker, SimulatedStart, StartRange, blocker_of
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import SpecError, parse_job_spec
 from portal.models import Job, JobState, Team
@@ -100,6 +101,8 @@ class QueueRow:
     hidden_ahead: int | None
     """Jobs of other teams ahead of it, for a viewer who cannot see them (None: all visible)."""
     blocker: Blocker | None
+    estimate: SimulatedStart | None = None
+    """Its stored estimate with its likely range (None: not estimated by the simulation)."""
 
 
 def _sort_links(request: HttpRequest, sort: str) -> dict[str, dict[str, str]]:
@@ -145,6 +148,22 @@ def _page_links(request: HttpRequest, page: Page[Job]) -> dict[str, str]:
     return links
 
 
+def _stored_estimate(
+    job: Job, ranges: dict[int, StartRange], now: dt.datetime
+) -> SimulatedStart | None:
+    """A queued job's stored estimate with its recorded range, as the queue shows it."""
+    if job.estimate_updated_at is None or job.estimated_start_at is None:
+        return None
+    return SimulatedStart(
+        at=job.estimated_start_at,
+        basis=job.estimate_note,
+        model=job.estimate_model,
+        cluster=job.estimate_cluster,
+        range=ranges.get(job.pk),
+        now=now,
+    )
+
+
 @login_required
 def queue_page(request: HttpRequest) -> HttpResponse:
     """What waits, why, in which order, and for how long; the live part (``#queue-live``)
@@ -181,6 +200,7 @@ def queue_page(request: HttpRequest) -> HttpResponse:
             )
         )
         ahead = hidden_ahead([j.queue_position for j in shown], positions)
+    ranges = (hooks.estimate_ranges.ask([j.pk for j in shown]) or {}) if shown else {}
     rows = [
         QueueRow(
             job=j,
@@ -188,6 +208,7 @@ def queue_page(request: HttpRequest) -> HttpResponse:
             waited=fmt_wait(max(dt.timedelta(0), now - j.state_changed_at)),
             hidden_ahead=None if staff or j.queue_position is None else ahead.get(j.queue_position),
             blocker=blocker_of(j),
+            estimate=_stored_estimate(j, ranges, now),
         )
         for j in shown
     ]

@@ -527,8 +527,8 @@ def estimate(
     if best:
         pairs(
             [
-                ("starts", best.get("starts") or when(best.get("start_at"))),
-                ("at", when(best.get("start_at"))),
+                ("starts", best.get("summary") or best.get("starts") or when(best.get("start_at"))),
+                ("most likely", when(best.get("start_at"))),
                 ("model", best.get("model_name") or best.get("model")),
                 ("cluster", best.get("cluster")),
                 ("why", best.get("why")),
@@ -799,7 +799,10 @@ def show(job_id: str, as_json: bool) -> None:
         items.append(("blocked by", blocker["message"]))
     if isinstance(estimate, dict) and estimate.get("source"):
         at = when(estimate.get("at")) if estimate.get("at") else "no estimate"
-        items.append(("start estimate", f"{at} ({estimate.get('basis') or estimate['source']})"))
+        items.append(("start estimate", estimate.get("summary") or at))
+        if estimate.get("model"):
+            items.append(("would start on", f"{estimate['model']} in {estimate.get('cluster')}"))
+        items.append(("estimate basis", estimate.get("basis") or estimate["source"]))
     if job.get("preemption_count"):
         items.append(("preempted", job["preemption_count"]))
     if job.get("cancel_reason"):
@@ -1058,11 +1061,31 @@ def queue(
                 else [("WAITING", lambda e: age(e.get("queued_at") or e.get("submitted_at")))]
             ),
             *([("CODE", lambda e: e.get("pending_reason_code"))] if wide else []),
+            ("STARTS", lambda e: _starts(e.get("start_estimate"), wide)),
             ("REASON", lambda e: e.get("pending_reason") or e.get("pending_reason_code")),
         ]
         return table_lines(shown, columns, **_fit(wide))
 
     watch_or_print(render, watch, interval)
+
+
+def _starts(estimate: Any, wide: bool) -> str:
+    """A queued job's start in a table cell: ``17:40-19:10 ~18:05`` (UTC), ``now``,
+    ``unknown``, ``-`` without one; --wide: the portal's whole sentence."""
+    if not isinstance(estimate, dict) or not estimate.get("at"):
+        return "-"
+    if wide and estimate.get("summary"):
+        return str(estimate["summary"])
+    if estimate.get("unknown"):
+        return "unknown"
+    likely, early, late = (
+        when(estimate.get(k))[11:16] for k in ("most_likely", "earliest", "latest")
+    )
+    if not estimate.get("latest"):
+        return f"~{likely}"
+    if early == late:
+        return "now" if estimate.get("summary", "").startswith("now") else f"~{likely}"
+    return f"{early}-{late} ~{likely}"
 
 
 @cli.command()

@@ -244,6 +244,39 @@ class StartEstimateSerializer(serializers.Serializer):
     cluster = serializers.CharField(
         help_text="Cluster it would get then (simulation only; '' otherwise)"
     )
+    most_likely = serializers.DateTimeField(
+        allow_null=True, required=False, help_text="The most likely start, never in the past"
+    )
+    earliest = serializers.DateTimeField(
+        allow_null=True,
+        required=False,
+        help_text="Likely range: the soonest it starts (never in the past; null: no range)",
+    )
+    latest = serializers.DateTimeField(
+        allow_null=True, required=False, help_text="Likely range: the latest it starts"
+    )
+    confidence = serializers.FloatField(
+        allow_null=True,
+        required=False,
+        help_text="Share of starts the range is meant to hold (0.8), measured on "
+        "/pool/estimates/",
+    )
+    comparable_runs = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="Finished runs the runtimes it waits on were learned from (0: none yet, a "
+        "wide range)",
+    )
+    unknown = serializers.BooleanField(
+        required=False,
+        help_text="True when it waits on a running job that has run longer than what was "
+        "learned (or it is past the latest): when it starts is not known",
+    )
+    summary = serializers.CharField(
+        required=False,
+        help_text='In words: "between 17:40 and 19:10 UTC, most likely 18:05 UTC (…); 12 '
+        'comparable runs", or "unknown: …"',
+    )
 
 
 class EndpointSerializer(serializers.Serializer):

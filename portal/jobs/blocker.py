@@ -151,6 +151,24 @@ def notes_of(job: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class StartRange:
+    """The likely range of a queued job's start (``dashboards.models.StartEstimateRecord``,
+    written by the estimate refresh): between ``earliest`` and ``latest``, learned from
+    ``runs`` comparable finished runs; ``unknown`` when it waits on a running job that has
+    outlived what was learned."""
+
+    earliest: dt.datetime | None
+    latest: dt.datetime | None
+    runs: int
+    unknown: bool
+
+
+CONFIDENCE = 0.8
+"""The share of starts the shown range is meant to hold (``bench/estimate_bench.py`` measures
+it on the production trace; ``/pool/estimates/`` on this pool's own starts)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SimulatedStart:
     """The start estimate the cycle's queue simulation stored on the job
     (``scheduling.estimates``): when, on which model and cluster, and why it may move."""
@@ -160,33 +178,112 @@ class SimulatedStart:
     model: str = ""
     cluster: str = ""
     source: str = "simulation"
+    range: StartRange | None = None
+    now: dt.datetime | None = None
+
+    @property
+    def summary(self) -> str:
+        return range_words(self.at, self.range, self.now or dt.datetime.now(dt.UTC))
+
+    @property
+    def unknown(self) -> bool:
+        return range_unknown(self.at, self.range, self.now or dt.datetime.now(dt.UTC))
+
+
+def _hm(t: dt.datetime, now: dt.datetime) -> str:
+    """``17:40 UTC`` today, ``Tue 17:40 UTC`` within a week, else the date."""
+    t = t.astimezone(dt.UTC)
+    if t.date() == now.astimezone(dt.UTC).date():
+        return f"{t:%H:%M} UTC"
+    if t - now < dt.timedelta(days=6):
+        return f"{t:%a %H:%M} UTC"
+    return f"{t:%Y-%m-%d %H:%M} UTC"
+
+
+def range_unknown(at: dt.datetime | None, r: StartRange | None, now: dt.datetime) -> bool:
+    """Whether the start is unknown: it waits on a running job that has outlived what was
+    learned, or it is still queued after the latest the range allowed."""
+    if r is None or at is None:
+        return False
+    return r.unknown or (r.latest is not None and r.latest < now)
+
+
+def range_words(at: dt.datetime | None, r: StartRange | None, now: dt.datetime) -> str:
+    """ "between 17:40 and 19:10 UTC, most likely 18:05 UTC; 12 comparable runs", never a time
+    in the past (what has passed is "now"), or "unknown …" and why; empty without an
+    estimate."""
+    if at is None:
+        return ""
+    likely = max(at, now)
+    if r is None or r.earliest is None or r.latest is None:
+        return "now" if likely <= now else f"most likely {_hm(likely, now)}"
+    runs = (
+        f"{r.runs} comparable run{'s' if r.runs != 1 else ''}"
+        if r.runs
+        else "no comparable runs yet, so a wide range"
+    )
+    if r.unknown:
+        return (
+            f"unknown: it waits on a running job that has run longer than its comparable runs; "
+            f"at the latest by {_hm(r.latest, now)} (its max runtime)"
+        )
+    if r.latest < now:
+        return "unknown: it is still waiting past the latest time estimated"
+    earliest = max(r.earliest, now)
+    if r.latest <= now + dt.timedelta(minutes=1):
+        return f"now; {runs}"
+    first = "now" if earliest <= now else _hm(earliest, now)
+    return (
+        f"between {first} and {_hm(r.latest, now)}, most likely "
+        f"{'now' if likely <= now else _hm(likely, now)} "
+        f"({round(CONFIDENCE * 100)} % of starts fall in such a range); {runs}"
+    )
 
 
 def start_estimate(job: Any, now: dt.datetime) -> Any:
     """A queued job's start estimate (None for any other state): the queue simulation's once
-    it has run for the job, before that the registered quick estimator's ``StartEstimate``."""
+    it has run for the job, with its likely range, before that the registered quick
+    estimator's ``StartEstimate``."""
     if job.state != "QUEUED":
         return None
     if job.estimate_updated_at is not None:
+        # The range lives with the estimate records (``dashboards``), which the portal may
+        # not import: it answers ``portal.hooks.estimate_ranges``.
+        ranges = hooks.estimate_ranges.ask([job.pk]) or {}
         return SimulatedStart(
             at=job.estimated_start_at,
             basis=job.estimate_note,
             model=job.estimate_model,
             cluster=job.estimate_cluster,
+            range=ranges.get(job.pk),
+            now=now,
         )
     # The quick estimate lives with the wait history (``dashboards.estimates``), which the
     # portal may not import: it answers ``portal.hooks.start_estimate``.
     return hooks.start_estimate.ask(job, now)
 
 
-def estimate_dict(estimate: Any) -> dict[str, Any] | None:
+def estimate_dict(estimate: Any, now: dt.datetime | None = None) -> dict[str, Any] | None:
     """A start estimate as the API's ``start_estimate`` object."""
     if estimate is None:
         return None
+    r = getattr(estimate, "range", None)
+    now = now or dt.datetime.now(dt.UTC)
+
+    def iso(t: dt.datetime | None) -> str | None:
+        return t.isoformat().replace("+00:00", "Z") if t else None
+
     return {
-        "at": estimate.at.isoformat().replace("+00:00", "Z") if estimate.at else None,
+        "at": iso(estimate.at),
         "source": estimate.source,
         "basis": estimate.basis,
         "model": getattr(estimate, "model", ""),
         "cluster": getattr(estimate, "cluster", ""),
+        "earliest": iso(max(r.earliest, now)) if r and r.earliest else None,
+        "latest": iso(r.latest) if r else None,
+        "most_likely": iso(max(estimate.at, now)) if estimate.at else None,
+        "confidence": CONFIDENCE if r and r.latest else None,
+        "comparable_runs": r.runs if r else None,
+        "unknown": range_unknown(estimate.at, r, now),
+        "summary": range_words(estimate.at, r, now),
     }

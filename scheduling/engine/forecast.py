@@ -502,6 +502,56 @@ class Expected:
     """It has run past what was learned: nobody knows when it ends (up to its max runtime)."""
 
 
+OUTLIVED_SHARE = 0.5
+"""A running job past the long end of what was learned is, most likely, still running after
+half as long again as it has run (long jobs tend to run longer): its point estimate, within a
+range that reaches its max runtime."""
+
+
+def running_expected(
+    *, started: datetime, duration: Duration, max_runtime: timedelta, now: datetime
+) -> Expected:
+    """When a job running since ``started`` ends, from its learned ``duration``.
+
+    - Not yet at its expected runtime: at it, likely within the learned range.
+    - Past it, within the range: any time between now and the long end (most likely within
+      the first third of that), not "soon".
+    - Past the long end of the range (and short of its max runtime): it has outlived what was
+      learned; when it ends is unknown up to its max runtime (``outlived``).
+    """
+    cap = started + max_runtime
+    end = started + duration.expected
+    late = min(cap, started + (duration.high or duration.expected))
+    if late <= now < cap:
+        point = min(cap, now + max(timedelta(minutes=1), (now - started) * OUTLIVED_SHARE))
+        return Expected(
+            end=point,
+            earliest=now,
+            latest=cap,
+            runs=duration.runs,
+            outlived=True,
+            basis=f"{duration.basis}, which it has outlived: it may end any time up to its max "
+            f"runtime ({cap:%Y-%m-%d %H:%M} UTC)",
+        )
+    if end <= now:
+        point = min(late, now + max(timedelta(minutes=1), (late - now) / 3))
+        return Expected(
+            end=max(now, point),
+            earliest=now,
+            latest=max(now, late),
+            runs=duration.runs,
+            basis=f"{duration.basis}, which it has run past: likely by {late:%Y-%m-%d %H:%M} UTC",
+        )
+    early = started + (duration.low or duration.expected)
+    return Expected(
+        end=end,
+        earliest=max(now, min(early, end)),
+        latest=max(end, late),
+        runs=duration.runs,
+        basis=duration.basis,
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PreemptionRules:
     """The pool's preemption rules as the simulation applies them to the jobs it starts and

@@ -10,8 +10,10 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from dashboards.models import StartEstimateRecord
 from portal.jobs.services import job_submit
-from portal.models import Job, JobState
+from portal.jobs.state import job_transition
+from portal.models import HOLDING_STATES, Job, JobState
 from scheduling import estimates
 from scheduling.cycle import run_cycle
 from scheduling.tasks import estimates_refresh_now
@@ -21,6 +23,7 @@ from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
+HOLDING = tuple(HOLDING_STATES)
 A100 = {"gpu_models": ["a100-80gb"], "min_gpu_memory_gib": None}
 
 
@@ -167,12 +170,18 @@ def test_the_cycle_asks_for_a_refresh_which_stores_the_estimates(
     with django_capture_on_commit_callbacks(execute=True):
         first, _, third = full_a100s(bob, vision, quota)
     assert cache.get(estimates.REQUESTED_KEY)  # the cycle's step 6, on commit
-    assert estimates_refresh_now() == 1  # the one queued job
+    with django_capture_on_commit_callbacks(execute=True):  # the range goes to its record
+        assert estimates_refresh_now() == 1  # the one queued job
     third.refresh_from_db()
     first.refresh_from_db()
     max_runtime = dt.timedelta(seconds=first.max_runtime_seconds)  # no runs to learn from
-    assert third.estimated_start_at == first.admitted_at + max_runtime
-    assert third.estimate_model == "a100-80gb" and "max runtime" in third.estimate_note
+    # Nothing learned: not the max runtime as a point, but a wide range up to it, said so.
+    assert first.admitted_at < third.estimated_start_at < first.admitted_at + max_runtime
+    assert third.estimate_model == "a100-80gb" and "no finished runs" in third.estimate_note
+    record = StartEstimateRecord.objects.get(job=third)
+    assert record.first_at == third.estimated_start_at and record.runs == 0
+    assert record.latest == first.admitted_at + max_runtime
+    assert record.earliest is not None and record.earliest < record.first_at
     assert estimates_refresh_now() == 0  # unchanged: nothing written
     cache.add(estimates.RUNNING_KEY, 1)
     assert estimates_refresh_now() is None  # single flight
@@ -214,3 +223,52 @@ def test_the_pages_fragments_keep_to_the_team_and_name_what_to_fix(
     assert "gpus_per_replica" in bad.content.decode()
     other = client.get("/jobs/new/estimate/?team=language&replicas=1&gpus_per_replica=1")
     assert "No estimate yet" in other.content.decode()
+
+
+def test_a_queued_job_shows_a_range_and_its_first_estimate_is_compared_with_its_start(
+    api_as, client, bob, root, vision, quota, east, settings, django_capture_on_commit_callbacks
+):
+    """The refresh (not the submit) keeps each job's first estimate; once the job starts,
+    the platform admins' calibration page and ``/metrics`` compare it with the start."""
+    finished_runs(vision, bob, minutes=30, n=12)
+    first, _, third = full_a100s(bob, vision, quota)
+    assert not StartEstimateRecord.objects.exists()  # nothing written by the submit
+    with django_capture_on_commit_callbacks(execute=True):
+        estimates_refresh_now()
+    got = api_as(bob).get(f"/api/v1/jobs/{third.public_id}/").json()["start_estimate"]
+    earliest, likely, latest = (
+        dt.datetime.fromisoformat(got[k]) for k in ("earliest", "most_likely", "latest")
+    )
+    assert timezone.now() - dt.timedelta(seconds=5) <= earliest < likely < latest
+    assert got["comparable_runs"] == 12 and got["confidence"] == 0.8 and not got["unknown"]
+    assert got["summary"].startswith("between ") and "12 comparable runs" in got["summary"]
+    assert "most likely" in got["summary"]
+    # The queue, in the API and on the page, says the same.
+    row = next(e for e in api_as(bob).get("/api/v1/queue/").json() if e["name"] == "bert-2")
+    assert row["start_estimate"]["summary"] == got["summary"]
+    client.force_login(bob)
+    assert got["summary"] in client.get("/queue/").content.decode()
+    assert got["summary"] in client.get(f"/jobs/{third.public_id}/").content.decode()
+    # The job it waits for ends; the next cycle starts it; the next refresh marks its record.
+    assert job_transition(
+        job_id=first.pk, expected=HOLDING, to=JobState.FAILED, reason="test", message="ended"
+    )
+    assert run_cycle().admitted
+    with django_capture_on_commit_callbacks(execute=True):
+        estimates_refresh_now()
+    record = StartEstimateRecord.objects.get(job=third)
+    third.refresh_from_db()
+    assert record.started_at == third.admitted_at
+    assert record.first_at == likely
+    # Platform admins only.
+    assert client.get("/pool/estimates/").status_code == 403
+    client.force_login(root)
+    page = client.get("/pool/estimates/").content.decode()
+    assert 'data-bucket="every start"' in page and "<td>1</td>" in page
+    settings.GPUPOOL_METRICS_TOKEN = "t0ken"
+    cache.delete("dashboards:estimate-errors")
+    metrics = client.get(
+        "/metrics", REMOTE_ADDR="127.0.0.1", HTTP_AUTHORIZATION="Bearer t0ken"
+    ).content.decode()
+    assert 'gpupool_start_estimate_error_seconds_bucket{le="+Inf"} 1.0' in metrics
+    assert "gpupool_start_estimate_inside_range_ratio" in metrics
