@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from portal.notifications import notifications_mark_read, notifications_of, unread_count
 
 PAGE_SIZE = 50
+RECENT_SIZE = 10
 
 
 @login_required
@@ -17,6 +18,27 @@ def notification_bell(request: HttpRequest) -> HttpResponse:
     """The nav's bell with the unread count; pages load it after they render (htmx), so no
     page pays a query for it."""
     return render(request, "notifications/_bell.html", {"unread": unread_count(request.user)})
+
+
+@login_required
+def notification_recent(request: HttpRequest) -> HttpResponse:
+    """What the bell opens: the newest notifications, the unread ones marked new, and then
+    read (opening the bell is reading them). A page of its own without JavaScript (the bell
+    is a link to it); the bell's script shows the fragment in a panel under the bell."""
+    recent = list(notifications_of(request.user).order_by("-id")[:RECENT_SIZE])
+    new = [n.pk for n in recent if n.read_at is None]
+    context = {
+        "recent": recent,
+        "new": set(new),
+        # Unread beyond the ten shown stay unread: the full list has them.
+        "unread_left": unread_count(request.user) - len(new),
+    }
+    template = "notifications/_recent.html" if request.htmx else "notifications/recent.html"
+    response = render(request, template, context)
+    if new:
+        notifications_mark_read(user=request.user, ids=new)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

@@ -21,6 +21,11 @@ urlpatterns = [
     path("notifications/", notification_views.notification_list, name="notification-list"),
     path("notifications/bell/", notification_views.notification_bell, name="notification-bell"),
     path(
+        "notifications/recent/",
+        notification_views.notification_recent,
+        name="notification-recent",
+    ),
+    path(
         "notifications/read/",
         notification_views.notification_read_all,
         name="notification-read-all",

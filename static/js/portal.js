@@ -200,6 +200,81 @@
     });
   }
 
+  // The bell (<a data-bell href="/notifications/recent/">): without this script a link to
+  // the page of recent notifications; with it, a button that opens that list in a panel
+  // under the bell (the same fragment, fetched on each opening, which marks them read) and
+  // clears the count. Escape or a click elsewhere closes it and gives focus back.
+  function bellPanel() {
+    var panel = document.getElementById("bell-panel");
+    if (!panel) {
+      panel = document.createElement("div");
+      panel.id = "bell-panel";
+      panel.className = "bell-panel";
+      panel.setAttribute("role", "region");
+      panel.setAttribute("aria-label", "Recent notifications");
+      panel.hidden = true;
+      var header = document.querySelector("header.top");
+      (header || document.body).appendChild(panel);
+    }
+    return panel;
+  }
+  function bellClose(focusBell) {
+    var panel = document.getElementById("bell-panel");
+    var bell = document.querySelector("[data-bell]");
+    if (!panel || panel.hidden) return;
+    panel.hidden = true;
+    if (bell) {
+      bell.setAttribute("aria-expanded", "false");
+      if (focusBell) bell.focus();
+    }
+  }
+  function bellWire(bell) {
+    if (!bell) return;
+    bell.setAttribute("role", "button");
+    bell.setAttribute("aria-controls", "bell-panel");
+    var panel = document.getElementById("bell-panel");
+    bell.setAttribute("aria-expanded", panel && !panel.hidden ? "true" : "false");
+  }
+  document.addEventListener("click", function (event) {
+    var bell = event.target && event.target.closest && event.target.closest("[data-bell]");
+    var panel = document.getElementById("bell-panel");
+    if (!bell) {
+      if (panel && !panel.hidden && !panel.contains(event.target)) bellClose(false);
+      return;
+    }
+    if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
+    event.preventDefault();
+    panel = bellPanel();
+    if (!panel.hidden) { bellClose(false); return; }
+    fetch(bell.getAttribute("href"), {headers: {"HX-Request": "true"}, credentials: "same-origin"})
+      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.text(); })
+      .then(function (html) {
+        panel.innerHTML = html;
+        localTimes(panel);
+        panel.hidden = false;
+        var current = document.querySelector("[data-bell]");
+        if (current) {
+          current.setAttribute("aria-expanded", "true");
+          var count = current.querySelector(".bell-count");
+          if (count) count.remove();
+        }
+        var first = panel.querySelector("a");
+        if (first) first.focus();
+      })
+      .catch(function () { window.location.href = bell.getAttribute("href"); });
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape") bellClose(true);
+  });
+  // The count refreshes every minute; not while the panel is open (it was just cleared).
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    var panel = document.getElementById("bell-panel");
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-bell") && panel && !panel.hidden) {
+      event.preventDefault();
+    }
+  });
+
   function ready() {
     Array.prototype.forEach.call(document.querySelectorAll("[data-staged-grid] input"), markStaged);
     setUpMenu();
@@ -207,6 +282,7 @@
     focusableScrollers();
     showCopyButtons(document);
     localTimes(document);
+    bellWire(document.querySelector("[data-bell]"));
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
   else ready();
@@ -215,6 +291,7 @@
     focusableScrollers();
     showCopyButtons(document);
     localTimes(document);
+    bellWire(document.querySelector("[data-bell]"));
   });
   window.addEventListener("resize", focusableScrollers);
 })();

@@ -227,11 +227,11 @@ def test_a_cancel_reason_reaches_the_owner_through_the_bell(
         owner.wait_for_selector("#bell .bell-count")
         assert owner.inner_text("#bell .bell-count").startswith("1")
         assert owner.locator("td:has-text('hog') .badge-preempted").count() == 0
-        owner.click("#bell")
-        owner.wait_for_selector("#notification-list")
-        assert "hog was cancelled by alice" in owner.inner_text("#notification-list")
-        assert "please resubmit Monday" in owner.inner_text("#notification-list")
-        owner.click("#notification-list a")
+        owner.click("#bell")  # opens the recent notifications under the bell
+        owner.wait_for_selector("#bell-panel li")
+        assert "hog was cancelled by alice" in owner.inner_text("#bell-panel")
+        assert "please resubmit Monday" in owner.inner_text("#bell-panel")
+        owner.click("#bell-panel li a")
         owner.wait_for_selector("#cancel-reason")
         assert "Cancelled by alice" in owner.inner_text("#cancel-reason")
         assert "please resubmit Monday" in owner.inner_text("#cancel-reason")
