@@ -242,6 +242,14 @@ class QuotaChange(models.Model):
         "max_priority": ("highest priority", "none"),
         "min_runtime_minutes": ("minimum runtime before preemption (min)", "default"),
         "termination_grace_seconds": ("termination grace period (s)", "default"),
+        # The catalog, edited on /catalog/ (scheduling.admin_edits): no team, no cohort.
+        "active": ("takes new jobs", "no"),
+        "cost_factor": ("cost factor", ""),
+        "memory_gib": ("memory (GiB)", ""),
+        "fp16_tflops": ("FP16 TFLOPS", ""),
+        "display_name": ("display name", ""),
+        "product_labels": ("product labels", "none"),
+        "shared_pool": ("shared pool", "none"),
     }
 
     @property
