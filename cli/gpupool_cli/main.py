@@ -558,6 +558,12 @@ def estimate(
 # ---------------------------------------------------------------------------------------------
 # ls, show, cancel
 # ---------------------------------------------------------------------------------------------
+def _in_all(job: dict[str, Any]) -> str:
+    """A job's whole ask in its unit: "8" GPUs, or "40 GiB" of a shared pool."""
+    total = job.get("total_gpus")
+    return f"{total} GiB" if job.get("gpu_memory_gib") is not None else str(total)
+
+
 def _gpus(job: dict[str, Any]) -> str:
     if job.get("gpu_memory_gib") is not None:  # a share of one device per replica
         return f"{job.get('replicas')}x{job['gpu_memory_gib']}GiB"
@@ -778,7 +784,7 @@ def show(job_id: str, as_json: bool) -> None:
         ("image", job.get("image")),
         ("command", shlex.join(job.get("command") or []) or None),
         ("args", shlex.join(job.get("args") or []) or None),
-        ("gpus", f"{_gpus(job)} ({job.get('total_gpus')} in all)"),
+        ("gpus", f"{_gpus(job)} ({_in_all(job)} in all)"),
         ("gpu models", job.get("gpu_models")),
         ("min gpu memory", job.get("min_gpu_memory_gib")),
         ("priority", job.get("priority")),

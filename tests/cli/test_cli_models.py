@@ -62,3 +62,20 @@ def test_the_api_answers_403_to_others_and_201_then_200_to_platform_admins(
     bad = api_as(root).post("/api/v1/gpu-models/t4-shared/shared-pool/", {}, format="json")
     assert bad.status_code == 400
     assert "card" in bad.json()["extra"]["fields"]
+
+
+def test_show_gives_a_shares_total_in_gib(cli, catalog, vision, bob):
+    from portal.models import JobState
+    from tests.factories import JobFactory
+
+    job = JobFactory(
+        team=vision,
+        owner=bob,
+        state=JobState.QUEUED,
+        replicas=2,
+        gpus_per_replica=20,
+        gpu_memory_gib=20,
+    )
+    result = cli(bob, "show", str(job.public_id))
+    assert result.exit_code == 0, result.output
+    assert "2x20GiB (40 GiB in all)" in result.output

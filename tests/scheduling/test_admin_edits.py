@@ -175,3 +175,25 @@ def test_a_team_policy_edit_saves_after_review(client, vision, bob, root):
     assert QuotaChange.objects.filter(team=vision, field="max_queued_jobs").exists()
     assert Quota.objects.count() == 0  # nothing else touched
     assert UserFactory  # personas from the shared factories
+
+
+def test_amounts_of_a_shared_pool_name_their_unit_on_pages(client, catalog, root, bob):
+    from scheduling.templatetags.gpu_units import of_model
+
+    card = GpuModel.objects.get(key="a100-80gb")
+    pool, _ = shared_pool_offer(card=card, by=root)
+    assert of_model(30, pool.key) == "30 GiB of a100-80gb-shared"
+    assert of_model(8, "a100-80gb") == "8 \u00d7 a100-80gb"
+    cluster = Cluster.objects.create(name="east", api_url="https://east.k8s.test")
+    Node.objects.create(
+        cluster=cluster,
+        name="shared-0",
+        gpu_model=pool,
+        gpu_resource="volcano.sh/vgpu-memory",
+        gpu_allocatable=640,
+        last_seen_at=timezone.now(),
+    )
+    client.force_login(bob)
+    page = client.get("/clusters/").content.decode()
+    assert "640 GiB of a100-80gb-shared" in page
+    assert "640 \u00d7 a100-80gb-shared" not in page
