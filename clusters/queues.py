@@ -145,7 +145,10 @@ def queues_desired(
         if wanted <= 0:
             continue
         if resource == volcano.HAMI_MEMORY:
-            continue  # HAMi's shares are bound by hami-scheduler: Volcano's queues never see them
+            # HAMi's shares are bound by hami-scheduler: Volcano's queues never see them. The
+            # team still needs its queue: Volcano's admission refuses a Job naming none.
+            capability.setdefault(slug, {})
+            continue
         if resource == volcano.VGPU_MEMORY:
             wanted *= 1024  # a shared pool counts GiB; Volcano counts vgpu-memory in MiB
         team = capability.setdefault(slug, {})
