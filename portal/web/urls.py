@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     # login/ and logout/ live in identity/urls.py (the provider buttons, end-session).
     path("jobs/", views.job_list, name="job-list"),
+    path("jobs/cancel/", views.job_bulk_cancel, name="job-bulk-cancel"),
     path("jobs/new/", views.job_submit_view, name="job-submit"),
     path("jobs/<str:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<str:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),

@@ -9,7 +9,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
+from django.db.models import F
+from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -30,6 +33,7 @@ from portal.api.throttles import SubmitThrottle
 from portal.errors import ApplicationError, NotFound
 from portal.jobs.attempts import attempt_events, job_attempt, job_attempts
 from portal.jobs.blocker import blocker_of, start_estimate
+from portal.jobs.bulk import admin_team_ids, jobs_cancel_bulk
 from portal.jobs.job_templates import (
     template_get_for_user,
     template_request_data,
@@ -89,48 +93,158 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    """My jobs, or a team's jobs; filtered by state; keyset-paginated (newest first)."""
+    """My jobs, or a team's jobs; filtered by state, owner (team scope) and name; sorted
+    newest first (keyset-paginated) or by another order (paged by offset)."""
     scope = "team" if request.GET.get("scope") == "team" else "mine"
     teams = list(teams_visible_to(request.user).distinct())
     jobs = jobs_visible_to(request.user).select_related(
         "team", "owner", "gpu_model", "cluster", "volcano", "wait"
     )
     team_slug = request.GET.get("team", "")
+    owner = request.GET.get("owner", "")[:150] if scope == "team" else ""
     if scope == "mine":
         jobs = jobs.filter(owner_id=request.user.pk)
     elif team_slug:
         jobs = jobs.filter(team__slug=team_slug)
+    if owner:
+        jobs = jobs.filter(owner__username=owner)
+    q = " ".join(request.GET.get("q", "").split())[:100]
+    if q:
+        jobs = jobs.filter(name__icontains=q)
     states = [s for s in request.GET.getlist("state") if s in JobState.values]
     if states:
         jobs = jobs.filter(state__in=states)
-    before = _int_param(request, "before")
-    if before is not None:
-        jobs = jobs.filter(id__lt=before)
-    page = list(jobs.order_by("-id")[: PAGE_SIZE + 1])
-    has_more = len(page) > PAGE_SIZE
-    page = page[:PAGE_SIZE]
+    sort = request.GET.get("sort", "")
+    sort = sort if sort in JOB_SORTS else "newest"
     query = request.GET.copy()
     query.pop("before", None)
-    if has_more:
+    query.pop("page", None)
+    before = _int_param(request, "before") if sort == "newest" else None
+    number = max(1, min(_int_param(request, "page") or 1, 1000)) if sort != "newest" else 1
+    if before is not None:
+        jobs = jobs.filter(id__lt=before)
+    if sort == "newest":
+        ordered = jobs.order_by("-id")
+    elif sort == "duration":  # longest first; jobs that never started last
+        ran = Coalesce(F("finished_at"), Now()) - F("started_at")
+        ordered = jobs.annotate(ran=ran).order_by(F("ran").desc(nulls_last=True), "-id")
+    else:
+        ordered = jobs.order_by(*JOB_SORTS[sort])
+    start = (number - 1) * PAGE_SIZE
+    page = list(ordered[start : start + PAGE_SIZE + 1])
+    has_more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    if has_more and sort == "newest":
         query["before"] = str(page[-1].pk)
-    filtered = bool(states) or (scope == "team" and bool(team_slug))
+    elif has_more:
+        query["page"] = str(number + 1)
+    now = timezone.now()
+    # Roles are read only where they matter: the team scope's bulk cancel, an empty page.
+    roles = team_roles_of(request.user) if scope == "team" or not page else {}
+    admin_of = admin_team_ids(request.user, roles) if scope == "team" else set()
+    for job in page:
+        ran = (job.finished_at or now) - job.started_at if job.started_at else None
+        job.ran_for = _ran_words(ran.total_seconds()) if ran is not None else ""
+        job.bulk_ok = (
+            scope == "team"
+            and not job.is_terminal
+            and (admin_of is None or job.team_id in admin_of)
+        )
+    filtered = bool(states) or bool(q) or bool(owner) or (scope == "team" and bool(team_slug))
+    first = request.GET.copy()
+    for key in ("before", "page"):
+        first.pop(key, None)
     context = {
         "jobs": page,
         "filtered": filtered,
         # Only an empty first page invites a first submit, and only someone who may submit.
         "can_submit": not page
         and not filtered
-        and any(r in SUBMIT_ROLES for r in team_roles_of(request.user).values()),
+        and any(r in SUBMIT_ROLES for r in roles.values()),
         "scope": scope,
         "teams": teams,
         "team_slug": team_slug,
+        "owners": _owners_of(teams) if scope == "team" else [],
+        "owner": owner,
+        "q": q,
+        "sort": sort,
+        "sorts": JOB_SORT_WORDS,
         "states": JobState.values,
         "selected_states": states,
         "next_query": query.urlencode() if has_more else "",
-        "is_first_page": before is None,
+        "first_query": first.urlencode(),
+        "is_first_page": before is None and number == 1,
+        # Bulk cancel: a team admin (or platform admin) ticks jobs of the teams they run.
+        "can_bulk_cancel": scope == "team" and (admin_of is None or bool(admin_of)),
     }
     template = "jobs/_job_table.html" if request.htmx else "jobs/list.html"
     return render(request, template, context)
+
+
+JOB_SORTS: dict[str, tuple[str, ...]] = {
+    "newest": ("-id",),
+    "oldest": ("id",),
+    "name": ("name", "-id"),
+    "duration": (),
+}
+JOB_SORT_WORDS = {
+    "newest": "Newest first",
+    "oldest": "Oldest first",
+    "name": "Name (A to Z)",
+    "duration": "Longest run first",
+}
+
+
+def _ran_words(seconds: float) -> str:
+    """How long a job ran (or has run): "2 h 05 min", "14 min", "40 s"."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    if hours >= 48:
+        return f"{hours // 24} d {hours % 24} h"
+    if hours:
+        return f"{hours} h {rest // 60:02d} min"
+    if total >= 60:
+        return f"{total // 60} min"
+    return f"{total} s"
+
+
+def _owners_of(teams: list[Any]) -> list[str]:
+    """The usernames the owner filter offers: members of the teams the caller sees."""
+    return list(
+        get_user_model()
+        ._default_manager.filter(memberships__team__in=teams)
+        .order_by("username")
+        .values_list("username", flat=True)
+        .distinct()[:500]
+    )
+
+
+@login_required
+@require_POST
+def job_bulk_cancel(request: HttpRequest) -> HttpResponse:
+    """Cancel the ticked jobs of the teams the caller administers, with one reason."""
+    back = request.POST.get("next", "")
+    back = back if back.startswith("/jobs/?") else reverse("job-list") + "?scope=team"
+    try:
+        result = jobs_cancel_bulk(
+            user=request.user,
+            public_ids=request.POST.getlist("job"),
+            reason=request.POST.get("reason", ""),
+        )
+    except ApplicationError as exc:
+        for msgs in (exc.fields or {"__all__": [exc.message]}).values():
+            for m in msgs:
+                messages.error(request, m)
+        return redirect(back)
+    n = len(result.cancelled)
+    said = f"Cancelled {n} job{'s' if n != 1 else ''}."
+    if result.skipped:
+        said += (
+            f" {result.skipped} not cancelled: already finished, or not a job of a team you "
+            "administer."
+        )
+    messages.success(request, said)
+    return redirect(back)
 
 
 @login_required
