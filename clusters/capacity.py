@@ -19,6 +19,10 @@ admitted into a full pool. Instead :func:`pool_free` takes the excess off the ot
 the pool (the most free first, so that no large block is promised on a guess), which keeps
 the pool's total exact, and reports the over-count so that the caller logs it and asks for the
 plans to be corrected from the cluster's bindings.
+
+A shared node (a pool counted in GiB of GPU memory) is also booked per device
+(:func:`device_books`): a share lives on one device, so the most free on one device, not the
+node's sum, is what a share can get; each share is charged to the device its plan names.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "NodeFree",
     "NodeLoad",
     "OverCount",
+    "device_books",
     "node_free_gpus",
     "planned_gpus_by_node",
     "pool_free",
@@ -173,3 +179,72 @@ def pool_free(nodes: Sequence[NodeLoad]) -> tuple[list[NodeFree], list[OverCount
         for k in range(len(nodes))
     ]
     return corrected, reports
+
+
+def device_books(
+    allocatable: int,
+    device_gib: int,
+    foreign: int,
+    shares: list[tuple[int, str]],
+    devices: list[dict[str, Any]] | None = None,
+) -> tuple[list[int], tuple[str, ...]]:
+    """Free GiB per device of a shared node, and the devices' UUIDs (empty when unknown).
+
+    When the inventory read the node's devices (``clusters.models.Node.devices``: each one's
+    UUID, GiB, and GiB that foreign pods hold on it), those are the devices, and each share is
+    charged to the device its plan names (planned by the cycle, then as the cluster's scheduler
+    reported it). What is left unplaced (a share whose device is not known, foreign GiB the
+    inventory could not pin to a device) is charged as the cluster's scheduler places it: to
+    the fullest device that holds it (HAMi's and the Volcano vGPU plugin's ``binpack``).
+    Without the inventory's devices, the node is ``allocatable / device size`` (rounded)
+    devices of equal size. A share that no device holds any more (an over-count) is taken
+    from the fullest devices, never below 0.
+    """
+    if allocatable <= 0:
+        return [], ()
+    rows = [d for d in devices or () if int(d.get("gib") or 0) > 0]
+    index: dict[str, int] = {}
+    if rows:
+        free = [int(d["gib"]) for d in rows]
+        ids = tuple(str(d.get("id") or "") for d in rows)
+        index = {uuid: i for i, uuid in enumerate(ids) if uuid}
+        known_foreign = 0
+        for i, d in enumerate(rows):
+            others = min(free[i], max(0, int(d.get("others") or 0)))
+            free[i] -= others
+            known_foreign += others
+        foreign = max(0, foreign - known_foreign)
+        if not index:
+            ids = ()
+    else:
+        count = max(1, round(allocatable / device_gib)) if device_gib > 0 else 1
+        size, extra = divmod(allocatable, count)
+        free = [size + (1 if i < extra else 0) for i in range(count)]
+        ids = ()
+    loose: list[int] = []
+    for gib, device in shares:
+        if gib <= 0:
+            continue
+        planned = [index.get(part) for part in device.split("+")] if device and index else []
+        if planned and None not in planned:
+            per = -(-gib // len(planned))
+            for i in planned:
+                assert i is not None
+                free[i] -= per  # charged where it is, even past 0: the sum shows the over-count
+            continue
+        loose.append(gib)
+    for gib in [*loose, foreign]:
+        if gib <= 0:
+            continue
+        fit = [i for i in range(len(free)) if free[i] >= gib]
+        if fit:
+            i = min(fit, key=lambda i: (free[i], i))
+            free[i] -= gib
+            continue
+        for i in sorted(range(len(free)), key=free.__getitem__):
+            take = min(max(free[i], 0), gib)
+            free[i] -= take
+            gib -= take
+            if not gib:
+                break
+    return [f if f > 0 else 0 for f in free], ids

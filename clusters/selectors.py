@@ -7,16 +7,18 @@ from dataclasses import dataclass, field
 
 from django.db.models import Max, Q, QuerySet
 
-from clusters.capacity import NodeLoad, planned_gpus_by_node, pool_free
+from clusters.capacity import NodeLoad, device_books, planned_gpus_by_node, pool_free
 from clusters.models import Cluster, ClusterState, Node
 from portal.access import AnyUser
 from portal.models import HOLDING_STATES, Job
 
 __all__ = [
+    "DeviceUsage",
     "ModelCapacity",
     "cluster_capacity",
     "cluster_get",
     "clusters_visible_to",
+    "device_usage",
     "largest_node_gpus",
 ]
 
@@ -69,6 +71,8 @@ class ModelCapacity:
     """A shared GPU pool: every figure is GiB of GPU memory, not GPUs."""
     over_counts: list[str] = field(default_factory=list)
     """Nodes whose books count more GPUs than they allocate, in words (normally none)."""
+    largest_device_free: int = 0
+    """A shared pool: the most GiB free on one device, what one share can get."""
 
 
 def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
@@ -79,12 +83,20 @@ def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
     that is not Ready or not schedulable contributes nothing free. The largest free block is
     the most GPUs free on a single node, what one gang replica can get.
     """
-    planned = planned_gpus_by_node(
-        (cluster.pk, plan, gpus, model)
-        for plan, gpus, model in Job.objects.filter(
-            cluster=cluster, state__in=HOLDING_STATES
-        ).values_list("node_plan", "gpus_per_replica", "gpu_model_id")
+    holding = list(
+        Job.objects.filter(cluster=cluster, state__in=HOLDING_STATES)
+        .order_by("admitted_at", "pk")
+        .values_list("node_plan", "gpus_per_replica", "gpu_model_id", "device_plan")
     )
+    planned = planned_gpus_by_node(
+        (cluster.pk, plan, gpus, model) for plan, gpus, model, _ in holding
+    )
+    # Shares by (node, model): GiB and the device each replica is booked on, oldest first.
+    shares: dict[tuple[str, int | None], list[tuple[int, str]]] = defaultdict(list)
+    for plan, gpus, model, devices in holding:
+        for replica, node_name in enumerate(plan or ()):
+            device = devices[replica] if devices and replica < len(devices) else ""
+            shares[(node_name, model)].append((gpus, str(device or "")))
     by_model: dict[str, ModelCapacity] = {}
     rows = Node.objects.filter(cluster=cluster).select_related("gpu_model").order_by("name")
     for node in rows:
@@ -123,7 +135,47 @@ def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
             entry.unusable += free.out_of_service
             entry.free += free.free
             entry.largest_free_block = max(entry.largest_free_block, free.free)
+            if entry.shared:
+                node.device_usage = device_usage(node, shares[(node.name, node.gpu_model_id)])  # type: ignore[attr-defined]
+                entry.largest_device_free = max(
+                    [entry.largest_device_free, *(d.free for d in node.device_usage)]  # type: ignore[attr-defined]
+                )
     return sorted(by_model.values(), key=lambda m: (not m.known, m.model))
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """One device of a shared node, as the books hold it (GiB of GPU memory)."""
+
+    name: str
+    """Its UUID, or ``GPU <index>`` when the inventory knows none."""
+    used: int
+    total: int
+
+    @property
+    def free(self) -> int:
+        return max(0, self.total - self.used)
+
+
+def device_usage(node: Node, shares: list[tuple[int, str]]) -> list[DeviceUsage]:
+    """Used / total GiB per device of a shared node row, by the cycle's own per-device books
+    (:func:`clusters.capacity.device_books`): foreign pods where their scheduler put them,
+    each share on the device it is booked on."""
+    size = int(node.gpu_model.memory_gib) if node.gpu_model is not None else 0
+    free, ids = device_books(
+        node.gpu_allocatable, size, node.gpus_used_by_others, shares, node.devices
+    )
+    rows = [d for d in node.devices or () if int(d.get("gib") or 0) > 0]
+    totals = [int(d["gib"]) for d in rows] if rows else []
+    if len(totals) != len(free):  # no inventory of the devices: equal ones, as the books
+        count = len(free)
+        each, extra = divmod(node.gpu_allocatable, count) if count else (0, 0)
+        totals = [each + (1 if i < extra else 0) for i in range(count)]
+    names = list(ids) if ids else [f"GPU {i}" for i in range(len(free))]
+    return [
+        DeviceUsage(name=name, used=total - left, total=total)
+        for name, left, total in zip(names, free, totals, strict=True)
+    ]
 
 
 def clusters_with_gpu_summary(user: AnyUser) -> list[tuple[Cluster, dict[str, int]]]:

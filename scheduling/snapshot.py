@@ -35,7 +35,13 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Least, RowNumber, TruncDay
 from django.utils import timezone
 
-from clusters.capacity import NodeLoad, OverCount, planned_gpus_by_node, pool_free
+from clusters.capacity import (
+    NodeLoad,
+    OverCount,
+    device_books,
+    planned_gpus_by_node,
+    pool_free,
+)
 from clusters.models import Cluster, Node
 from portal import hooks
 from portal.models import (
@@ -319,75 +325,6 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             for key, replicas in shares.items()
         },
     )
-
-
-def device_books(
-    allocatable: int,
-    device_gib: int,
-    foreign: int,
-    shares: list[tuple[int, str]],
-    devices: list[dict[str, Any]] | None = None,
-) -> tuple[list[int], tuple[str, ...]]:
-    """Free GiB per device of a shared node, and the devices' UUIDs (empty when unknown).
-
-    When the inventory read the node's devices (``clusters.models.Node.devices``: each one's
-    UUID, GiB, and GiB that foreign pods hold on it), those are the devices, and each share is
-    charged to the device its plan names (planned by the cycle, then as the cluster's scheduler
-    reported it). What is left unplaced (a share whose device is not known, foreign GiB the
-    inventory could not pin to a device) is charged as the cluster's scheduler places it: to
-    the fullest device that holds it (HAMi's and the Volcano vGPU plugin's ``binpack``).
-    Without the inventory's devices, the node is ``allocatable / device size`` (rounded)
-    devices of equal size. A share that no device holds any more (an over-count) is taken
-    from the fullest devices, never below 0.
-    """
-    if allocatable <= 0:
-        return [], ()
-    rows = [d for d in devices or () if int(d.get("gib") or 0) > 0]
-    index: dict[str, int] = {}
-    if rows:
-        free = [int(d["gib"]) for d in rows]
-        ids = tuple(str(d.get("id") or "") for d in rows)
-        index = {uuid: i for i, uuid in enumerate(ids) if uuid}
-        known_foreign = 0
-        for i, d in enumerate(rows):
-            others = min(free[i], max(0, int(d.get("others") or 0)))
-            free[i] -= others
-            known_foreign += others
-        foreign = max(0, foreign - known_foreign)
-        if not index:
-            ids = ()
-    else:
-        count = max(1, round(allocatable / device_gib)) if device_gib > 0 else 1
-        size, extra = divmod(allocatable, count)
-        free = [size + (1 if i < extra else 0) for i in range(count)]
-        ids = ()
-    loose: list[int] = []
-    for gib, device in shares:
-        if gib <= 0:
-            continue
-        planned = [index.get(part) for part in device.split("+")] if device and index else []
-        if planned and None not in planned:
-            per = -(-gib // len(planned))
-            for i in planned:
-                assert i is not None
-                free[i] -= per  # charged where it is, even past 0: the sum shows the over-count
-            continue
-        loose.append(gib)
-    for gib in [*loose, foreign]:
-        if gib <= 0:
-            continue
-        fit = [i for i in range(len(free)) if free[i] >= gib]
-        if fit:
-            i = min(fit, key=lambda i: (free[i], i))
-            free[i] -= gib
-            continue
-        for i in sorted(range(len(free)), key=free.__getitem__):
-            take = min(max(free[i], 0), gib)
-            free[i] -= take
-            gib -= take
-            if not gib:
-                break
-    return [f if f > 0 else 0 for f in free], ids
 
 
 def _clusters(

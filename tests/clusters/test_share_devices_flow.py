@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from clusters import volcano
 from clusters.devices import pod_device
@@ -92,7 +93,7 @@ def admitted_and_running(sim: Any, job: Job) -> Job:
 
 
 def test_a_share_no_single_device_holds_is_never_admitted_though_the_node_has_the_gib(
-    sim, shared_cluster, bob
+    sim, shared_cluster, bob, client
 ):
     """The regression of issue 31, through the whole flow: books per device, pin, read-back."""
     uuids = devices_of(shared_cluster)
@@ -122,6 +123,12 @@ def test_a_share_no_single_device_holds_is_never_admitted_though_the_node_has_th
         for p in sim.list("pods")
         if p["metadata"]["labels"].get(volcano.LABEL_JOB_ID) == str(third.public_id)
     ]
+
+    # 4. The cluster page shows each device's GiB used / total, and why 60 free is not 40.
+    client.force_login(bob)
+    page = client.get(reverse("cluster-detail", args=[shared_cluster.name])).content.decode()
+    assert page.count("50 / 80</li>") == 2
+    assert "at most 30 GiB free on one device" in page
 
 
 def test_the_reconcile_keeps_the_books_on_the_device_a_share_really_holds(sim, shared_cluster, bob):
