@@ -121,10 +121,11 @@ SHRINK = 3.0
 """Pseudo-runs of the wider group a narrower group's median is weighed with: 1 run of a job
 like it moves the estimate a quarter of the way, 12 runs 80 %."""
 
-SPREAD_Z = 1.28
-"""Half-width of a runtime's likely range in standard deviations of its log (1.28: the middle
-80 % of a log-normal), tuned by ``bench/estimate_bench.py`` for 80-95 % of starts inside the
-start range."""
+SPREAD_Z = 1.0
+"""Half-width of a runtime's likely range in standard deviations of its log (the middle 68 %
+of a log-normal): a start waits on several runs, so its range, which carries the soonest and
+the latest of each, holds more than one run's would. Tuned with ``bench/estimate_bench.py``
+for 80-95 % of starts inside the shown range (1.28, the middle 80 % of one run, held 96 %)."""
 
 MIN_SIGMA = 0.25
 """The least spread a runtime is given (runs of one job vary at least this much in log)."""
