@@ -56,6 +56,7 @@ $(DEMO_STAMP): requirements.txt
 demo: $(DEMO_STAMP) ## Run the portal with demo data on embedded defaults (SQLite, no Redis); port 8000 (DEMO_PORT=… make demo)
 	$(BIN)/python manage.py migrate --no-input -v0
 	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py seed_demo_history
 	$(BIN)/python manage.py run_demo
 
 # The test OpenID provider (panva/oidc-provider under Node) for the sign-in tests and demo-sso.
@@ -67,6 +68,7 @@ $(IDP)/node_modules/.installed: $(IDP)/package-lock.json
 demo-sso: $(DEMO_STAMP) $(IDP)/node_modules/.installed ## The demo plus a test OpenID provider: "Sign in with Demo SSO"
 	$(BIN)/python manage.py migrate --no-input -v0
 	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py seed_demo_history
 	$(BIN)/python manage.py seed_demo_sso
 	$(BIN)/python manage.py run_demo --sso
 
