@@ -78,7 +78,7 @@ if str(ROOT) not in sys.path:
 
 from scheduling import engine  # noqa: E402 - the pure engine, found through sys.path
 from scheduling.engine.capacity import NEAR  # noqa: E402
-from scheduling.engine.placement import fragmentation_for, growth  # noqa: E402
+from scheduling.engine.placement import Fragmentation, fragmentation_for  # noqa: E402
 
 MILLI = 1000
 MAX_SPEC_CPU = 128_000  # milli-CPU of the largest node: the paper's normaliser
@@ -606,7 +606,7 @@ class EnginePolicy(Policy):
             )
             for t in typical
         )
-        self.frag = fragmentation_for(self.demand)
+        self.frag: Fragmentation | None = None  # set once the nodes are known
         self.by_name: dict[str, Node] = {}
         self.order: list[str] = []
         self.position: dict[str, int] = {}
@@ -628,6 +628,11 @@ class EnginePolicy(Policy):
             engine.GpuModel(key=k, name=k, memory_gib=MILLI, shared_of=f"{k}-card") for k in kinds
         )
         self.quotas = tuple(engine.Quota(team="trace", model=k, nominal=1 << 40) for k in kinds)
+        capacity: dict[str, int] = {}
+        for n in nodes:
+            if n.ngpu:
+                capacity[n.model] = capacity.get(n.model, 0) + n.ngpu * MILLI
+        self.frag = fragmentation_for(self.demand, capacity)
         self.position = {name: i for i, name in enumerate(self.order)}
         self.node_list = [None] * len(self.order)  # type: ignore[list-item]
         for name in self.order:
@@ -697,10 +702,7 @@ class EnginePolicy(Policy):
                 continue
             grown = 0.0
             if frag is not None:
-                grown = growth(
-                    frag.of(node.model, left - cpu, node.devices),
-                    frag.of(node.model, left, node.devices),
-                )
+                grown = frag.grow(node.model, left, node.devices, left - cpu, node.devices)
             # As the engine ranks nodes: growths within a tenth of a device are equal, then
             # the fewest free GPU units, then the least CPU left, then the name.
             key = (round(grown / (MILLI / NEAR)), node.free_gpus, left - cpu, node.name)

@@ -12,10 +12,11 @@ walk above, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from operator import attrgetter
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
+from operator import attrgetter, is_, is_not
 
-from scheduling.engine.placement import Fragmentation, growth
+from scheduling.engine.placement import Fragmentation
 from scheduling.engine.snapshot import ClusterState, Node
 
 _by_name = attrgetter("name")
@@ -171,6 +172,40 @@ class Pool:
             self.mem = [
                 UNBOUNDED if m is None else (m if m > 0 else 0) for m in map(_memory_free, ordered)
             ]
+
+    def _renode(self, old: Node, new: Node) -> bool:
+        """Take ``new``'s free room in place of ``old``'s, on a pool booked per device whose
+        device size was given; False (the pool half-changed: drop it) when anything else
+        about the node differs and the pool must be built afresh."""
+        if (
+            new.name != old.name
+            or new.total_gpus != old.total_gpus
+            or new.out_of_service_gpus != old.out_of_service_gpus
+            or new.device_ids != old.device_ids
+            or new.device_policy != old.device_policy
+            or new.device_cores
+            or old.device_cores
+            or not new.devices
+            or len(new.devices) != len(old.devices)
+            or (new.cpu_free is None) != (old.cpu_free is None)
+            or (new.memory_free is None) != (old.memory_free is None)
+        ):
+            return False
+        i = self.index[new.name]
+        t = self.total[i]
+        f = new.free_gpus
+        f = f if 0 <= f <= t else (0 if f < 0 else t)
+        d = new.devices
+        s = sum(d)
+        self.free[i] = f if f <= s else (s if s > 0 else 0)
+        self.dev[i] = d  # type: ignore[index]
+        if self.cpu is not None:
+            c = new.cpu_free
+            self.cpu[i] = UNBOUNDED if c is None else (c if c > 0 else 0)
+        if self.mem is not None:
+            m = new.memory_free
+            self.mem[i] = UNBOUNDED if m is None else (m if m > 0 else 0)
+        return True
 
     def _bucket(self) -> None:
         self.free_total = sum(self.free)
@@ -503,7 +538,7 @@ class Pool:
                 return 0.0, ()
             before = (self.free[i],)
             after = (self.free[i] - g,)
-            return growth(frag.of(model, cpu_after, after), frag.of(model, cpu, before)), ()
+            return frag.grow(model, cpu, before, cpu_after, after), ()
         if frag is not None and not cores and (self.dpolicy is None or not self.dpolicy[i]):
             return frag.best_devices(model, cpu, cpu_after, self.dev[i], -(-g // d), d)
         fit = self._by_policy(i, ask)
@@ -515,7 +550,7 @@ class Pool:
         devs = self.dev[i]
         per = -(-g // d)
         devs_after = tuple(v - per if j in chosen else v for j, v in enumerate(devs))
-        return growth(frag.of(model, cpu_after, devs_after), frag.of(model, cpu, devs)), chosen
+        return frag.grow(model, cpu, devs, cpu_after, devs_after), chosen
 
     def plan_ask(
         self, ask: Ask, r: int, frag: Fragmentation | None
@@ -653,3 +688,43 @@ class Pool:
         """How an admission names one replica's devices: their UUIDs, else their indexes."""
         ids = self.ids[i] if self.ids is not None else ()
         return "+".join(ids[j] if ids else str(j) for j in devices)
+
+
+_POOLS: dict[tuple[object, ...], tuple[tuple[Node, ...], Pool]] = {}
+_PATCHED_AT_MOST = 8
+
+
+def pool_of(
+    cluster: str,
+    state: ClusterState,
+    model: str,
+    nodes: Sequence[Node],
+    group: str = "",
+    shared: bool = False,
+    device_size: int = 0,
+) -> Pool:
+    """``Pool(...)`` of these nodes, built from the last pool of the same cluster, model and
+    group when its nodes are the very same objects (a copy), or differ only in the free room
+    of a few nodes of a pool booked per device (a copy with those nodes' books replaced).
+
+    The trace bench decides once per task over a snapshot that changes one node at a time;
+    the cycle's snapshots are new objects every time, which costs one identity check."""
+    key = (cluster, state, model, group, shared, device_size)
+    hit = _POOLS.get(key)
+    if hit is not None and len(hit[0]) == len(nodes):
+        old, base = hit
+        if all(map(is_, old, nodes)):
+            return base.copy()
+        if base.general and base.dev is not None and device_size:
+            changed = list(compress(range(len(nodes)), map(is_not, old, nodes)))
+            if len(changed) <= _PATCHED_AT_MOST:
+                pool = base.copy()
+                if all(pool._renode(old[i], nodes[i]) for i in changed):
+                    pool._bucket()
+                    _POOLS[key] = (tuple(nodes), pool.copy())
+                    return pool
+    pool = Pool(cluster, state, model, nodes, group, shared, device_size)
+    if len(_POOLS) >= 64:
+        _POOLS.clear()
+    _POOLS[key] = (tuple(nodes), pool.copy())
+    return pool

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
-from scheduling.engine.capacity import PLAIN, Pool, ask_of
+from scheduling.engine.capacity import PLAIN, Pool, ask_of, pool_of
 from scheduling.engine.decision import (
     Admission,
     CandidateNote,
@@ -55,7 +55,7 @@ from scheduling.engine.decision import (
 )
 from scheduling.engine.fairshare import ShareBook
 from scheduling.engine.holds import try_hold
-from scheduling.engine.placement import fragmentation_for
+from scheduling.engine.placement import Fragmentation, fragmentation_for
 from scheduling.engine.preemption import Victim, try_preempt
 from scheduling.engine.quota import COHORT_SHORT, QuotaBook
 from scheduling.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
@@ -206,7 +206,7 @@ class Placement:
         self._free_cache: dict[str, tuple[int, str, int, int]] = {}
         self._fallback_memo: dict[str, CandidateNote] = {}
         self._not_tried_memo: dict[str, CandidateNote] = {}
-        self.frag = fragmentation_for(snapshot.demand)
+        self.frag: Fragmentation | None = None  # set by ``_index``, from the pools' sizes
         self._devices_of: dict[int, list[tuple[int, ...]]] = {}  # id(pool) -> planned devices
         self._growth_of: dict[int, float] = {}  # id(pool) -> its plan's fragmentation growth
 
@@ -216,6 +216,7 @@ class Placement:
         snap = self.snap
         self.teams: dict[str, Team] = {t.id: t for t in snap.teams}
         capacity = self._index_pools()
+        self.frag = fragmentation_for(snap.demand, capacity)
         self.initial_counts = {
             key: [len(b) for b in pool.buckets]
             for key, pool in self.pools.items()
@@ -285,7 +286,7 @@ class Placement:
                 else:
                     nodes.extend(run)
             for model, group in sorted(by_model):
-                pool = Pool(
+                pool = pool_of(
                     cluster.id,
                     cluster.state,
                     model,

@@ -1,33 +1,44 @@
 """Where on a pool a replica goes: the placement rule for nodes that book devices or CPU.
 
 The rule, in one sentence: **put each replica where the free room it leaves is the least
-fragmented for the work the pool expects**, and among equal choices where it leaves the
+fragmented for the work the pool expects**, and among near-equal choices where it leaves the
 least room (best fit).
 
-*Fragmentation* is the paper's (Weng et al., "Beware of Fragmentation", ATC '23): a node's
-free GPU units that an expected job could not use there, averaged over the expected mix of
-work (``Snapshot.demand``). For one expected shape: if the node cannot host it at all (its
-model is not one the shape may use, its CPU left is less than the shape's, or too few devices
-have the units it needs on each) every free unit of the node is fragment for it; if it can,
-the units on devices too small for it are. A CPU-only shape can use no GPU, so every free
-unit is fragment for it: taking a node's last CPUs strands its GPUs, and the rule sees it.
-The replica goes to the node (and, where the portal picks the device, the device) where the
-expected fragmentation grows least; ties go to the node left with the fewest free units,
-then the least CPU, then the name order. Without a demand every node scores alike and best
-fit decides, as it always did for whole GPUs.
+*Fragmentation* of a node, in GPU units, is the sum of two parts, both measured against the
+expected mix of work (``Snapshot.demand``: shapes with their frequencies):
 
-Two departures from the paper's FGD, both stated rules rather than tuning: the growth is
-compared exactly (FGD rounds a sigmoid of it to an integer score and breaks the many ties at
-random), and ties are broken by best fit instead of at random.
+1. **What an expected job could not use there** (the FGD paper's measure: Weng et al.,
+   "Beware of Fragmentation", ATC '23). For one expected shape: if the node cannot host it at
+   all (its model is not one the shape may use, its CPU left is less than the shape's, or too
+   few devices have the units it needs on each) every free unit of the node is fragment for
+   it; if it can, the units on devices too small for it are. A CPU-only shape can use no
+   GPU, so every free unit is fragment for it. The shapes are averaged by frequency, and a
+   shape that may use only some models weighs, on those, in proportion to how little of the
+   pool they are (``pool units / units of its models``): a P100-only job has nowhere else to
+   go, an unconstrained one has the whole pool, so the room only the first can use counts
+   for more than one shape's share of it.
+2. **What the node's CPU cannot feed**: the free units beyond ``CPU left / c``, where ``c``
+   is the CPU the expected work asks per GPU unit it asks (CPU-only shapes included). A node
+   whose CPUs go faster than its GPUs ends with GPUs nobody can start on; this part sees it
+   coming before the last CPU is taken, and sends CPU-light work to CPU-poor nodes and
+   CPU-heavy work to CPU-rich ones.
+
+The replica goes to the node (and, where the portal picks the device, the device) where the
+fragmentation grows least; growths within a tenth of a device are equal, and ties go to the
+node left with the fewest free units, then the least CPU, then the name order. A gang is
+placed replica by replica on a scratch copy, so the same rule packs its replicas onto the
+fewest nodes that leave the most useful holes. Without a demand every node scores alike and
+best fit decides, as it always did for whole GPUs.
 
 Pure and standard-library only; the memo of fragmentation per node state is keyed by the
-demand itself, so equal inputs give equal placements whatever ran before.
+demand and the pool's size per model, so equal inputs give equal placements whatever ran
+before.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from scheduling.engine.snapshot import Demand
 
@@ -45,11 +56,13 @@ def growth(after: float, before: float) -> float:
 class Fragmentation:
     """The expected fragment of node states against one demand mix (memoised per state)."""
 
-    __slots__ = ("best_memo", "cpu_only", "groups", "memo")
+    __slots__ = ("best_memo", "cpu_only", "cpu_per_unit", "groups", "memo")
 
-    def __init__(self, demand: Sequence[Demand]) -> None:
+    def __init__(self, demand: Sequence[Demand], capacity: Mapping[str, int] | None = None) -> None:
         total = sum(max(0.0, d.weight) for d in demand) or 1.0
         self.cpu_only = sum(max(0.0, d.weight) for d in demand if d.gpus_per_replica <= 0) / total
+        capacity = capacity or {}
+        pool = sum(capacity.values())
         grouped: dict[tuple[int, int, frozenset[str]], list[tuple[int, float]]] = {}
         for d in demand:
             if d.gpus_per_replica <= 0 or d.weight <= 0:
@@ -57,7 +70,15 @@ class Fragmentation:
             n = max(1, d.share_devices)
             per = -(-d.gpus_per_replica // n)
             key = (per, n, frozenset(d.models))
-            grouped.setdefault(key, []).append((max(0, d.cpu_milli), d.weight / total))
+            weight = d.weight / total
+            if pool and d.models:
+                # Scarcity: a shape that may use only some models counts, on those, in
+                # proportion to how little of the pool it may use.
+                room = sum(capacity.get(m, 0) for m in set(d.models))
+                if room <= 0:
+                    continue
+                weight *= pool / room
+            grouped.setdefault(key, []).append((max(0, d.cpu_milli), weight))
         # Per (units per device, devices, models): the shapes' CPU sorted, with cumulative
         # weights, so "how much of this group fits the CPU left" is one bisect.
         self.groups: list[tuple[int, int, frozenset[str], list[int], list[float], float]] = []
@@ -67,6 +88,11 @@ class Fragmentation:
             for _, w in members:
                 cum.append(cum[-1] + w)
             self.groups.append((per, n, models, [c for c, _ in members], cum, cum[-1]))
+        # CPU the expected work asks per GPU unit it asks (CPU-only shapes' CPU included):
+        # free units beyond what a node's CPU left can feed at that rate are stranded.
+        units = sum(max(0.0, d.weight) * max(0, d.gpus_per_replica) for d in demand)
+        cpu = sum(max(0.0, d.weight) * max(0, d.cpu_milli) for d in demand)
+        self.cpu_per_unit = cpu / units if units > 0 and cpu > 0 else 0.0
         self.memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
         self.best_memo: dict[tuple[object, ...], tuple[float, tuple[int, ...]] | None] = {}
 
@@ -101,6 +127,27 @@ class Fragmentation:
         memo[key] = value
         return value
 
+    def stranded(self, cpu_left: int, devices: tuple[int, ...]) -> float:
+        """Free units of a node that its CPU left cannot feed at the demand's CPU per unit."""
+        if not self.cpu_per_unit:
+            return 0.0
+        left = sum(devices) - cpu_left / self.cpu_per_unit
+        return left if left > 0 else 0.0
+
+    def grow(
+        self,
+        model: str,
+        cpu: int,
+        devices: tuple[int, ...],
+        cpu_after: int,
+        after: tuple[int, ...],
+    ) -> float:
+        """How much placing something grows the node's expected fragmentation (rounded)."""
+        value = self.of(model, cpu_after, after) - self.of(model, cpu, devices)
+        if self.cpu_per_unit:
+            value += self.stranded(cpu_after, after) - self.stranded(cpu, devices)
+        return round(value, _PLACES)
+
     def best_devices(
         self,
         model: str,
@@ -121,7 +168,6 @@ class Fragmentation:
         fit = sorted((v, j) for j, v in enumerate(devices) if v >= per)
         result: tuple[float, tuple[int, ...]] | None = None
         if len(fit) >= count:
-            before = self.of(model, cpu, devices)
             if count == 1:
                 seen: set[int] = set()
                 for v, j in fit:
@@ -129,29 +175,33 @@ class Fragmentation:
                         continue
                     seen.add(v)
                     after = (*devices[:j], v - per, *devices[j + 1 :])
-                    growth = round(self.of(model, cpu_after, after) - before, _PLACES)
+                    growth = self.grow(model, cpu, devices, cpu_after, after)
                     if result is None or growth < result[0]:
                         result = (growth, (j,))
             else:
                 chosen = tuple(j for _, j in fit[:count])
                 after = tuple(v - per if j in chosen else v for j, v in enumerate(devices))
-                result = (round(self.of(model, cpu_after, after) - before, _PLACES), chosen)
+                result = (self.grow(model, cpu, devices, cpu_after, after), chosen)
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         memo[key] = result
         return result
 
 
-_BY_DEMAND: dict[tuple[Demand, ...], Fragmentation] = {}
+_BY_DEMAND: dict[tuple[object, ...], Fragmentation] = {}
 
 
-def fragmentation_for(demand: tuple[Demand, ...]) -> Fragmentation | None:
-    """The (shared, memoised) fragmentation measure of a demand mix; None without one."""
+def fragmentation_for(
+    demand: tuple[Demand, ...], capacity: Mapping[str, int] | None = None
+) -> Fragmentation | None:
+    """The (shared, memoised) fragmentation measure of a demand mix on a pool of these
+    units per model; None without a demand."""
     if not demand:
         return None
-    frag = _BY_DEMAND.get(demand)
+    key = (demand, tuple(sorted(capacity.items())) if capacity else ())
+    frag = _BY_DEMAND.get(key)
     if frag is None:
         if len(_BY_DEMAND) >= 8:
             _BY_DEMAND.clear()
-        frag = _BY_DEMAND[demand] = Fragmentation(demand)
+        frag = _BY_DEMAND[key] = Fragmentation(demand, capacity)
     return frag
