@@ -16,7 +16,8 @@ import pytest
 from axe_playwright_python.base import AXE_SCRIPT
 
 from clusters.models import Cluster
-from portal.models import Job
+from portal.models import Job, Team
+from scheduling.models import GpuModel
 from tests.browser.conftest import log_in, member_pages
 from tests.browser.test_dashboards import demo_pool  # noqa: F401  (fixture)
 
@@ -91,6 +92,11 @@ def test_every_page_a_platform_admin_sees_has_no_serious_accessibility_violation
         "/clusters/register/",
         "/fair-share/",
         "/jobs/new/",
+        "/catalog/",
+        *[f"/catalog/{m.key}/" for m in GpuModel.objects.filter(key="a100-80gb")],
+        *[f"/catalog/{m.key}/share/" for m in GpuModel.objects.filter(key="a100-80gb")],
+        "/policies/",
+        *[f"/policies/{t.slug}/" for t in Team.objects.order_by("pk")[:1]],
     ]
     found = scan(page, live_server, paths)
     # the register form after a failed save, with its error summary

@@ -15,6 +15,7 @@ from clusters.models import Cluster, Node
 from portal.models import JobState
 from scheduling.models import GpuModel, QuotaChange, TeamPolicy
 from tests.browser.conftest import log_in
+from tests.browser.test_accessibility import axe_violations
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -67,6 +68,7 @@ def test_disabling_a_model_shows_the_queued_jobs_it_strands_before_saving(
     assert "3 queued jobs of these would match no model at all" in text
     assert "2 nodes (8 GPUs) of it take no new jobs" in text
     assert GpuModel.objects.get(key="t4").active  # nothing saved yet
+    assert axe_violations(p) == []  # the review, warnings and all, reads as well as the form
     p.screenshot(path=str(_shots(tmp_path) / "gpu-model-review.png"), full_page=True)
     p.get_by_role("button", name="Save these changes").click()
     p.wait_for_url(f"{live_server.url}/catalog/")
@@ -107,6 +109,7 @@ def test_a_lower_queue_limit_names_the_jobs_beyond_it_before_saving(
     p.get_by_label("Queued jobs limit, each member (empty: the pool's default)").fill("abc")
     p.get_by_role("button", name="Review changes").click()
     assert "max_queued_jobs_per_user" in p.inner_text("[data-error-summary]")
+    assert axe_violations(p) == []
     p.get_by_label("Queued jobs limit, each member (empty: the pool's default)").fill("")
     p.get_by_role("button", name="Review changes").click()
     text = p.inner_text("[data-effects]")
