@@ -137,3 +137,36 @@ class CliGrant(models.Model):
 
     def __str__(self) -> str:
         return f"CLI on {self.machine} for {self.user} ({self.created_at:%Y-%m-%d %H:%M})"
+
+
+class Invitation(models.Model):
+    """A team admin's invitation for someone without an account yet (or whose username they
+    do not know): a link mailed to ``email`` that makes its opener, once signed in, a member
+    of ``team`` with ``role``. Whoever signs in with that e-mail address (set by the identity
+    provider or an administrator, or verified) joins as well, link or not. Only a hash of the
+    link's token is kept; the link works once, until ``expires_at``."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(max_length=254)
+    role = models.CharField(max_length=16, default="member")
+    token_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256, hex")
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["email"], name="invitation_email")]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.team_id} as {self.role}"

@@ -4,14 +4,23 @@ change them. Platform admins may manage every team. Every change is audited."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from identity.invitations import (
+    accounts_search,
+    invitation_accept,
+    invitation_create,
+    pending_invitations,
+)
 from identity.models import MembershipAudit
+from portal.errors import ApplicationError
 from portal.models import Membership, Role, Team, TeamChange
 
 
@@ -59,6 +68,35 @@ def _add(request: HttpRequest, team: Team) -> dict[str, str]:
     return errors
 
 
+def _invite(request: HttpRequest, team: Team) -> tuple[dict[str, str], dict[str, object] | None]:
+    """An invitation by e-mail: the link is mailed and shown once to the admin."""
+    link = request.build_absolute_uri(reverse("invitation-accept", args=["TOKEN"]))
+    try:
+        invitation, url, mailed = invitation_create(
+            team=team,
+            by=request.user,
+            email=request.POST.get("email", ""),
+            role=request.POST.get("role", ""),
+            link_for=link.replace("TOKEN", "{token}"),
+        )
+    except ApplicationError as exc:
+        return {k: " ".join(v) for k, v in exc.fields.items()} or {"email": exc.message}, None
+    return {}, {"email": invitation.email, "role": invitation.role, "link": url, "mailed": mailed}
+
+
+@login_required
+def invitation_open(request: HttpRequest, token: str) -> HttpResponse:
+    """The invitation link: signed in (the login page sends the invitee back here), the
+    opener joins the team."""
+    try:
+        team = invitation_accept(token=token, user=request.user)
+    except ApplicationError as exc:
+        messages.error(request, " ".join(exc.fields.get("token", [exc.message])))
+        return redirect("job-list")
+    messages.success(request, f"You are in team {team.name}.")
+    return redirect(reverse("job-list") + "?scope=team")
+
+
 def _hand_made(team: Team, raw_id: str) -> Membership | None:
     membership = (
         Membership.objects.select_for_update()
@@ -96,17 +134,22 @@ def _change(request: HttpRequest, team: Team, action: str) -> dict[str, str]:
 def team_members(request: HttpRequest, slug: str) -> HttpResponse:
     team = _team_for_admin(request, slug)
     errors: dict[str, str] = {}
+    invited = None
     if request.method == "POST":
         action = request.POST.get("action", "")
-        with transaction.atomic():
-            if action == "add":
-                errors = _add(request, team)
-            elif action in {"role", "remove"}:
-                errors = _change(request, team, action)
-            else:
-                errors = {"action": "Unknown action."}
-        if not errors:
+        if action == "invite":
+            errors, invited = _invite(request, team)
+        else:
+            with transaction.atomic():
+                if action == "add":
+                    errors = _add(request, team)
+                elif action in {"role", "remove"}:
+                    errors = _change(request, team, action)
+                else:
+                    errors = {"action": "Unknown action."}
+        if not errors and invited is None:
             return redirect("team-members", slug=team.slug)
+    q = request.GET.get("q", "")
     members = (
         Membership.objects.filter(team=team)
         .select_related("user", "provider_mark")
@@ -126,6 +169,10 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
             "audit": audit,
             "changes": changes,
             "posted": request.POST if errors else {},
+            "q": q,
+            "found": accounts_search(team=team, q=q) if q else None,
+            "invited": invited,
+            "invitations": pending_invitations(team),
         },
         status=400 if errors else 200,
     )

@@ -14,4 +14,5 @@ urlpatterns = [
     path("cli/authorize/", cli_views.cli_authorize, name="cli-authorize"),
     path("teams/", team_views.team_list, name="team-list"),
     path("teams/<slug:slug>/members/", team_views.team_members, name="team-members"),
+    path("invitations/<str:token>/", team_views.invitation_open, name="invitation-accept"),
 ]
