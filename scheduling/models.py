@@ -163,7 +163,8 @@ class Quota(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.team}: {self.nominal} × {self.gpu_model}"
+        unit = " GiB of " if self.gpu_model.is_shared else " × "
+        return f"{self.team}: {self.nominal}{unit}{self.gpu_model}"
 
 
 class CohortQuota(models.Model):
@@ -189,7 +190,8 @@ class CohortQuota(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"cohort {self.cohort}: {self.nominal} × {self.gpu_model}"
+        unit = " GiB of " if self.gpu_model.is_shared else " × "
+        return f"cohort {self.cohort}: {self.nominal}{unit}{self.gpu_model}"
 
 
 class QuotaChange(models.Model):

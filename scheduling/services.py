@@ -320,10 +320,15 @@ def quota_lowering_warning(*, team: Team, model: GpuModel, nominal: int, in_use:
     if nominal >= in_use:
         return ""
     surplus = in_use - nominal
+    if model.is_shared:  # a shared pool's quota counts GiB (issue 32)
+        used, held = f"{in_use} GiB of {model.key}", f"{surplus} GiB"
+    else:
+        used = f"{in_use} {model.key} GPU{'s' if in_use != 1 else ''}"
+        held = f"{surplus} GPU{'s' if surplus != 1 else ''}"
     return (
-        f"{team.slug} uses {in_use} {model.key} GPU{'s' if in_use != 1 else ''} now, "
+        f"{team.slug} uses {used} now, "
         f"{surplus} more than the new nominal of {nominal}. Nothing stops at once: its newest "
-        f"jobs holding those {surplus} GPU{'s' if surplus != 1 else ''} then run on borrowed "
+        f"jobs holding those {held} then run on borrowed "
         "quota, and a team within its own nominal may preempt them (they are requeued, not "
         "failed)."
     )

@@ -197,3 +197,28 @@ def test_amounts_of_a_shared_pool_name_their_unit_on_pages(client, catalog, root
     page = client.get("/clusters/").content.decode()
     assert "640 GiB of a100-80gb-shared" in page
     assert "640 \u00d7 a100-80gb-shared" not in page
+
+
+def test_the_quota_grid_counts_a_shared_pool_in_gib(client, catalog, vision, root):
+    from scheduling.services import quota_lowering_warning
+
+    card = GpuModel.objects.get(key="a100-80gb")
+    pool, _ = shared_pool_offer(card=card, by=root)
+    cluster = Cluster.objects.create(name="east", api_url="https://east.k8s.test")
+    Node.objects.create(
+        cluster=cluster,
+        name="shared-0",
+        gpu_model=pool,
+        gpu_resource="volcano.sh/vgpu-memory",
+        gpu_allocatable=640,
+        last_seen_at=timezone.now(),
+    )
+    Quota.objects.create(team=vision, gpu_model=pool, nominal=160)
+    client.force_login(root)
+    page = client.get("/quotas/").content.decode()
+    assert "a100-80gb-shared <small>(GiB)</small>" in page
+    assert "160 of 640 GiB" in page
+    assert "Vision: 160 GiB of a100-80gb-shared" == str(Quota.objects.get(gpu_model=pool))
+    warning = quota_lowering_warning(team=vision, model=pool, nominal=40, in_use=100)
+    assert warning.startswith("vision uses 100 GiB of a100-80gb-shared now, 60 more than")
+    assert "holding those 60 GiB then run on borrowed" in warning
