@@ -799,10 +799,12 @@ def show(job_id: str, as_json: bool) -> None:
         hidden = job.get("others_ahead")
         tail = f" ({hidden} job{'s' if hidden != 1 else ''} of other teams ahead)" if hidden else ""
         items.append(("position", f"{job['position']}{tail}"))
-    if job.get("status_reason") or job.get("pending_reason"):
+    # A waiting job's blocker is said once, in the portal's plain sentence (its code is in
+    # --json); another state's reason (what stopped a RESTARTING job's pods) as it is.
+    if isinstance(blocker, dict) and blocker.get("sentence"):
+        items.append(("waiting", blocker["sentence"]))
+    elif job.get("status_reason") or job.get("pending_reason"):
         items.append(("reason", job.get("status_reason") or job["pending_reason"]))
-    if isinstance(blocker, dict) and blocker.get("message"):
-        items.append(("blocked by", blocker["message"]))
     if isinstance(estimate, dict) and estimate.get("source"):
         at = when(estimate.get("at")) if estimate.get("at") else "no estimate"
         items.append(("start estimate", estimate.get("summary") or at))
@@ -1076,8 +1078,9 @@ def queue(
 
 
 def _starts(estimate: Any, wide: bool) -> str:
-    """A queued job's start in a table cell: ``17:40-19:10 ~18:05`` (UTC), ``now``,
-    ``unknown``, ``-`` without one; --wide: the portal's whole sentence."""
+    """A queued job's start in a table cell: its likely range ``17:40-19:10`` (UTC; the most
+    likely time is in ``show`` and ``--wide``), ``~18:05`` without a range, ``now``,
+    ``unknown``, ``-`` without an estimate; --wide: the portal's whole sentence."""
     if not isinstance(estimate, dict) or not estimate.get("at"):
         return "-"
     if wide and estimate.get("summary"):
@@ -1091,7 +1094,7 @@ def _starts(estimate: Any, wide: bool) -> str:
         return f"~{likely}"
     if early == late:
         return "now" if estimate.get("summary", "").startswith("now") else f"~{likely}"
-    return f"{early}-{late} ~{likely}"
+    return f"{early}-{late}"
 
 
 @cli.command()
