@@ -30,9 +30,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
+    "DeviceBooks",
     "NodeFree",
     "NodeLoad",
     "OverCount",
@@ -181,33 +182,49 @@ def pool_free(nodes: Sequence[NodeLoad]) -> tuple[list[NodeFree], list[OverCount
     return corrected, reports
 
 
+class DeviceBooks(NamedTuple):
+    """A shared node's devices as the books hold them, in device order."""
+
+    free: list[int]
+    """GiB free on each device (never below 0)."""
+    ids: tuple[str, ...]
+    """Each device's UUID; empty when the inventory knows none."""
+    cores: list[int]
+    """Compute (% of the device) free on each; empty when the node registered none."""
+
+
 def device_books(
     allocatable: int,
     device_gib: int,
     foreign: int,
-    shares: list[tuple[int, str]],
+    shares: Sequence[tuple[int, str] | tuple[int, str, int]],
     devices: list[dict[str, Any]] | None = None,
-) -> tuple[list[int], tuple[str, ...]]:
-    """Free GiB per device of a shared node, and the devices' UUIDs (empty when unknown).
+) -> DeviceBooks:
+    """Free GiB (and compute) per device of a shared node, and the devices' UUIDs.
 
-    When the inventory read the node's devices (``clusters.models.Node.devices``: each one's
-    UUID, GiB, and GiB that foreign pods hold on it), those are the devices, and each share is
+    ``shares``: (GiB, device, compute %) of each replica planned on the node, oldest first;
+    the device as its plan names it ("" when unknown), the compute 0 when it caps none. When
+    the inventory read the node's devices (``clusters.models.Node.devices``: each one's UUID,
+    GiB, compute, and what foreign pods hold on it), those are the devices, and each share is
     charged to the device its plan names (planned by the cycle, then as the cluster's scheduler
     reported it). What is left unplaced (a share whose device is not known, foreign GiB the
     inventory could not pin to a device) is charged as the cluster's scheduler places it: to
     the fullest device that holds it (HAMi's and the Volcano vGPU plugin's ``binpack``).
     Without the inventory's devices, the node is ``allocatable / device size`` (rounded)
-    devices of equal size. A share that no device holds any more (an over-count) is taken
-    from the fullest devices, never below 0.
+    devices of equal size, and compute is not booked. A share that no device holds any more
+    (an over-count) is taken from the fullest devices, never below 0.
     """
     if allocatable <= 0:
-        return [], ()
+        return DeviceBooks([], (), [])
     rows = [d for d in devices or () if int(d.get("gib") or 0) > 0]
     index: dict[str, int] = {}
+    cores: list[int] = []
     if rows:
         free = [int(d["gib"]) for d in rows]
         ids = tuple(str(d.get("id") or "") for d in rows)
         index = {uuid: i for i, uuid in enumerate(ids) if uuid}
+        if all("cores" in d for d in rows):
+            cores = [int(d["cores"]) - int(d.get("others_cores") or 0) for d in rows]
         known_foreign = 0
         for i, d in enumerate(rows):
             others = min(free[i], max(0, int(d.get("others") or 0)))
@@ -221,25 +238,30 @@ def device_books(
         size, extra = divmod(allocatable, count)
         free = [size + (1 if i < extra else 0) for i in range(count)]
         ids = ()
-    loose: list[int] = []
-    for gib, device in shares:
+    loose: list[tuple[int, int]] = []
+    for gib, device, *rest in shares:
         if gib <= 0:
             continue
+        compute = int(rest[0] or 0) if rest and cores else 0
         planned = [index.get(part) for part in device.split("+")] if device and index else []
         if planned and None not in planned:
             per = -(-gib // len(planned))
             for i in planned:
                 assert i is not None
                 free[i] -= per  # charged where it is, even past 0: the sum shows the over-count
+                if compute:
+                    cores[i] -= compute
             continue
-        loose.append(gib)
-    for gib in [*loose, foreign]:
+        loose.append((gib, compute))
+    for gib, compute in [*loose, (foreign, 0)]:
         if gib <= 0:
             continue
         fit = [i for i in range(len(free)) if free[i] >= gib]
         if fit:
             i = min(fit, key=lambda i: (free[i], i))
             free[i] -= gib
+            if compute:
+                cores[i] -= compute
             continue
         for i in sorted(range(len(free)), key=free.__getitem__):
             take = min(max(free[i], 0), gib)
@@ -247,4 +269,4 @@ def device_books(
             gib -= take
             if not gib:
                 break
-    return [f if f > 0 else 0 for f in free], ids
+    return DeviceBooks([f if f > 0 else 0 for f in free], ids, [c if c > 0 else 0 for c in cores])

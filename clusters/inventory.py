@@ -163,27 +163,33 @@ class NodeRow:
 
 
 def shared_device_rows(
-    node: str, annotations: Mapping[str, str], others: Mapping[tuple[str, str], int]
+    node: str, annotations: Mapping[str, str], others: Mapping[tuple[str, str], tuple[int, int]]
 ) -> list[dict[str, Any]]:
-    """The devices a shared node registered (``clusters.devices``) with what foreign pods hold
-    on each (``others``: MiB per (node, device UUID), :func:`foreign_device_use`)."""
-    return [
-        {
-            "id": uuid,
-            "gib": memory_units(mib),
-            "others": math.ceil(others.get((node, uuid), 0) / 1024),
-        }
-        for uuid, mib, _cores in registered_devices(annotations)
-    ]
+    """The devices a shared node registered (``clusters.devices``): UUID, GiB, compute %, and
+    what foreign pods hold on each (``others``: (MiB, compute %) per (node, device UUID),
+    :func:`foreign_device_use`)."""
+    rows = []
+    for uuid, mib, cores in registered_devices(annotations):
+        used_mib, used_cores = others.get((node, uuid), (0, 0))
+        rows.append(
+            {
+                "id": uuid,
+                "gib": memory_units(mib),
+                "cores": cores,
+                "others": math.ceil(used_mib / 1024),
+                "others_cores": used_cores,
+            }
+        )
+    return rows
 
 
 def foreign_device_use(
     pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
-) -> dict[tuple[str, str], int]:
-    """MiB per (node, device UUID) that foreign pods' shares hold, as their schedulers wrote
-    it on them (HAMi's and Volcano vGPU's allocation annotations); the same pods as
-    :func:`foreign_gpu_use` counts."""
-    used: dict[tuple[str, str], int] = defaultdict(int)
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """(MiB, compute %) per (node, device UUID) that foreign pods' shares hold, as their
+    schedulers wrote it on them (HAMi's and Volcano vGPU's allocation annotations); the same
+    pods as :func:`foreign_gpu_use` counts."""
+    used: dict[tuple[str, str], tuple[int, int]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         node = (pod.get("spec") or {}).get("nodeName")
@@ -192,9 +198,10 @@ def foreign_device_use(
             continue
         if _is_portal_pod(pod) and _uid(pod) not in left_behind:
             continue
-        for uuid, mib, _cores in allocated_devices(meta["annotations"]):
-            used[(node, uuid)] += mib
-    return dict(used)
+        for uuid, mib, cores in allocated_devices(meta["annotations"]):
+            before = used.get((node, uuid), (0, 0))
+            used[(node, uuid)] = (before[0] + mib, before[1] + cores)
+    return used
 
 
 def hami_devices(annotation: str) -> list[tuple[int, int]]:

@@ -86,17 +86,19 @@ def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
     holding = list(
         Job.objects.filter(cluster=cluster, state__in=HOLDING_STATES)
         .order_by("admitted_at", "pk")
-        .values_list("node_plan", "gpus_per_replica", "gpu_model_id", "device_plan")
+        .values_list(
+            "node_plan", "gpus_per_replica", "gpu_model_id", "device_plan", "gpu_cores_percent"
+        )
     )
     planned = planned_gpus_by_node(
-        (cluster.pk, plan, gpus, model) for plan, gpus, model, _ in holding
+        (cluster.pk, plan, gpus, model) for plan, gpus, model, *_ in holding
     )
     # Shares by (node, model): GiB and the device each replica is booked on, oldest first.
-    shares: dict[tuple[str, int | None], list[tuple[int, str]]] = defaultdict(list)
-    for plan, gpus, model, devices in holding:
+    shares: dict[tuple[str, int | None], list[tuple[int, str, int]]] = defaultdict(list)
+    for plan, gpus, model, devices, cores in holding:
         for replica, node_name in enumerate(plan or ()):
             device = devices[replica] if devices and replica < len(devices) else ""
-            shares[(node_name, model)].append((gpus, str(device or "")))
+            shares[(node_name, model)].append((gpus, str(device or ""), cores or 0))
     by_model: dict[str, ModelCapacity] = {}
     rows = Node.objects.filter(cluster=cluster).select_related("gpu_model").order_by("name")
     for node in rows:
@@ -157,12 +159,12 @@ class DeviceUsage:
         return max(0, self.total - self.used)
 
 
-def device_usage(node: Node, shares: list[tuple[int, str]]) -> list[DeviceUsage]:
+def device_usage(node: Node, shares: list[tuple[int, str, int]]) -> list[DeviceUsage]:
     """Used / total GiB per device of a shared node row, by the cycle's own per-device books
     (:func:`clusters.capacity.device_books`): foreign pods where their scheduler put them,
     each share on the device it is booked on."""
     size = int(node.gpu_model.memory_gib) if node.gpu_model is not None else 0
-    free, ids = device_books(
+    free, ids, _cores = device_books(
         node.gpu_allocatable, size, node.gpus_used_by_others, shares, node.devices
     )
     rows = [d for d in node.devices or () if int(d.get("gib") or 0) > 0]

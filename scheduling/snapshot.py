@@ -235,10 +235,10 @@ class Holding:
     # is one Node row per resource, so the row of the job's model is charged.
     planned: dict[tuple[str, str, str], int]
     job_pk: dict[str, int]
-    # (cluster, node, model) -> (GiB, device) of each replica planned there, oldest admission
-    # first, for the models in ``shared``: what the per-device books are built from. The
-    # device is the one the share's device plan names ("" where unknown).
-    shares: dict[tuple[str, str, str], list[tuple[int, str]]] = dataclasses.field(
+    # (cluster, node, model) -> (GiB, device, compute %) of each replica planned there, oldest
+    # admission first, for the models in ``shared``: what the per-device books are built from.
+    # The device is the one the share's device plan names ("" where unknown).
+    shares: dict[tuple[str, str, str], list[tuple[int, str, int]]] = dataclasses.field(
         default_factory=dict
     )
 
@@ -281,14 +281,15 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             "node_plan_text",
             "state",
             "device_plan_text",
+            "gpu_cores_percent",
         )
     )
     running = []
     plans = []
     job_pk = {}
-    shares: dict[tuple[str, str, str], list[tuple[int, int, str]]] = defaultdict(list)
+    shares: dict[tuple[str, str, str], list[tuple[int, int, str, int]]] = defaultdict(list)
     for pk, public_id, team, cluster, model, replicas, gpus, priority, *rest in rows:
-        started_us, changed_us, plan_text, state, devices_text = rest
+        started_us, changed_us, plan_text, state, devices_text, cores = rest
         job_id = uuid_text(public_id)
         plan = json_tuple(plan_text)
         plans.append((cluster, plan, gpus, model))
@@ -297,7 +298,7 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             since = started_us or changed_us or 0
             for replica, node in enumerate(plan):
                 device = devices[replica] if replica < len(devices) else ""
-                shares[(cluster, node, model)].append((since, gpus, str(device or "")))
+                shares[(cluster, node, model)].append((since, gpus, str(device or ""), cores or 0))
         running.append(
             engine.running_allocation(
                 job_id,
@@ -321,7 +322,7 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
         planned_gpus_by_node(plans),
         job_pk,
         {
-            key: [(gib, device) for _, gib, device in sorted(replicas)]
+            key: [(gib, device, cores) for _, gib, device, cores in sorted(replicas)]
             for key, replicas in shares.items()
         },
     )
@@ -329,7 +330,7 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
 
 def _clusters(
     planned: dict[tuple[str, str, str], int],
-    shares: dict[tuple[str, str, str], list[tuple[int, str]]] | None = None,
+    shares: dict[tuple[str, str, str], list[tuple[int, str, int]]] | None = None,
     device_gib: dict[str, int] | None = None,
 ) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
     """Clusters with free GPUs per node, by the one capacity rule (``clusters.capacity``), and
@@ -388,7 +389,7 @@ def _clusters(
             over_counted.add(cluster_id)
         size = device_gib.get(model, 0)
         for n, load, free in zip(rows, loads, frees, strict=True):
-            books, ids = (
+            books, ids, cores = (
                 device_books(
                     load.allocatable,
                     size,
@@ -397,7 +398,7 @@ def _clusters(
                     n["devices"],
                 )
                 if size
-                else ([], ())
+                else ([], (), [])
             )
             nodes_by_cluster[cluster_id].append(
                 engine.Node(
@@ -409,6 +410,7 @@ def _clusters(
                     group=resource,
                     devices=tuple(books),
                     device_ids=ids,
+                    device_cores=tuple(cores),
                     # The portal pins the device where it knows the devices' UUIDs.
                     device_policy="binpack" if size and not ids else "",
                 )
@@ -522,6 +524,7 @@ def _pending(lookback: int) -> Pending:
             "requires_bf16",
             "requires_fp8",
             "gpu_memory_gib",
+            "gpu_cores_percent",
             "selection_policy",
             "allow_fallback",
             # The last cycle's words (``JobWait``; none yet for a job no cycle has seen).
@@ -539,7 +542,7 @@ def _pending(lookback: int) -> Pending:
     requirements: dict[tuple[Any, ...], engine.Requirement] = {}
     policies = {p.value: p for p in engine.Policy}  # an Enum call per job costs more than this
     for pk, public_id, team, submitted_us, replicas, gpus, priority, *rest in rows:
-        models_text, memory, tflops, bf16, fp8, share_gib, policy, fallback, *shown = rest
+        models_text, memory, tflops, bf16, fp8, share_gib, cores, policy, fallback, *shown = rest
         needs = (models_text, memory, tflops, bf16, fp8, share_gib is not None)
         requirement = requirements.get(needs)
         if requirement is None:  # most jobs share a requirement: build each one once
@@ -563,6 +566,7 @@ def _pending(lookback: int) -> Pending:
                 requirement=requirement,
                 policy=policies.get(policy) or engine.Policy(policy),
                 fallback=bool(fallback),
+                cores_percent=cores or 0,
             )
         )
         job_pk[job_id] = pk

@@ -267,9 +267,17 @@ def detail_no_device_fits(
     largest_in: str,
     free: int,
     stranded: bool = False,
+    cores: int = 0,
 ) -> str:
-    """No device has room for a share now (the pool's sum may well be larger)."""
+    """No device has room for a share now (the pool's sum may well be larger); ``cores``:
+    the compute it caps, when devices with the memory lack the compute."""
     where = f" in {largest_in}" if largest_in else ""
+    if cores:
+        return (
+            f"no single device has {per_device} GiB and {cores} % of its compute free (devices "
+            f"with the memory have too little compute left; {free} GiB free in enabled "
+            f"clusters)"
+        )
     if stranded:
         return (
             f"the devices with {per_device} GiB free are on nodes without the CPU or memory "

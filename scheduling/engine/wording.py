@@ -118,8 +118,10 @@ def _device_detail(pl: Placement, code: SkipCode, pools: list[Pool], job: Pendin
         return reasons.detail_share_too_large(per, d, max(p.device_size for p in pools))
     blocks = sorted(((p.max_device_free(), p.cluster) for p in pools), key=lambda b: (-b[0], b[1]))
     largest, where = blocks[0] if blocks else (0, "")
-    # Room on a device, yet no node takes it: its CPU or memory is what is taken.
+    # Room on a device, yet no node takes it: the devices' compute, or the node's CPU or
+    # memory, is what is taken.
     stranded = largest >= per and job.replicas == 1
+    compute = stranded and job.cores_percent > 0 and any(p.cores is not None for p in pools)
     return reasons.detail_no_device_fits(
         job.replicas,
         per,
@@ -128,6 +130,7 @@ def _device_detail(pl: Placement, code: SkipCode, pools: list[Pool], job: Pendin
         where if largest else "",
         sum(p.free_total for p in pools),
         stranded=stranded and any(p.cpu is not None or p.mem is not None for p in pools),
+        cores=job.cores_percent if compute else 0,
     )
 
 

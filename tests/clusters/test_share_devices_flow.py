@@ -63,8 +63,8 @@ def shared_cluster(sim: Any, register: Any, catalog: None, vision: Any, mode: st
     return cluster
 
 
-def share(user: Any, gib: int) -> Job:
-    body = job_body(replicas=1, gpu_memory_gib=gib, kind="inference")
+def share(user: Any, gib: int, cores: int | None = None) -> Job:
+    body = job_body(replicas=1, gpu_memory_gib=gib, gpu_cores_percent=cores, kind="inference")
     for key in ("gpus_per_replica", "min_gpu_memory_gib"):
         body.pop(key)
     return job_submit(user=user, data=body).job
@@ -143,3 +143,16 @@ def test_the_reconcile_keeps_the_books_on_the_device_a_share_really_holds(sim, s
     # The books follow: a second 50 GiB share is put on the device left free.
     second = admitted_and_running(sim, share(bob, 50))
     assert second.device_plan == [other] and landed(sim, second) == other
+
+
+def test_shares_that_cap_compute_are_booked_on_their_devices_compute_too(sim, shared_cluster, bob):
+    # 60 % of a device's compute each: one per device, though one device has the memory for all.
+    first = admitted_and_running(sim, share(bob, 10, cores=60))
+    second = admitted_and_running(sim, share(bob, 10, cores=60))
+    assert {first.device_plan[0], second.device_plan[0]} == set(devices_of(shared_cluster))
+    assert {landed(sim, first), landed(sim, second)} == set(devices_of(shared_cluster))
+    third = share(bob, 10, cores=60)
+    assert third.pk not in run_cycle().admitted
+    third.refresh_from_db()
+    assert third.state == S.QUEUED
+    assert "no single device has 10 GiB and 60 % of its compute free" in third.pending_reason

@@ -21,7 +21,7 @@ def free(*args, **kwargs) -> list[int]:
 
 def test_an_empty_node_is_its_devices():
     assert free(160, 80, 0, []) == [80, 80]
-    assert device_books(160, 80, 0, [], TWO) == ([80, 80], (A, B))
+    assert device_books(160, 80, 0, [], TWO) == ([80, 80], (A, B), [])
 
 
 def test_planned_shares_fill_the_fullest_device_that_holds_them():
@@ -62,3 +62,15 @@ def test_a_share_of_unknown_device_goes_where_binpack_would_put_it():
 
 def test_a_device_the_node_no_longer_has_is_charged_as_unknown():
     assert free(160, 80, 0, [(50, "GPU-gone")], TWO) == [30, 80]
+
+
+def test_compute_is_booked_on_the_device_a_share_holds_where_the_node_registered_it():
+    devices = [
+        {"id": A, "gib": 80, "cores": 100, "others": 10, "others_cores": 20},
+        {"id": B, "gib": 80, "cores": 100},
+    ]
+    books = device_books(160, 80, 10, [(20, B, 60), (10, "", 30)], devices)
+    # A: 70 GiB and 80 % left after the foreign pod; B: 60 GiB and 40 % after its share. The
+    # share of unknown device goes where binpack puts it, the fuller B, compute and all.
+    assert books.free == [70, 50]
+    assert books.cores == [80, 10]
