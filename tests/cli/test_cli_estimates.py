@@ -64,7 +64,7 @@ def test_show_estimate_and_queue_say_a_range_with_its_comparable_runs(cli, bob, 
     first = estimate.stdout.splitlines()[0]
     assert first.startswith("starts:") and "between " in first and "12 comparable runs" in first
     answer = json.loads(cli(bob, "estimate", waiting.name, "--json").stdout)["estimate"]
-    assert answer["comparable_runs"] == 12 and answer["confidence"] == 0.8
+    assert answer["comparable_runs"] == 12 and answer["confidence"] == 0.9
     assert answer["earliest"] < answer["start_at"] < answer["latest"]
 
     queue = cli(bob, "queue")

@@ -13,8 +13,8 @@ M = dt.timedelta(minutes=1)
 def test_a_range_says_between_most_likely_and_how_many_runs() -> None:
     r = StartRange(NOW + 100 * M, NOW + 190 * M, 12, False)
     assert range_words(NOW + 125 * M, r, NOW) == (
-        "between 17:40 UTC and 19:10 UTC, most likely 18:05 UTC (80 % of starts fall in such "
-        "a range); 12 comparable runs"
+        "between 17:40 UTC and 19:10 UTC, most likely 18:05 UTC (about 9 in 10 starts fall in "
+        "such a range); 12 comparable runs"
     )
 
 

@@ -240,7 +240,7 @@ def test_a_queued_job_shows_a_range_and_its_first_estimate_is_compared_with_its_
         dt.datetime.fromisoformat(got[k]) for k in ("earliest", "most_likely", "latest")
     )
     assert timezone.now() - dt.timedelta(seconds=5) <= earliest < likely < latest
-    assert got["comparable_runs"] == 12 and got["confidence"] == 0.8 and not got["unknown"]
+    assert got["comparable_runs"] == 12 and got["confidence"] == 0.9 and not got["unknown"]
     assert got["summary"].startswith("between ") and "12 comparable runs" in got["summary"]
     assert "most likely" in got["summary"]
     # The queue, in the API and on the page, says the same.
