@@ -218,7 +218,24 @@ def test_the_quota_grid_counts_a_shared_pool_in_gib(client, catalog, vision, roo
     page = client.get("/quotas/").content.decode()
     assert "a100-80gb-shared <small>(GiB)</small>" in page
     assert "160 of 640 GiB" in page
-    assert "Vision: 160 GiB of a100-80gb-shared" == str(Quota.objects.get(gpu_model=pool))
+    assert str(Quota.objects.get(gpu_model=pool)) == "Vision: 160 GiB of a100-80gb-shared"
     warning = quota_lowering_warning(team=vision, model=pool, nominal=40, in_use=100)
     assert warning.startswith("vision uses 100 GiB of a100-80gb-shared now, 60 more than")
     assert "holding those 60 GiB then run on borrowed" in warning
+
+
+def test_enabling_a_model_counts_the_jobs_that_could_then_run_on_it(t4, vision, bob, root):
+    from scheduling.admin_edits import gpu_model_update
+
+    _queue(vision, bob, 2, gpu_models=["t4"])
+    gpu_model_update(model=t4, by=root, changes={"active": False})
+    effects = [e.text for e in gpu_model_impact(GpuModel.objects.get(key="t4"), {"active": True})]
+    assert effects[0] == "model enabled: 2 queued jobs could run on it that cannot now (vision 2)"
+
+
+def test_a_weight_change_is_reviewed_with_the_next_cycles_preview(client, vision, root):
+    client.force_login(root)
+    form = {"weight": "3", "cohort": "default", "max_priority": "normal", "action": "review"}
+    page = client.post("/policies/vision/", form).content.decode()
+    assert "next cycle: 0 job(s) would start (now 0)" in page
+    assert "What the next cycle would do" in page
