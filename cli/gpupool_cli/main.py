@@ -799,10 +799,12 @@ def show(job_id: str, as_json: bool) -> None:
         hidden = job.get("others_ahead")
         tail = f" ({hidden} job{'s' if hidden != 1 else ''} of other teams ahead)" if hidden else ""
         items.append(("position", f"{job['position']}{tail}"))
-    if job.get("status_reason") or job.get("pending_reason"):
+    # A waiting job's blocker is said once, in the portal's plain sentence (its code is in
+    # --json); another state's reason (what stopped a RESTARTING job's pods) as it is.
+    if isinstance(blocker, dict) and blocker.get("sentence"):
+        items.append(("waiting", blocker["sentence"]))
+    elif job.get("status_reason") or job.get("pending_reason"):
         items.append(("reason", job.get("status_reason") or job["pending_reason"]))
-    if isinstance(blocker, dict) and blocker.get("message"):
-        items.append(("blocked by", blocker["message"]))
     if isinstance(estimate, dict) and estimate.get("source"):
         at = when(estimate.get("at")) if estimate.get("at") else "no estimate"
         items.append(("start estimate", estimate.get("summary") or at))

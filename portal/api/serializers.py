@@ -204,6 +204,10 @@ class BlockerSerializer(serializers.Serializer):
     """Why a queued job waits, the blocker that matters first (null unless QUEUED)."""
 
     code = serializers.CharField(help_text="The last cycle's reason code ('' before one)")
+    sentence = serializers.CharField(
+        help_text="Why it waits in one plain sentence: the code's meaning, then the message's "
+        "numbers (what pages and the CLI show; `code` is kept for scripts)"
+    )
     message = serializers.CharField(help_text="The last cycle's whole message")
     model = serializers.CharField(
         allow_null=True,

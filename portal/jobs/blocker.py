@@ -29,6 +29,41 @@ NEVER_WORDS = {
 }
 
 
+# What each pending reason code means, in plain words: the head of the one sentence a waiting
+# job shows (the code itself stays in the API and in the sentence's tooltip). One cause, one
+# code: the candidate notes' codes (QUOTA_FULL …) are not shown beside these.
+PLAIN: dict[str, str] = {
+    "TEAM_HELD": "An admin holds the team's queue",
+    "INVALID_JOB": "It cannot be scheduled as it is",
+    "NO_MODEL_MATCHES": "No GPU model matches what it asks for",
+    "JOB_TOO_LARGE": "It is larger than any cluster can ever hold",
+    "NO_ENABLED_CLUSTER": "No cluster that has its GPU model takes work now",
+    "CLUSTER_DRAINING": "The clusters with its GPU model are draining",
+    "CLUSTER_UNREACHABLE": "The clusters with its GPU model cannot be reached",
+    "QUOTA_EXHAUSTED": "Its team's quota is in use",
+    "COHORT_HAS_NOTHING_TO_LEND": "Other teams have too little idle quota to lend",
+    "NO_CAPACITY": "No GPUs that fit it are free now",
+    "WAITING_BEHIND": "Jobs ahead of it in line took the free GPUs",
+    "CAPACITY_HELD": "The free GPUs are held for an older job",
+    "HOLDING_CAPACITY": "GPUs are being set aside for it",
+    "PREEMPTING": "Jobs on borrowed quota are being stopped to make room for it",
+    "NOT_CONSIDERED": "It is too far back in its team's line to be looked at yet",
+    "MIN_RUNTIME": "The jobs that would make room must first reach their minimum runtime",
+    "PREEMPTION_BUDGET": "Making room would stop more jobs than one cycle may",
+}
+
+
+def blocker_sentence(code: str, message: str) -> str:
+    """One sentence for a waiting job: the code's plain words, then the numbers of the
+    cycle's message ("Its team's quota is in use: needs 4 × A100-80GB; team quota full: 2
+    more than the team may use (…)."). Before a cycle: that it waits for one."""
+    if not code:
+        return "Waiting for the next scheduling cycle."
+    head = PLAIN.get(code, code.replace("_", " ").capitalize())
+    text = f"{head}: {message}" if message else head
+    return text if text.endswith(".") else f"{text}."
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateLine:
     """One candidate model and why it does not take the job now."""
@@ -74,10 +109,21 @@ class Blocker:
     """One line for ``never``, e.g. ``"3 models can never take it: T4, L4 (requirement not
     met); H100-MIG-1g.10gb (MIG slice, used only when named)"``."""
 
+    @property
+    def sentence(self) -> str:
+        """The one sentence a page, the CLI and the API lead with (:func:`blocker_sentence`)."""
+        return blocker_sentence(self.code, self.message)
+
+    @property
+    def lead_repeats_message(self) -> bool:
+        """Whether the closest candidate's note only says again what the sentence says."""
+        return self.lead is not None and self.lead.detail in self.message
+
     def as_dict(self) -> dict[str, Any]:
         """The API's ``blocker`` object."""
         return {
             "code": self.code,
+            "sentence": self.sentence,
             "message": self.message,
             "model": self.model or None,
             "lead": self.lead.as_dict() if self.lead else None,

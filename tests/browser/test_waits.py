@@ -57,8 +57,16 @@ def test_the_job_page_leads_with_the_closest_candidate_and_collapses_the_rest(
     p = page.page
     p.set_viewport_size({"width": 1400, "height": 900})
     log_in(p, live_server, "bob", next_url=f"/jobs/{blocked.public_id}/")
-    lead = p.inner_text("#blocker-lead")
-    assert "a100-80gb" in lead and "NO_NODE_FITS" in lead and "largest free block 2" in lead
+    # One plain sentence, its code in the tooltip; the closest candidate's note is not said
+    # twice, and no second code names the same cause.
+    sentence = p.locator("#blocker-sentence")
+    assert sentence.inner_text().startswith("No GPUs that fit it are free now: needs 4")
+    assert "a100-80gb" in sentence.inner_text()
+    assert "largest free block 2" in sentence.inner_text()
+    assert sentence.get_attribute("title") == "Reason code NO_CAPACITY"
+    blocker_text = p.inner_text("#blocker")
+    assert blocker_text.count("largest free block 2") == 1
+    assert "NO_NODE_FITS" not in blocker_text and "NO_CAPACITY" not in blocker_text
     others = p.locator("#blocker-others")
     assert others.get_attribute("open") is None  # collapsed
     assert not p.is_visible("#blocker-others li")

@@ -30,7 +30,9 @@ def test_the_queue_shows_reasons_positions_and_my_jobs(client, alice, bob, visio
     assert ">q1</a>" in page and ">q2</a>" in page and ">q0</a>" not in page  # q0 admitted
     assert page.count('class="mine"') == 2
     # The team's 8 nominal A100s are in use and nobody in the cohort lends: the page says so.
-    assert page.count("COHORT_HAS_NOTHING_TO_LEND") == 2
+    # said in plain words, the code in each sentence's tooltip
+    assert page.count('data-code="COHORT_HAS_NOTHING_TO_LEND"') == 2
+    assert page.count("Other teams have too little idle quota to lend: needs") == 2
     assert "team uses 8 of 8 nominal" in page
     api = client.get("/api/v1/queue/").json()
     assert [e["name"] for e in api] == ["q1", "q2"]

@@ -147,7 +147,8 @@ def test_the_job_page_leads_with_the_blocker_and_refreshes_only_while_not_termin
     client.force_login(bob)
     page = client.get(f"/jobs/{job.public_id}/").content.decode()
     assert 'id="blocker"' in page and 'hx-trigger="every 5s"' in page
-    assert "Closest candidate: <strong>a100-80gb</strong>" in page
+    # one sentence leads (the closest candidate's note is in it, not said again)
+    assert 'id="blocker-sentence"' in page and "a100-80gb" in page
     assert 'id="blocker-others"' in page and "a100-40gb" in page
     assert "can never take it" in page and "(an estimate, not a promise)" in page
     fragment = client.get(f"/jobs/{job.public_id}/?fragment=live").content.decode()
