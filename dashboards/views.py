@@ -40,6 +40,7 @@ from dashboards.selectors.usage import (
     usage_pivot,
     usage_rows,
     usage_totals,
+    usage_user_totals,
 )
 from portal.access import teams_visible_to
 from portal.jobs.blocker import CONFIDENCE
@@ -232,6 +233,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "columns": columns,
         "periods": periods,
         "per_user": usage_by_user(q["rows"]) if q["team"] else [],
+        "user_totals": usage_user_totals(q["rows"]) if q["team"] else [],
         "totals": usage_totals(per_model),
         "chart": charts.usage_chart(
             per_model, period=q["period"], rng_label=label, since=q["since"], until=q["now"]

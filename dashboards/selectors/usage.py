@@ -150,3 +150,38 @@ def usage_by_user(rows: Sequence[UsageRow]) -> list[UsageRow]:
             )
         )
     return sorted(out, key=lambda r: (-r.gpu_hours, r.user or "", r.model))
+
+
+@dataclass
+class UserTotal:
+    """One user's GPU time in a team over the whole range, all models together."""
+
+    user: str
+    gpu_hours: float
+    weighted_gpu_hours: float
+    cost: Decimal | None
+    """None when some of their models have no price (the cost would be a part only)."""
+    share: float
+    """Their part of the team's weighted GPU-hours, 0 … 1."""
+
+
+def usage_user_totals(rows: Sequence[UsageRow]) -> list[UserTotal]:
+    """Per user, summed over models and periods, most weighted GPU-hours first: who used the
+    team's quota, in one line each."""
+    grouped: dict[str, list[UsageRow]] = defaultdict(list)
+    for r in rows:
+        grouped[r.user or ""].append(r)
+    whole = sum(r.weighted_gpu_hours for r in rows) or 1.0
+    out = []
+    for user, group in grouped.items():
+        totals = usage_totals(group)
+        out.append(
+            UserTotal(
+                user=user,
+                gpu_hours=totals["gpu_hours"],
+                weighted_gpu_hours=totals["weighted_gpu_hours"],
+                cost=totals["cost"] if totals["cost_complete"] else None,
+                share=totals["weighted_gpu_hours"] / whole,
+            )
+        )
+    return sorted(out, key=lambda t: (-t.weighted_gpu_hours, t.user))

@@ -11,6 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from portal.models import JobState
+from scheduling.models import GpuModel, UsageRecord
 from tests.browser.conftest import log_in
 from tests.factories import JobFactory
 
@@ -66,3 +67,22 @@ def test_a_team_admin_finds_and_bulk_cancels_jobs_of_the_team(
 
     p.goto(f"{live_server.url}/jobs/{quick.public_id}/")
     expect(p.locator(".timeline")).to_contain_text("Cluster maintenance tonight")
+
+
+def test_the_team_usage_page_shows_a_total_per_user(page, live_server, alice, bob, vision, catalog):
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
+    a100 = GpuModel.objects.get(key="a100-80gb")
+    UsageRecord.objects.create(
+        team=vision, user=bob, gpu_model=a100, hour=hour, gpu_hours=6, weighted_gpu_hours=6
+    )
+    UsageRecord.objects.create(
+        team=vision, user=alice, gpu_model=a100, hour=hour, gpu_hours=2, weighted_gpu_hours=2
+    )
+    p = page.page
+    log_in(p, live_server, "alice", next_url="/usage/?scope=vision")
+    rows = p.locator("#usage-user-totals tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text("bob")
+    expect(rows.first).to_contain_text("75 %")
+    expect(rows.nth(1)).to_contain_text("alice")
+    expect(rows.nth(1)).to_have_class("mine")
