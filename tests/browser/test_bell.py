@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from portal.models import Notification
 from tests.browser.conftest import log_in
+from tests.browser.test_accessibility import axe_violations
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -41,6 +42,7 @@ def test_the_bell_opens_recent_notifications_and_marks_them_read(page, live_serv
     expect(panel).not_to_contain_text("not for bob")
     expect(bell.locator(".bell-count")).to_have_count(0)
     assert p.url == f"{live_server.url}/jobs/"  # a panel, not a page
+    assert axe_violations(p) == []  # the open panel too
     assert Notification.objects.filter(user=bob, read_at__isnull=True).count() == 0
 
     p.keyboard.press("Escape")

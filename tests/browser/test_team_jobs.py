@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from portal.models import JobState
 from scheduling.models import GpuModel, UsageRecord
 from tests.browser.conftest import log_in
+from tests.browser.test_accessibility import axe_violations
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -51,6 +52,7 @@ def test_a_team_admin_finds_and_bulk_cancels_jobs_of_the_team(
     p.press("#q", "Enter")
     expect(rows).to_have_count(2)
 
+    assert axe_violations(p) == []  # with the owner filter, search, sort and checkboxes
     p.check("input[aria-label='Select bert-slow']")
     p.check("input[aria-label='Select bert-queued']")
     p.fill("#bulk-reason", "Cluster maintenance tonight")

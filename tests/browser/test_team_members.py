@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from portal.models import Membership
 from tests.browser.conftest import log_in
+from tests.browser.test_accessibility import axe_violations
 from tests.factories import UserFactory
 from tests.notifications.conftest import smtp_server  # noqa: F401  (a real SMTP server)
 
@@ -22,6 +23,7 @@ def test_search_add_and_invite(page, browser, live_server, alice, vision, smtp_s
     p.press("#search-q", "Enter")
     result = p.locator("#search-results [data-account='dana']")
     expect(result).to_contain_text("Dana Scully")
+    assert axe_violations(p) == []
     result.get_by_role("button", name="Add dana").click()
     expect(p.locator("tr[data-member='dana']")).to_contain_text("Member")
 

@@ -13,6 +13,7 @@ from notifications.models import Delivery, TeamWebhook
 from notifications.outbox import delivery_send, fan_out
 from portal.models import Notification
 from tests.browser.conftest import log_in
+from tests.browser.test_accessibility import axe_violations
 from tests.factories import JobFactory
 from tests.notifications.conftest import _notification_settings, receiver  # noqa: F401
 
@@ -73,6 +74,7 @@ def test_a_team_admin_tests_a_webhook_and_redelivers_a_failed_delivery(
     p.reload()
     logged = p.locator(f"#webhook-deliveries tr[data-delivery='{delivery.pk}']")
     expect(logged).to_contain_text("HTTP 404 (not found at the receiver: check the URL)")
+    assert axe_violations(p) == []
     logged.get_by_role("button", name="Redeliver resnet failed (OOMKilled) to ci").click()
     expect(p.locator(".messages")).to_contain_text("The redelivery arrived")
     expect(p.locator(f"#webhook-deliveries tr[data-delivery='{delivery.pk}']")).to_have_attribute(
