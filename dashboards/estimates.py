@@ -158,7 +158,10 @@ def estimates_record(estimates: Mapping[int, Any], now: dt.datetime) -> int:
             update_fields=["earliest", "latest", "runs", "unknown", "updated_at"],
         )
     started = (
-        StartEstimateRecord.objects.filter(started_at__isnull=True)
+        # Jobs cancelled while queued never start: looked at for a month, then left alone.
+        StartEstimateRecord.objects.filter(
+            started_at__isnull=True, first_made_at__gte=now - dt.timedelta(days=30)
+        )
         .exclude(job__state=JobState.QUEUED)
         .filter(job__admitted_at__isnull=False)
         .update(

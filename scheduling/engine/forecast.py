@@ -870,13 +870,22 @@ class _Opened:
     start: datetime
     freed: tuple[_Freed, ...] = ()
     _said: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    _spread: list[tuple[datetime, datetime, int, bool]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     def spread(self) -> tuple[datetime, datetime, int, bool]:
         """When a job this step starts likely starts at the soonest and the latest (the jobs
         it ended all ending at the short or the long end of their ranges), the runs those
         were learned from (the fewest), and whether one has outlived what was learned."""
+        if self._spread:
+            return self._spread[0]
         if not self.freed:
             return self.start, self.start, 0, False
+        self._spread.append(self._spread_of())
+        return self._spread[0]
+
+    def _spread_of(self) -> tuple[datetime, datetime, int, bool]:
         early = max(f.earliest or f.end for f in self.freed)
         late = max(f.latest or f.end for f in self.freed)
         return (
