@@ -32,7 +32,7 @@ from portal.access import (
 from portal.api.throttles import SubmitThrottle
 from portal.errors import ApplicationError, NotFound
 from portal.jobs.attempts import attempt_events, job_attempt, job_attempts
-from portal.jobs.blocker import blocker_of, start_estimate
+from portal.jobs.blocker import blocker_of, blocker_sentence, start_estimate
 from portal.jobs.bulk import admin_team_ids, jobs_cancel_bulk
 from portal.jobs.job_templates import (
     template_get_for_user,
@@ -145,6 +145,12 @@ def job_list(request: HttpRequest) -> HttpResponse:
     for job in page:
         ran = (job.finished_at or now) - job.started_at if job.started_at else None
         job.ran_for = _ran_words(ran.total_seconds()) if ran is not None else ""
+        # The waiting column says what the job page says: the one plain sentence.
+        job.waits_because = (
+            blocker_sentence(job.pending_reason_code, job.pending_reason)
+            if job.state == JobState.QUEUED
+            else ""
+        )
         job.bulk_ok = (
             scope == "team"
             and not job.is_terminal

@@ -114,3 +114,15 @@ def test_bulk_cancel_needs_a_reason_and_cancels_nothing_without(alice, bob, visi
 def test_the_owner_filter_offers_only_members_of_the_callers_teams(alice, vision, charlie):
     html = _as(alice).get("/jobs/?scope=team").content.decode()
     assert '<option value="alice"' in html and "charlie" not in html
+
+
+def test_the_list_says_why_a_job_waits_in_the_job_pages_sentence(alice, vision):
+    from portal.models import JobWait
+
+    job = JobFactory(team=vision, owner=alice, name="waits")
+    JobWait.objects.create(job=job, order_key=1, code="NO_CAPACITY", reason="needs 4 × t4; full")
+    html = _as(alice).get("/jobs/").content.decode()
+    assert (
+        '<span title="Reason code NO_CAPACITY">No GPUs that fit it are free now: needs 4 × t4; '
+        "full.</span>" in html
+    )
