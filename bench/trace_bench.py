@@ -753,6 +753,7 @@ class Replay:
     failed: int = 0
     failed_gpu_milli: int = 0
     seconds: float = 0.0
+    frag_pct: float = 0.0  # the final cluster's FGD fragmentation, % of its GPUs
     alloc_pct: list[float | None] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list, repr=False)
     placements: list[tuple[Task, Node, list[int]]] = field(default_factory=list, repr=False)
@@ -771,6 +772,7 @@ class Replay:
             "placed": self.placed,
             "failed": self.failed,
             "seconds": round(self.seconds, 2),
+            "frag_pct": self.frag_pct,
             "alloc_pct": self.alloc_pct,
         }
 
@@ -790,6 +792,51 @@ def allocation_curve(
         values = by_x.get(x) or [v for y in (x - 1, x, x + 1) for v in by_x.get(y, ())]
         curve.append(round(statistics.fmean(values), 2) if values else None)
     return curve
+
+
+def fragmentation_pct(cluster: Sequence[Node], typical: Sequence[Typical]) -> float:
+    """The cluster's fragmentation as the FGD paper measures it (the idle GPU milli that the
+    typical tasks, by frequency, could not use where it lies), as % of the cluster's GPUs:
+    the same yardstick for every policy."""
+    measure = FgdPolicy(typical)
+    frag = sum(measure.fragmentation(n.model, n.cpu_left, n.devices) for n in cluster if n.ngpu)
+    gpus = sum(n.ngpu for n in cluster) * MILLI
+    return round(100 * frag / gpus, 2) if gpus else 0.0
+
+
+def perturb(
+    nodes: Sequence[NodeSpec], tasks: Sequence[Task], seed: int
+) -> tuple[list[NodeSpec], list[Task]]:
+    """A cluster and a list that are not the files given, for checking that a policy is not
+    fitted to them: as many nodes, drawn from the list with replacement; as many tasks,
+    drawn with replacement; and every task shape (CPU, memory, GPUs, model list) moved
+    apart: its CPU and memory scaled by a factor in 0.7..1.3, a share's thousandths by one
+    in 0.8..1.2 (to the nearest 10, within 10..990), one draw per shape so the list keeps
+    as many shapes as it had. All seeded by ``seed``."""
+    rng = random.Random(f"perturb-{seed}")
+    picked = [nodes[rng.randrange(len(nodes))] for _ in nodes]
+    new_nodes = [
+        NodeSpec(f"p{seed}-{i:05d}", n.cpu, n.mem, n.gpus, n.model) for i, n in enumerate(picked)
+    ]
+    moved: dict[tuple[int, int, int, int, frozenset[str] | None], tuple[int, int, int]] = {}
+    for t in sorted(tasks, key=lambda t: t.name):
+        key = (t.cpu, t.mem, t.num_gpu, t.milli, t.spec)
+        if key not in moved:
+            scale = rng.uniform(0.7, 1.3)
+            milli = t.milli
+            if t.is_share:
+                milli = min(990, max(10, round(milli * rng.uniform(0.8, 1.2) / 10) * 10))
+            moved[key] = (
+                max(100, round(t.cpu * scale / 100) * 100),
+                max(1, round(t.mem * scale)),
+                milli,
+            )
+    new_tasks = []
+    for i in range(len(tasks)):
+        t = tasks[rng.randrange(len(tasks))]
+        cpu, mem, milli = moved[(t.cpu, t.mem, t.num_gpu, t.milli, t.spec)]
+        new_tasks.append(Task(f"p{seed}-{i:06d}", cpu, mem, t.num_gpu, milli, t.spec))
+    return new_nodes, new_tasks
 
 
 def replay(
@@ -812,7 +859,8 @@ def replay(
     rng = random.Random(seed)
     cluster = [Node(n) for n in sorted(nodes, key=lambda n: n.name)]
     total_gpus = sum(n.ngpu for n in cluster)
-    chooser = POLICIES[policy_name(policy)](typical_tasks(tasks))
+    typical = typical_tasks(tasks)
+    chooser = POLICIES[policy_name(policy)](typical)
     if not isinstance(chooser, RandomPolicy):
         chooser.ties = ties
     order = arrival_order(tasks, total_gpus * MILLI, tune, rng, shuffle)
@@ -836,6 +884,7 @@ def replay(
         samples.append((arrived, used))
     result.alloc_pct = allocation_curve(samples, total_gpus)
     result.seconds = time.process_time() - began
+    result.frag_pct = fragmentation_pct(cluster, typical)
     if keep:
         result.nodes = cluster
     return result
@@ -885,22 +934,38 @@ def compare(
     as_json: bool,
     shuffle: bool = True,
     ties: str = "order",
+    perturbed: int | None = None,
+    markdown: bool = False,
 ) -> int:
-    nodes = read_nodes(nodes_path)
-    paper = read_paper(paper_path) if paper_path.exists() else {}
+    """Policies x lists x seeds: allocation at 100 % and 130 % of arrivals, what is left
+    unallocated at 130 %, the final fragmentation, beside the paper's figures (none for a
+    perturbed list: it is not the paper's)."""
+    base_nodes = read_nodes(nodes_path)
+    paper = read_paper(paper_path) if paper_path.exists() and perturbed is None else {}
     rows = []
-    if not as_json:
+    if markdown:
         print(
-            f"{len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs;"
+            "| list | policy | ours @100 | paper @100 | ours @130 | paper @130 |"
+            " ours unalloc | paper unalloc | ours frag |"
+        )
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    elif not as_json:
+        print(
+            f"{len(base_nodes)} nodes, {sum(n.gpus for n in base_nodes)} GPUs;"
             f" seeds {','.join(map(str, seeds))}; tune {tune}; ties by {ties};"
-            " paper = mean of its 10 seeds"
+            + (f" perturbed with seed {perturbed};" if perturbed is not None else "")
+            + " paper = mean of its 10 seeds; unalloc = 100 - alloc@130;"
+            " frag = FGD's measure of the final cluster, % of its GPUs"
         )
         print(
             f"{'list':<13} {'policy':<11} {'ours@100':>8} {'paper':>7} {'diff':>6}"
-            f" {'ours@130':>8} {'paper':>7} {'diff':>6} {'sd@130':>6} {'s/run':>6}"
+            f" {'ours@130':>8} {'paper':>7} {'diff':>6} {'unalloc':>7} {'paper':>7}"
+            f" {'frag':>6} {'sd@130':>6} {'s/run':>6}"
         )
     for pods_path in pods_paths:
-        tasks = read_tasks(pods_path)
+        nodes, tasks = base_nodes, read_tasks(pods_path)
+        if perturbed is not None:
+            nodes, tasks = perturb(base_nodes, tasks, perturbed)
         workload = workload_name(pods_path)
         short = workload.removeprefix("openb_pod_list_")
         for policy in policies:
@@ -909,6 +974,8 @@ def compare(
                 replay(nodes, tasks, name, s, tune, workload, shuffle, ties=ties) for s in seeds
             ]
             row: dict[str, Any] = {"workload": workload, "policy": name, "seeds": list(seeds)}
+            if perturbed is not None:
+                row["perturbed"] = perturbed
             for x in (100, 130):
                 ours = [r.at(x) for r in runs if r.at(x) is not None]
                 mine = statistics.fmean(ours) if ours else None
@@ -918,16 +985,38 @@ def compare(
                 row[f"diff_{x}"] = (
                     None if mine is None or theirs is None else round(mine - theirs, 2)
                 )
+            row["unalloc"] = None if row["ours_130"] is None else round(100 - row["ours_130"], 2)
+            row["paper_unalloc"] = (
+                None if row["paper_130"] is None else round(100 - row["paper_130"], 2)
+            )
+            row["frag"] = round(statistics.fmean(r.frag_pct for r in runs), 2)
             at130 = [r.at(130) for r in runs if r.at(130) is not None]
             row["sd_130"] = round(statistics.pstdev(at130), 2) if len(at130) > 1 else None
             row["seconds_per_run"] = round(statistics.fmean(r.seconds for r in runs), 1)
             rows.append(row)
             if as_json:
                 continue
+            if markdown:
+                label = PAPER_NAMES.get(name, name).split("-", 1)[-1]
+                cells = [
+                    _fmt(row[k], 0).strip()
+                    for k in (
+                        "ours_100",
+                        "paper_100",
+                        "ours_130",
+                        "paper_130",
+                        "unalloc",
+                        "paper_unalloc",
+                        "frag",
+                    )
+                ]
+                print(f"| {short} | {label} | " + " | ".join(cells) + " |", flush=True)
+                continue
             print(
                 f"{short:<13} {name:<11} {_fmt(row['ours_100'], 8)} {_fmt(row['paper_100'])}"
                 f" {_fmt(row['diff_100'], 6, True)} {_fmt(row['ours_130'], 8)}"
                 f" {_fmt(row['paper_130'])} {_fmt(row['diff_130'], 6, True)}"
+                f" {_fmt(row['unalloc'])} {_fmt(row['paper_unalloc'])} {_fmt(row['frag'], 6)}"
                 f" {_fmt(row['sd_130'], 6)} {row['seconds_per_run']:6.1f}",
                 flush=True,
             )
@@ -972,6 +1061,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="order",
         help="equal scores: first in a seeded node order (the paper's), or a uniform draw",
     )
+    parser.add_argument(
+        "--perturb",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay a resampled node list and a resampled, jittered pod list (seed N)",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="--compare as a Markdown table (docs)"
+    )
     args = parser.parse_args(argv)
     if not args.nodes.exists():
         print(f"no node list at {args.nodes} (see /work/shared/traces/README.md)", file=sys.stderr)
@@ -990,11 +1089,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.json,
             shuffle=shuffle,
             ties=args.ties,
+            perturbed=args.perturb,
+            markdown=args.markdown,
         )
     pods = args.pods[0]
+    nodes, tasks = read_nodes(args.nodes), read_tasks(pods)
+    if args.perturb is not None:
+        nodes, tasks = perturb(nodes, tasks, args.perturb)
     result = replay(
-        read_nodes(args.nodes),
-        read_tasks(pods),
+        nodes,
+        tasks,
         args.policy,
         args.seed,
         args.tune,

@@ -12,11 +12,11 @@ expected mix of work (``Snapshot.demand``: shapes with their frequencies):
    all (its model is not one the shape may use, its CPU left is less than the shape's, or too
    few devices have the units it needs on each) every free unit of the node is fragment for
    it; if it can, the units on devices too small for it are. A CPU-only shape can use no
-   GPU, so every free unit is fragment for it. The shapes are averaged by frequency, and a
-   shape that may use only some models weighs, on those, in proportion to how little of the
-   pool they are (``pool units / units of its models``): a P100-only job has nowhere else to
-   go, an unconstrained one has the whole pool, so the room only the first can use counts
-   for more than one shape's share of it.
+   GPU, so every free unit is fragment for it. The shapes are summed by frequency, a shape
+   that may use only some models weighted up by how little of the pool those are (its
+   frequency x ``pool units / units of its models``): a P100-only job has nowhere else to
+   go, an unconstrained one has the whole pool, so room a scarce shape cannot use counts
+   for more, and work that may go anywhere is drawn to it and away from the scarce room.
 2. **What the node's CPU cannot feed**: the free units beyond ``CPU left / c``, where ``c``
    is the CPU the expected work asks per GPU unit it asks (CPU-only shapes included). A node
    whose CPUs go faster than its GPUs ends with GPUs nobody can start on; this part sees it

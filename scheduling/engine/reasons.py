@@ -250,6 +250,13 @@ def detail_no_node_fits(
     return f"{where} ({block}, {free} free in enabled clusters{down})"
 
 
+def detail_no_node_fits_cpu(replicas: int, gpr: int, free: int) -> str:
+    """The GPUs are free, but the nodes that have them lack the CPU or memory the job asks
+    (a node whose CPUs are taken strands its GPUs)."""
+    what = f"{gpr} free" if replicas == 1 else f"{replicas} slots of {gpr} free"
+    return f"the nodes with {what} lack the CPU or memory it asks ({free} free in enabled clusters)"
+
+
 def detail_share_too_large(per_device: int, devices: int, device_size: int) -> str:
     """A share larger than any device of the pool: it can never run there."""
     each = f" on each of {devices} devices" if devices > 1 else " on one device"
