@@ -9,7 +9,12 @@ the memory, the compute and a free split slot. The node-wide sum is not enough: 
 
 :class:`SharedDevices` keeps the per-device books of one node; the scheduler asks it whether a
 pod's share fits and which devices it takes (``binpack``: the fullest device that fits, as
-HAMi's default; ``spread``: the emptiest).
+HAMi's default; ``spread``: the emptiest; a HAMi pod's ``hami.io/gpu-scheduler-policy`` wins),
+among the devices the pod's annotations allow (:class:`DevicePick`: HAMi's
+``nvidia.com/use-gpuuuid`` / ``nouse-gpuuuid``, Volcano vGPU's ``volcano.sh/vgpu-use-gpuuuid``
+/ ``vgpu-nouse-gpuuuid``). Where a share landed is written on its pod as the real schedulers
+do (:meth:`SharedDevices.allocation`: ``hami.io/vgpu-devices-allocated`` or
+``volcano.sh/vgpu-ids-new``, ``uuid,NVIDIA,MiB,cores:;``).
 """
 
 from __future__ import annotations
