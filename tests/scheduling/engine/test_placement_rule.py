@@ -143,7 +143,8 @@ def test_room_only_some_shapes_may_use_weighs_by_how_scarce_it_is_for_them():
     mix = [Demand(gpus_per_replica=2), Demand(gpus_per_replica=2, models=("p100",))]
     plain = Fragmentation(mix)
     scarce = Fragmentation(mix, {"p100": 4, "g2": 36})
-    # Two free GPUs on a g2 node (a whole-GPU node's books: one count): the unconstrained shape can use them, the p100 one never.
+    # Two free GPUs on a g2 node (a whole-GPU node's books: one count): the unconstrained
+    # shape can use them, the p100 one never.
     assert plain.of("g2", 10_000, (2,)) == pytest.approx(2 * 0.5)
     assert scarce.of("g2", 10_000, (2,)) == pytest.approx(2 * 0.5 * 10)
     # On a p100 node both can: no fragment either way.
