@@ -107,7 +107,7 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
         )
     largest, where, free, out_of_service = model_free(pl, m)
     if code is SkipCode.NO_NODE_FITS:
-        pools = pl.enabled.get(m, ())
+        pools = pl.enabled.get(m, [])
         # GPUs enough, on nodes whose CPU or memory is taken: say that, not "no room".
         if any(p.cpu is not None or p.mem is not None for p in pools) and any(
             p.fits(g, r) for p in pools
