@@ -1,7 +1,7 @@
 """Accuracy and cost of the start estimates (``scheduling.engine.forecast``).
 
     .venv/bin/python bench/estimate_bench.py [--quick] [--seed N] [--hours H] [--days D]
-        [--gpus G] [--first-day F] [--trace both|synthetic|alibaba] [--no-cost]
+        [--gpus G] [--first-day F] [--trace both|synthetic|alibaba|none] [--no-cost]
 
 Accuracy, on two traces replayed through the real engine (a cycle at every arrival and every
 end, every 5 minutes while anything waits):
@@ -691,7 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--queued", type=int, default=None, help="cost case (default 10,000)")
     parser.add_argument(
-        "--trace", choices=("both", "synthetic", "alibaba"), default="both", help="which traces"
+        "--trace",
+        choices=("both", "synthetic", "alibaba", "none"),
+        default="both",
+        help="which traces (none: the cost case only)",
     )
     parser.add_argument("--no-cost", action="store_true", help="skip the whole-queue cost case")
     args = parser.parse_args(argv)
