@@ -55,15 +55,19 @@ def jobs_visible_to(user: AnyUser) -> QuerySet[Job]:
 
 def others_ahead(user: AnyUser, job: Job) -> int | None:
     """How many queued jobs the caller cannot see (other teams') are ahead of ``job`` in line:
-    positions rank the whole queue, so a job at position p has p - 1 ahead, and those not
-    among the caller's visible queued jobs are other teams'. None while the job is not ranked;
-    0 for a platform admin, who sees every job."""
+    a job at position p has p - 1 queued jobs ahead, and those not among the caller's visible
+    queued jobs are other teams'. None while the job is not ranked; 0 for a platform admin,
+    who sees every job."""
     position = job.queue_position
     if position is None:
         return None
     if user.is_staff:
         return 0
-    seen = jobs_visible_to(user).filter(state=JobState.QUEUED, wait__position__lt=position).count()
+    seen = (
+        jobs_visible_to(user)
+        .filter(state=JobState.QUEUED, wait__order_key__lt=job.queue_order_key)
+        .count()
+    )
     return max(0, position - 1 - seen)
 
 

@@ -328,9 +328,26 @@ class Job(models.Model):
         return wait.reason if wait else ""
 
     @property
-    def queue_position(self) -> int | None:
+    def queue_order_key(self) -> int | None:
+        """Where the job stands in line as a sort key (``JobWait.order_key``), None unranked."""
         wait = self._wait()
-        return wait.position if wait else None
+        return wait.order_key if wait else None
+
+    @property
+    def queue_position(self) -> int | None:
+        """The job's 1-based place among the jobs queued now, None while no cycle ranked it.
+
+        Counted from the order keys when asked (one query), or set for a whole list at once by
+        ``portal.jobs.waits.queue_positions_fill``; a job cancelled ahead drops out at once."""
+        key = self.queue_order_key
+        if key is None:
+            return None
+        known = self.__dict__.get("_queue_position")
+        if known is None:
+            known = self._queue_position = (
+                JobWait.objects.filter(job__state=JobState.QUEUED, order_key__lt=key).count() + 1
+            )
+        return known
 
     @property
     def pending_notes_id(self) -> str | None:
@@ -450,18 +467,27 @@ class Job(models.Model):
 class JobWait(models.Model):
     """Why a queued job waits and where it stands in line, as the last scheduling cycle found.
 
-    Beside the job, not on it: each cycle rewrites these for thousands of queued jobs (every
-    admission moves everyone behind it up one place, and a reason's figures move with the
-    freed quota), and rewriting this narrow row costs a third of rewriting the job's own
-    60-column one (docs/performance.md, docs/decisions.md). Written only by the cycle, under
-    its lock; deleted as the job is admitted; a row whose job left the queue another way
-    (cancelled) is ignored by readers (:meth:`Job._wait`) and pruned with the notes.
+    Beside the job, not on it: each cycle rewrites these for thousands of queued jobs (a
+    reason's figures move with the freed quota), and rewriting this narrow row costs a third of
+    rewriting the job's own 60-column one (docs/performance.md, docs/decisions.md). Written
+    only by the cycle, under its lock; deleted as the job is admitted; a row whose job left the
+    queue another way (cancelled) is ignored by readers (:meth:`Job._wait`) and pruned with
+    the notes.
+
+    The place in line is a sort key, not a rank: an admission ahead of a job, which moves
+    everyone behind it up one place, changes no key, so the cycle rewrites only the jobs whose
+    reason or relative order changed (``portal.jobs.waits.order_keys``). The rank users read
+    is counted from the keys (:attr:`Job.queue_position`).
     """
 
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="wait")
     code = models.CharField(max_length=40, blank=True)
     reason = models.TextField(blank=True)
-    position = models.PositiveIntegerField(null=True, blank=True)
+    order_key = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Sorts the queue in the last cycle's order (smaller first); null: not ranked",
+    )
     notes = models.ForeignKey(
         "PendingNotes",
         null=True,

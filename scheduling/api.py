@@ -24,7 +24,7 @@ from portal.jobs.blocker import SimulatedStart, blocker_of, estimate_dict
 from portal.jobs.resubmit import resolve_from_job
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import parse_job_spec
-from portal.models import Job, JobState, Priority, SelectionPolicy, Team
+from portal.models import Job, Priority, SelectionPolicy, Team
 from scheduling.catalog import catalog_entries
 from scheduling.estimates import job_estimate, spec_estimate
 from scheduling.matching import requirement_preview
@@ -61,6 +61,7 @@ from scheduling.services import (
     quota_set,
     team_policies_visible_to,
     team_policy_set,
+    visible_order_keys,
 )
 from scheduling.snapshot import pool_now
 
@@ -97,8 +98,7 @@ class QueueEntrySerializer(serializers.Serializer):
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_others_ahead(self, job: Job) -> int | None:
-        position = job.queue_position
-        return None if position is None else self.context["ahead"].get(position, 0)
+        return None if job.queue_position is None else self.context["ahead"].get(job.pk, 0)
 
     @extend_schema_field(StartEstimateSerializer(allow_null=True))
     def get_start_estimate(self, job: Job) -> dict[str, Any] | None:
@@ -139,14 +139,7 @@ class QueueView(APIView):
         if pending and not request.user.is_staff:
             # Positions rank the whole queue; what the caller cannot see is counted, as the
             # web's queue says it.
-            ahead = hidden_ahead(
-                [j.queue_position for j in pending],
-                list(
-                    visible.filter(state=JobState.QUEUED, wait__position__isnull=False).values_list(
-                        "wait__position", flat=True
-                    )
-                ),
-            )
+            ahead = hidden_ahead(pending, visible_order_keys(visible))
         ranges = (hooks.estimate_ranges.ask([j.pk for j in pending]) or {}) if pending else {}
         context = {"ahead": ahead, "ranges": ranges, "now": timezone.now()}
         return Response(QueueEntrySerializer(pending, many=True, context=context).data)
@@ -629,8 +622,7 @@ class EstimateSerializer(serializers.Serializer):
     confidence = serializers.FloatField(
         allow_null=True,
         required=False,
-        help_text="Share of starts the range is meant to hold (0.9), measured on "
-        "/pool/estimates/",
+        help_text="Share of starts the range is meant to hold (0.9), measured on /pool/estimates/",
     )
     comparable_runs = serializers.IntegerField(
         allow_null=True,

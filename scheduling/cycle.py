@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from django.utils import timezone
 
 from portal import db, hooks
 from portal.jobs.state import Change, job_transition, jobs_transition_bulk
-from portal.jobs.waits import WaitRow, waits_clear, waits_prune, waits_write
+from portal.jobs.waits import WaitRow, order_keys, waits_clear, waits_prune, waits_write
 from portal.models import (
     PREEMPTIBLE_STATES,
     JobState,
@@ -217,7 +218,7 @@ def _reason_rows(decision: engine.Decision, loaded: Loaded) -> Reasons:
     # Jobs of one failure group share their notes' tuple: convert each tuple once.
     memo: dict[int, tuple[str | None, str]] = {}
     notes: dict[str, list[list[str]]] = {}
-    rows: list[ReasonRow] = []
+    ranked: list[tuple[int, int, str, str, str | None, str]] = []
     for r in decision.pending:
         found = memo.get(id(r.candidates))
         if found is None:
@@ -228,20 +229,21 @@ def _reason_rows(decision: engine.Decision, loaded: Loaded) -> Reasons:
             found = memo[id(r.candidates)] = (key, lead)
         key, lead = found
         lead = lead or waits_for.get(r.job_id, "")
-        rows.append((loaded.job_pk[r.job_id], str(r.code), r.message, r.position, key, lead))
+        ranked.append((r.position, loaded.job_pk[r.job_id], str(r.code), r.message, key, lead))
+    not_considered = str(engine.ReasonCode.NOT_CONSIDERED)
     for nc in decision.not_considered:
         for k, job_id in enumerate(nc.job_ids):
-            rows.append(
-                (
-                    loaded.job_pk[job_id],
-                    str(engine.ReasonCode.NOT_CONSIDERED),
-                    nc.message,
-                    nc.position_from + k,
-                    None,
-                    "",
-                )
+            ranked.append(
+                (nc.position_from + k, loaded.job_pk[job_id], not_considered, nc.message, None, "")
             )
+    ranked.sort(key=itemgetter(0))  # by rank: the engine's pending, then those not considered
     previous = loaded.previous
+    # The line as sort keys: an admission ahead changes no one's key behind it.
+    keys = order_keys([previous[pk][2] if pk in previous else None for _, pk, *_ in ranked])
+    rows: list[ReasonRow] = [
+        (pk, code, message, order_key, notes_key_, lead)
+        for (_, pk, code, message, notes_key_, lead), order_key in zip(ranked, keys, strict=True)
+    ]
     changed = [row for row in rows if previous.get(row[0]) != row[1:]]
     used = {row[4] for row in changed}
     return Reasons(changed, {k: v for k, v in notes.items() if k in used})

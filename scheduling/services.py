@@ -6,6 +6,7 @@ import datetime as dt
 import re
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from clusters.models import Node
 from portal import db, hooks
 from portal.access import teams_visible_to
 from portal.errors import ApplicationError
+from portal.jobs.waits import queue_positions_fill
 from portal.models import HOLDING_STATES, Job, JobState, Priority, Team
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,
@@ -418,7 +420,7 @@ NO_CLOSEST_MODEL = Q(wait__model="") | Q(wait__isnull=True)
 # waiting first, the shortest waiting first. A job waits since it last entered QUEUED (its
 # submission, or its requeue after a preemption): ``state_changed_at`` while it is QUEUED.
 QUEUE_SORTS: dict[str, tuple[Any, ...]] = {
-    "position": (F("wait__position").asc(nulls_last=True), "-priority", "submitted_at", "id"),
+    "position": (F("wait__order_key").asc(nulls_last=True), "-priority", "submitted_at", "id"),
     "waiting": ("state_changed_at", "id"),
     "-waiting": ("-state_changed_at", "-id"),
 }
@@ -436,8 +438,10 @@ def queue_ordered(*, jobs: Any, sort: str = "position", model: str = "") -> Any:
 
 
 def queue_pending(*, jobs: Any, limit: int = 500, sort: str = "position") -> list[Job]:
-    """The first ``limit`` queued jobs in the order ``sort`` names."""
-    return list(queue_ordered(jobs=jobs, sort=sort)[:limit])
+    """The first ``limit`` queued jobs in the order ``sort`` names, their positions counted."""
+    pending = list(queue_ordered(jobs=jobs, sort=sort)[:limit])
+    queue_positions_fill(pending)
+    return pending
 
 
 def queue_models(*, jobs: Any) -> list[str]:
@@ -454,21 +458,30 @@ def queue_models(*, jobs: Any) -> list[str]:
     return sorted(set(stored.distinct()) | set(named.distinct()))
 
 
-def hidden_ahead(positions: list[int | None], visible: list[int]) -> dict[int, int]:
-    """For each position in ``positions``, how many jobs ahead of it the viewer cannot see.
+def hidden_ahead(jobs: Sequence[Job], visible: list[int]) -> dict[int, int]:
+    """For each ranked job of ``jobs`` (by pk), how many jobs ahead of it the viewer cannot see.
 
-    ``visible``: the positions of every queued job the viewer may see (their teams' jobs).
-    Positions are 1-based ranks over the whole queue, so a job at position p has p - 1 jobs
-    ahead; those not among ``visible`` belong to other teams.
+    ``visible``: the order keys of every queued job the viewer may see (their teams' jobs). A
+    job at position p has p - 1 queued jobs ahead; those not among ``visible`` belong to other
+    teams.
     """
-    ranks = sorted(visible)
+    keys = sorted(visible)
     out: dict[int, int] = {}
-    for p in positions:
-        if p is None:
+    for job in jobs:
+        position, key = job.queue_position, job.queue_order_key
+        if position is None or key is None:
             continue
-        seen_ahead = bisect_left(ranks, p)
-        out[p] = max(0, p - 1 - seen_ahead)
+        out[job.pk] = max(0, position - 1 - bisect_left(keys, key))
     return out
+
+
+def visible_order_keys(visible: Any) -> list[int]:
+    """The order keys of the queued jobs among ``visible`` (a job queryset)."""
+    return list(
+        visible.filter(state=JobState.QUEUED, wait__order_key__isnull=False).values_list(
+            "wait__order_key", flat=True
+        )
+    )
 
 
 def queue_oldest_by_team(*, limit: int = 200) -> list[Job]:
@@ -486,6 +499,7 @@ def queue_oldest_by_team(*, limit: int = 200) -> list[Job]:
         for job in queued.order_by("state_changed_at", "id"):
             seen.setdefault(job.team_id, job)
         firsts = list(seen.values())[:limit]
+    queue_positions_fill(firsts)
     return sorted(firsts, key=lambda j: (j.state_changed_at, j.pk))
 
 

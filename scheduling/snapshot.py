@@ -125,7 +125,7 @@ def json_tuple(text: str | None) -> tuple[Any, ...]:
 
 
 Previous = tuple[str, str, int | None, str | None, str]
-"""What a queued job shows now: (code, message, position, key of its candidate notes, closest
+"""What a queued job shows now: (code, message, order key, key of its candidate notes, closest
 candidate's model): a reason is written only where one of them changes."""
 
 
@@ -530,7 +530,7 @@ def _pending(lookback: int) -> Pending:
             # The last cycle's words (``JobWait``; none yet for a job no cycle has seen).
             "wait__code",
             "wait__reason",
-            "wait__position",
+            "wait__order_key",
             "wait__notes_id",
             "wait__model",
         )

@@ -27,7 +27,8 @@ from portal.errors import ApplicationError, NotFound
 from portal.jobs.blocker import Blocker, SimulatedStart, StartRange, blocker_of
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import SpecError, parse_job_spec
-from portal.models import Job, JobState, Team
+from portal.jobs.waits import queue_positions_fill
+from portal.models import Job, Team
 from portal.web.forms import JobSubmitForm
 from scheduling import engine
 from scheduling.catalog import catalog_entries
@@ -60,6 +61,7 @@ from scheduling.services import (
     quota_lowering_warning,
     quota_set_batch,
     team_policy_set,
+    visible_order_keys,
 )
 from scheduling.snapshot import engine_catalog, pool_now
 
@@ -190,23 +192,19 @@ def queue_page(request: HttpRequest) -> HttpResponse:
         )
     )
     shown = list(page.object_list) if page else []
+    queue_positions_fill(shown)
     waits_for = _waits_for(shown)
     ahead: dict[int, int] = {}
     if not staff and shown:
         # Positions rank the whole queue; what the viewer cannot see is said in words.
-        positions = list(
-            visible.filter(state=JobState.QUEUED, wait__position__isnull=False).values_list(
-                "wait__position", flat=True
-            )
-        )
-        ahead = hidden_ahead([j.queue_position for j in shown], positions)
+        ahead = hidden_ahead(shown, visible_order_keys(visible))
     ranges = (hooks.estimate_ranges.ask([j.pk for j in shown]) or {}) if shown else {}
     rows = [
         QueueRow(
             job=j,
             waits_for=waits_for[j.pk],
             waited=fmt_wait(max(dt.timedelta(0), now - j.state_changed_at)),
-            hidden_ahead=None if staff or j.queue_position is None else ahead.get(j.queue_position),
+            hidden_ahead=None if staff or j.queue_position is None else ahead.get(j.pk),
             blocker=blocker_of(j),
             estimate=_stored_estimate(j, ranges, now),
         )

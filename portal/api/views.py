@@ -51,6 +51,7 @@ from portal.jobs.attempts import AttemptView, job_attempt, job_attempts
 from portal.jobs.blocker import estimate_dict, start_estimate
 from portal.jobs.resubmit import resolve_from_job, resubmit_note
 from portal.jobs.services import job_cancel, job_submit, job_submit_batch
+from portal.jobs.waits import queue_positions_fill
 from portal.models import Job, Team
 from scheduling.models import GpuModel
 
@@ -128,6 +129,12 @@ class JobListCreateView(generics.ListAPIView):
             team_ids = Team.objects.filter(slug=slug).values_list("pk", flat=True)
             jobs = jobs.filter(team_id__in=list(team_ids))
         return jobs
+
+    def paginate_queryset(self, queryset: Any) -> list[Any] | None:
+        page = super().paginate_queryset(queryset)
+        if page is not None:
+            queue_positions_fill(page)  # one query for the page's places in line
+        return page
 
     def get_throttles(self) -> list[Any]:
         return [SubmitThrottle()] if self.request.method == "POST" else super().get_throttles()

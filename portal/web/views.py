@@ -43,6 +43,7 @@ from portal.jobs.resubmit import job_request_data, resubmit_note
 from portal.jobs.services import job_cancel, job_submit, submit_limits
 from portal.jobs.spec import SpecError, parse_job_spec
 from portal.jobs.state import PREEMPTED_REASON, USER_CANCEL_REASON
+from portal.jobs.waits import queue_positions_fill
 from portal.models import (
     ApiToken,
     Job,
@@ -134,6 +135,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     page = list(ordered[start : start + PAGE_SIZE + 1])
     has_more = len(page) > PAGE_SIZE
     page = page[:PAGE_SIZE]
+    queue_positions_fill(page)
     if has_more and sort == "newest":
         query["before"] = str(page[-1].pk)
     elif has_more:
@@ -164,9 +166,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "jobs": page,
         "filtered": filtered,
         # Only an empty first page invites a first submit, and only someone who may submit.
-        "can_submit": not page
-        and not filtered
-        and any(r in SUBMIT_ROLES for r in roles.values()),
+        "can_submit": not page and not filtered and any(r in SUBMIT_ROLES for r in roles.values()),
         "scope": scope,
         "teams": teams,
         "team_slug": team_slug,

@@ -83,7 +83,7 @@ def test_ls_fits_100_columns_and_wide_shows_everything(cli, bob, vision):
     name = "a-very-long-experiment-name-" + "x" * 40
     reason = "Needs 4 more GPUs than the team may use on a100-80gb: " + "waiting " * 12
     job = JobFactory(owner=bob, team=vision, name=name)
-    JobWait.objects.create(job=job, code="QuotaExceeded", reason=reason.strip(), position=1)
+    JobWait.objects.create(job=job, code="QuotaExceeded", reason=reason.strip(), order_key=1)
     JobFactory(owner=bob, team=vision, name="short", state=JobState.RUNNING)
 
     narrow = cli(bob, "ls")
@@ -152,7 +152,7 @@ def test_queue_and_show_say_how_many_jobs_of_other_teams_are_ahead(
 ):
     def queued(owner, team, name, position):
         job = JobFactory(owner=owner, team=team, name=name)
-        JobWait.objects.create(job=job, code="QuotaExceeded", reason="Waits.", position=position)
+        JobWait.objects.create(job=job, code="QuotaExceeded", reason="Waits.", order_key=position)
         return job
 
     queued(charlie, language, "l1", 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from portal.jobs.blocker import job_blocker, never_summary
@@ -84,14 +86,16 @@ def test_never_summary_of_one_model_is_singular():
 
 
 @pytest.mark.parametrize(
-    ("positions", "visible", "expected"),
+    ("shown", "visible", "expected"),
     [
-        ([3, 5], [3, 5], {3: 2, 5: 3}),  # 1, 2 and 4 are other teams'
-        ([1, 2], [1, 2, 9], {1: 0, 2: 0}),  # nothing hidden ahead
-        ([None, 4], [4], {4: 3}),  # an unranked job has no position to explain
+        # (pk, position, order key): keys sort the line, positions count it from 1.
+        ([(1, 3, 30), (2, 5, 50)], [30, 50], {1: 2, 2: 3}),  # 3 of the 4 ahead are others'
+        ([(1, 1, 7), (2, 2, 9)], [7, 9, 400], {1: 0, 2: 0}),  # nothing hidden ahead
+        ([(1, None, None), (2, 4, 40)], [40], {2: 3}),  # an unranked job has nothing to explain
         ([], [], {}),
     ],
     ids=["gaps are other teams", "none hidden", "unranked skipped", "empty"],
 )
-def test_hidden_ahead_counts_the_jobs_ahead_the_viewer_cannot_see(positions, visible, expected):
-    assert hidden_ahead(positions, visible) == expected
+def test_hidden_ahead_counts_the_jobs_ahead_the_viewer_cannot_see(shown, visible, expected):
+    jobs = [SimpleNamespace(pk=pk, queue_position=p, queue_order_key=k) for pk, p, k in shown]
+    assert hidden_ahead(jobs, visible) == expected

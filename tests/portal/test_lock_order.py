@@ -163,7 +163,7 @@ def _estimate_and_cycle(
     def check() -> None:
         states = set(Job.objects.filter(pk__in=admitted).values_list("state", flat=True))
         assert states == {S.ADMITTED}
-        positions = dict(JobWait.objects.filter(job__in=queued).values_list("job", "position"))
+        positions = dict(JobWait.objects.filter(job__in=queued).values_list("job", "order_key"))
         assert positions == {pk: k for k, pk in enumerate(queued)}, "a reason was not written"
         written = Job.objects.filter(pk__in=ids, estimate_note=f"round {n}").count()
         assert written == stored[0], "the refresh miscounted what it wrote"

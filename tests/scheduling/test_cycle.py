@@ -216,7 +216,7 @@ def test_a_deep_queue_drains_within_one_cycle(bob, vision, pool, quota):
     )
     result = run_cycle()
     assert len(result.admitted) == 40
-    assert Job.objects.filter(state=JobState.QUEUED, wait__position__isnull=False).count() == 20
+    assert Job.objects.filter(state=JobState.QUEUED, wait__order_key__isnull=False).count() == 20
 
 
 def test_a_job_on_a_mig_slice_is_charged_to_that_slice_only(bob, vision, pool, quota):

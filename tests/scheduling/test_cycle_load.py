@@ -101,8 +101,10 @@ assert loaded.job_pk[str(job.public_id)] == job.pk
 from portal.models import JobWait
 from scheduling.cycle import run_cycle
 run_cycle(now=times[2])
-waits = dict(JobWait.objects.values_list("job_id", "position"))
-assert sorted(waits.values()) == [1, 2, 3, 4] and set(waits) == {*ids, job.pk}, waits
+waits = dict(JobWait.objects.values_list("job_id", "order_key"))
+assert set(waits) == {*ids, job.pk} and None not in waits.values(), waits
+ranks = sorted(Job.objects.get(pk=pk).queue_position for pk in waits)
+assert ranks == [1, 2, 3, 4], ranks
 JobWait.objects.update(reason="stale")
 run_cycle(now=times[2])
 fresh = Job.objects.get(pk=job.pk)

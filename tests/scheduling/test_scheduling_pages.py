@@ -48,7 +48,7 @@ def test_the_api_says_how_many_jobs_of_other_teams_are_ahead(
     jobs = []
     for position, (owner, team) in enumerate(owners, start=1):
         job = JobFactory(team=team, owner=owner, name=f"line-{position}")
-        JobWait.objects.create(job=job, position=position, code="NO_CAPACITY", reason="full")
+        JobWait.objects.create(job=job, order_key=position, code="NO_CAPACITY", reason="full")
         jobs.append(job)
     unranked = JobFactory(team=vision, owner=bob, name="new")
     client.force_login(bob)
@@ -75,7 +75,7 @@ def test_a_long_queue_is_read_a_page_at_a_time(client, bob, vision):
             state_changed_at=base + dt.timedelta(seconds=i),
         )  # fmt: skip
         JobWait.objects.create(
-            job=job, position=i + 1, model="t4" if i in (7, 103) else "a100-80gb"
+            job=job, order_key=i + 1, model="t4" if i in (7, 103) else "a100-80gb"
         )
     client.force_login(bob)
 
