@@ -280,3 +280,29 @@ def test_the_queue_api_gives_each_job_its_blocker_and_sorts_by_waiting(blocked, 
     ]
     bad = api.get("/api/v1/queue/?sort=fastest")
     assert bad.status_code == 400 and "sort" in bad.content.decode()
+
+
+def test_a_job_cancelled_ahead_moves_everyone_behind_up_at_once(
+    bob, charlie, vision, language, pool, quota, client
+):
+    """Places in line are counted from the cycle's order when read: a cancel ahead shows on
+    the next page load, not a cycle later; and a cycle that admits the head rewrites no one
+    else's place."""
+    pool("east", "a100-80gb", nodes=1, gpus=8)
+    quota(vision, "a100-80gb", nominal=8)
+    submit(bob, name="running", replicas=1, gpus_per_replica=8)
+    run_cycle()
+    line = [submit(bob, name=f"q{i}", replicas=1, gpus_per_replica=8) for i in range(4)]
+    run_cycle()
+    keys = {j.pk: Job.objects.get(pk=j.pk).queue_order_key for j in line}
+    assert [Job.objects.get(pk=j.pk).queue_position for j in line] == [1, 2, 3, 4]
+    Job.objects.filter(pk=line[0].pk).update(state=JobState.CANCELLED)
+    client.force_login(bob)
+    page = client.get(f"/jobs/{line[2].public_id}/").content.decode()
+    assert "Position 2 in line" in page
+    listed = client.get("/api/v1/jobs/?state=QUEUED").json()["results"]
+    assert sorted(j["position"] for j in listed) == [1, 2, 3]
+    run_cycle()  # nothing changed ahead of them but the cancel: no key moves
+    assert {j.pk: Job.objects.get(pk=j.pk).queue_order_key for j in line[1:]} == {
+        j.pk: keys[j.pk] for j in line[1:]
+    }
