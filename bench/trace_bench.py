@@ -203,6 +203,7 @@ class Typical:
     milli: int
     spec: frozenset[str] | None
     freq: float
+    mem: int = 0  # the shape's mean memory (MiB): memory only decides feasibility in FGD
 
 
 def typical_tasks(tasks: Sequence[Task], share: int = TYPICAL_SHARE) -> list[Typical]:
@@ -218,10 +219,14 @@ def typical_tasks(tasks: Sequence[Task], share: int = TYPICAL_SHARE) -> list[Typ
             break
         chosen.append((key, count))
         covered += count
+    mem: dict[tuple[int, int, int, str], int] = defaultdict(int)
+    for t in tasks:
+        mem[(t.cpu, t.milli, t.num_gpu, "|".join(sorted(t.spec or ())))] += t.mem
     out = []
-    for (cpu, milli, num, spec), count in chosen:
+    for key, count in chosen:
+        cpu, milli, num, spec = key
         models = frozenset(spec.split("|")) if spec else None
-        out.append(Typical(cpu, num, milli, models, count / covered))
+        out.append(Typical(cpu, num, milli, models, count / covered, round(mem[key] / count)))
     return out
 
 
@@ -601,6 +606,7 @@ class EnginePolicy(Policy):
                 gpus_per_replica=t.milli * t.num_gpu,
                 share_devices=max(1, t.num_gpu),
                 cpu_milli=t.cpu,
+                memory_mib=t.mem,
                 models=tuple(sorted(t.spec or ())),
                 weight=t.freq,
             )
@@ -702,7 +708,10 @@ class EnginePolicy(Policy):
                 continue
             grown = 0.0
             if frag is not None:
-                grown = frag.grow(node.model, left, node.devices, left - cpu, node.devices)
+                m = node.memory_free
+                grown = frag.grow(
+                    node.model, left, node.devices, left - cpu, node.devices, m, m - mem
+                )
             # As the engine ranks nodes: growths within a tenth of a device are equal, then
             # the fewest free GPU units, then the least CPU left, then the name.
             key = (round(grown / (MILLI / NEAR)), node.free_gpus, left - cpu, node.name)

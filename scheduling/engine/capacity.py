@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter, is_, is_not
 
-from scheduling.engine.placement import Fragmentation
+from scheduling.engine.placement import UNBOUNDED, Fragmentation
 from scheduling.engine.snapshot import ClusterState, Node
 
 _by_name = attrgetter("name")
@@ -33,8 +33,6 @@ _memory_free = attrgetter("memory_free")
 NEAR = 10
 """Growths of the expected fragmentation within 1/NEAR of a device count as equal."""
 
-UNBOUNDED = 1 << 62
-"""CPU or memory of a node that does not report it: never the limit."""
 
 Ask = tuple[int, int, int, int, int]
 """What one replica asks of one node: (units, devices they are split over, compute % per
@@ -532,15 +530,19 @@ class Pool:
         if cpu < (cpu_ask or 1) or (self.mem is not None and self.mem[i] < mem_ask):
             return None
         cpu_after = cpu - cpu_ask if cpu != UNBOUNDED else cpu
+        mem = UNBOUNDED if self.mem is None else self.mem[i]
+        mem_after = mem - mem_ask if mem != UNBOUNDED else mem
         model = self.model
         if self.dev is None:
             if frag is None:
                 return 0.0, ()
             before = (self.free[i],)
             after = (self.free[i] - g,)
-            return frag.grow(model, cpu, before, cpu_after, after), ()
+            return frag.grow(model, cpu, before, cpu_after, after, mem, mem_after), ()
         if frag is not None and not cores and (self.dpolicy is None or not self.dpolicy[i]):
-            return frag.best_devices(model, cpu, cpu_after, self.dev[i], -(-g // d), d)
+            return frag.best_devices(
+                model, cpu, cpu_after, self.dev[i], -(-g // d), d, mem, mem_after
+            )
         fit = self._by_policy(i, ask)
         if len(fit) < d:
             return None
@@ -550,7 +552,7 @@ class Pool:
         devs = self.dev[i]
         per = -(-g // d)
         devs_after = tuple(v - per if j in chosen else v for j, v in enumerate(devs))
-        return frag.grow(model, cpu, devs, cpu_after, devs_after), chosen
+        return frag.grow(model, cpu, devs, cpu_after, devs_after, mem, mem_after), chosen
 
     def plan_ask(
         self, ask: Ask, r: int, frag: Fragmentation | None
@@ -640,7 +642,13 @@ class Pool:
                 if c < cpu_need or (mem is not None and mem[i] < mem_ask):
                     continue
                 after = c - cpu_ask if c != UNBOUNDED else c
-                res = best_devices(model, c, after, dev[i], per, d)
+                if mem is None:
+                    res = best_devices(model, c, after, dev[i], per, d)
+                else:
+                    m = mem[i]
+                    res = best_devices(
+                        model, c, after, dev[i], per, d, m, m - mem_ask if m != UNBOUNDED else m
+                    )
                 if res is None:
                     continue
                 key = (round(res[0] / step), f - g, after, i)

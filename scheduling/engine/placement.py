@@ -42,6 +42,8 @@ from collections.abc import Mapping, Sequence
 
 from scheduling.engine.snapshot import Demand
 
+UNBOUNDED = 1 << 62
+"""CPU or memory of a node that does not report it: never the limit."""
 _MEMO_LIMIT = 400_000
 _PLACES = 6
 """Growths are compared rounded to a millionth of a unit: the sums behind them are added in
@@ -56,7 +58,7 @@ def growth(after: float, before: float) -> float:
 class Fragmentation:
     """The expected fragment of node states against one demand mix (memoised per state)."""
 
-    __slots__ = ("best_memo", "cpu_only", "cpu_per_unit", "groups", "memo")
+    __slots__ = ("best_memo", "cpu_only", "cpu_per_unit", "groups", "mem_per_unit", "memo")
 
     def __init__(self, demand: Sequence[Demand], capacity: Mapping[str, int] | None = None) -> None:
         total = sum(max(0.0, d.weight) for d in demand) or 1.0
@@ -93,6 +95,8 @@ class Fragmentation:
         units = sum(max(0.0, d.weight) * max(0, d.gpus_per_replica) for d in demand)
         cpu = sum(max(0.0, d.weight) * max(0, d.cpu_milli) for d in demand)
         self.cpu_per_unit = cpu / units if units > 0 and cpu > 0 else 0.0
+        mem = sum(max(0.0, d.weight) * max(0, d.memory_mib) for d in demand)
+        self.mem_per_unit = mem / units if units > 0 and mem > 0 else 0.0
         self.memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
         self.best_memo: dict[tuple[object, ...], tuple[float, tuple[int, ...]] | None] = {}
 
@@ -127,11 +131,15 @@ class Fragmentation:
         memo[key] = value
         return value
 
-    def stranded(self, cpu_left: int, devices: tuple[int, ...]) -> float:
-        """Free units of a node that its CPU left cannot feed at the demand's CPU per unit."""
-        if not self.cpu_per_unit:
-            return 0.0
-        left = sum(devices) - cpu_left / self.cpu_per_unit
+    def stranded(self, cpu_left: int, mem_left: int, devices: tuple[int, ...]) -> float:
+        """Free units of a node that its CPU or memory left cannot feed at the demand's CPU
+        and memory per unit (``UNBOUNDED`` or more: not known, feeds anything)."""
+        fed = cpu_left / self.cpu_per_unit if self.cpu_per_unit else float("inf")
+        if self.mem_per_unit:
+            by_mem = mem_left / self.mem_per_unit
+            if by_mem < fed:
+                fed = by_mem
+        left = sum(devices) - fed
         return left if left > 0 else 0.0
 
     def grow(
@@ -141,11 +149,13 @@ class Fragmentation:
         devices: tuple[int, ...],
         cpu_after: int,
         after: tuple[int, ...],
+        mem: int = UNBOUNDED,
+        mem_after: int = UNBOUNDED,
     ) -> float:
         """How much placing something grows the node's expected fragmentation (rounded)."""
         value = self.of(model, cpu_after, after) - self.of(model, cpu, devices)
-        if self.cpu_per_unit:
-            value += self.stranded(cpu_after, after) - self.stranded(cpu, devices)
+        if self.cpu_per_unit or self.mem_per_unit:
+            value += self.stranded(cpu_after, mem_after, after) - self.stranded(cpu, mem, devices)
         return round(value, _PLACES)
 
     def best_devices(
@@ -156,12 +166,16 @@ class Fragmentation:
         devices: tuple[int, ...],
         per: int,
         count: int,
+        mem: int = UNBOUNDED,
+        mem_after: int = UNBOUNDED,
     ) -> tuple[float, tuple[int, ...]] | None:
         """Where on a node (``devices``: units free on each) one replica of ``count`` x
         ``per`` units grows the expected fragmentation least: (growth, the devices), None
         when fewer than ``count`` devices hold ``per``. Among equal growths the fullest
         device wins (best fit), then the lowest index. Memoised per node state and ask."""
-        key = (model, cpu, cpu_after, devices, per, count)
+        if not self.mem_per_unit:  # memory does not count: one memo entry whatever it is
+            mem = mem_after = UNBOUNDED
+        key = (model, cpu, cpu_after, devices, per, count, mem, mem_after)
         memo = self.best_memo
         if key in memo:
             return memo[key]
@@ -175,13 +189,13 @@ class Fragmentation:
                         continue
                     seen.add(v)
                     after = (*devices[:j], v - per, *devices[j + 1 :])
-                    growth = self.grow(model, cpu, devices, cpu_after, after)
+                    growth = self.grow(model, cpu, devices, cpu_after, after, mem, mem_after)
                     if result is None or growth < result[0]:
                         result = (growth, (j,))
             else:
                 chosen = tuple(j for _, j in fit[:count])
                 after = tuple(v - per if j in chosen else v for j, v in enumerate(devices))
-                result = (self.grow(model, cpu, devices, cpu_after, after), chosen)
+                result = (self.grow(model, cpu, devices, cpu_after, after, mem, mem_after), chosen)
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         memo[key] = result

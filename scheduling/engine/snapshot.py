@@ -447,6 +447,8 @@ class Demand:
     """For a share: the devices those units are split over."""
     cpu_milli: int = 0
     """Milli-CPU one replica asks."""
+    memory_mib: int = 0
+    """MiB of host memory one replica asks."""
     models: tuple[str, ...] = ()
     """``GpuModel.key`` values it may run on; empty: any."""
     weight: float = 1.0
