@@ -218,3 +218,20 @@ def test_engine_json_has_the_papers_fields(capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["policy"] == "engine" and out["seed"] == 42
     assert len(out["alloc_pct"]) == tb.X_MAX + 1
+
+
+def test_a_perturbed_list_is_another_list_with_as_many_shapes() -> None:
+    nodes = [_node(f"n{i}", gpus=1 + i % 4, cpu=16_000 * (1 + i % 3)) for i in range(20)]
+    tasks = [
+        _task(f"t{i}", milli=(100, 470, 810, 1000)[i % 4], cpu=1_000 * (1 + i % 5))
+        for i in range(200)
+    ]
+    new_nodes, new_tasks = tb.perturb(nodes, tasks, 7)
+    assert len(new_nodes) == len(nodes) and len(new_tasks) == len(tasks)
+    assert {(n.cpu, n.gpus) for n in new_nodes} <= {(n.cpu, n.gpus) for n in nodes}
+    shapes = {(t.cpu, t.num_gpu, t.milli) for t in tasks}
+    moved = {(t.cpu, t.num_gpu, t.milli) for t in new_tasks}
+    assert len(moved) <= len(shapes) and moved != shapes  # moved apart, not multiplied
+    assert all(10 <= t.milli <= 990 for t in new_tasks if t.is_share)
+    assert tb.perturb(nodes, tasks, 7) == (new_nodes, new_tasks)  # seeded
+    assert tb.perturb(nodes, tasks, 8) != (new_nodes, new_tasks)
