@@ -716,7 +716,8 @@ def pool_of(
     of a few nodes of a pool booked per device (a copy with those nodes' books replaced).
 
     The trace bench decides once per task over a snapshot that changes one node at a time;
-    the cycle's snapshots are new objects every time, which costs one identity check."""
+    the cycle's snapshots are new objects every time, which costs one identity check (and,
+    for a pool booked per device, one copy kept)."""
     key = (cluster, state, model, group, shared, device_size)
     hit = _POOLS.get(key)
     if hit is not None and len(hit[0]) == len(nodes):
@@ -732,7 +733,10 @@ def pool_of(
                     _POOLS[key] = (tuple(nodes), pool.copy())
                     return pool
     pool = Pool(cluster, state, model, nodes, group, shared, device_size)
-    if len(_POOLS) >= 64:
-        _POOLS.clear()
-    _POOLS[key] = (tuple(nodes), pool.copy())
+    if pool.general and pool.dev is not None and device_size:
+        # Kept only where a later snapshot may patch it: the cycle's whole-GPU pools are
+        # new objects every cycle and would only pay for the copy.
+        if len(_POOLS) >= 64:
+            _POOLS.clear()
+        _POOLS[key] = (tuple(nodes), pool.copy())
     return pool
