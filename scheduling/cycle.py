@@ -165,7 +165,7 @@ _NEVER = frozenset(
 _NOT_A_BLOCKER = frozenset({engine.SkipCode.FALLBACK_NOT_ALLOWED, engine.SkipCode.NOT_TRIED})
 
 ReasonRow = tuple[int, str, str, int, str | None, str]
-"""(job pk, code, message, position, key of its candidate notes, closest candidate's model)."""
+"""(job pk, code, message, order key, key of its candidate notes, closest candidate's model)."""
 
 
 def candidate_rows(
