@@ -88,6 +88,15 @@ class JobFilter(StrictFilterSet):
     name = django_filters.CharFilter(
         field_name="name", max_length=200, help_text="Jobs of exactly this name"
     )
+    owner = django_filters.CharFilter(
+        field_name="owner__username", max_length=150, help_text="Jobs of this user (a username)"
+    )
+    name_contains = django_filters.CharFilter(
+        field_name="name",
+        lookup_expr="icontains",
+        max_length=100,
+        help_text="Jobs whose name contains this text (any case), as Team jobs' search",
+    )
     id_prefix = django_filters.CharFilter(
         method="filter_id_prefix",
         max_length=36,
@@ -98,7 +107,17 @@ class JobFilter(StrictFilterSet):
 
     class Meta:
         model = Job
-        fields = ["team", "state", "status", "kind", "mine", "name", "id_prefix"]
+        fields = [
+            "team",
+            "state",
+            "status",
+            "kind",
+            "mine",
+            "owner",
+            "name",
+            "name_contains",
+            "id_prefix",
+        ]
 
     def filter_status(self, queryset: QuerySet[Job], name: str, value: list[str]) -> QuerySet[Job]:
         """The same rule as ``Job.status``, as one condition on the job and its record."""

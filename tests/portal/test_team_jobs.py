@@ -126,3 +126,18 @@ def test_the_list_says_why_a_job_waits_in_the_job_pages_sentence(alice, vision):
         '<span title="Reason code NO_CAPACITY">No GPUs that fit it are free now: needs 4 × t4; '
         "full.</span>" in html
     )
+
+
+def test_the_api_filters_by_owner_and_name_as_the_page_does(api_as, alice, bob, vision, charlie):
+    from portal.models import Team
+
+    JobFactory(team=vision, owner=bob, name="bert-small")
+    JobFactory(team=vision, owner=alice, name="bert-alice")
+    JobFactory(team=Team.objects.get(slug="language"), owner=charlie, name="bert-language")
+    client = api_as(alice)
+    names = lambda q: [j["name"] for j in client.get(f"/api/v1/jobs/?{q}").json()["results"]]  # noqa: E731
+    assert names("owner=bob") == ["bert-small"]
+    assert names("name_contains=BERT") == ["bert-alice", "bert-small"]  # never Language's
+    assert names("owner=charlie") == []
+    bad = client.get("/api/v1/jobs/?name_contains=" + "x" * 101)
+    assert bad.status_code == 400 and "name_contains" in bad.json()["extra"]["fields"]
