@@ -140,6 +140,32 @@ def _join(invitation: Invitation, user: Any) -> bool:
     return created
 
 
+def invitation_find(token: str) -> Invitation:
+    """The pending invitation of a link, to show before joining; a used, expired or unknown
+    link is an ApplicationError naming ``token``."""
+    invitation = (
+        Invitation.objects.select_related("team", "invited_by")
+        .filter(token_hash=_hash(token))
+        .first()
+    )
+    _check(invitation)
+    assert invitation is not None  # for mypy: _check raised otherwise
+    return invitation
+
+
+def _check(invitation: Invitation | None) -> None:
+    if invitation is None or invitation.accepted_at is not None:
+        raise ApplicationError(
+            "Invalid invitation.",
+            fields={"token": ["This invitation link was used or is unknown."]},
+        )
+    if invitation.expires_at <= timezone.now():
+        raise ApplicationError(
+            "Expired invitation.",
+            fields={"token": ["This invitation has expired: ask the team admin for a new one."]},
+        )
+
+
 @transaction.atomic
 def invitation_accept(*, token: str, user: Any) -> Team:
     """The link's opener, signed in, joins the team. A used, expired or unknown link is an

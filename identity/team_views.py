@@ -17,6 +17,7 @@ from identity.invitations import (
     accounts_search,
     invitation_accept,
     invitation_create,
+    invitation_find,
     pending_invitations,
 )
 from identity.models import MembershipAudit
@@ -85,16 +86,21 @@ def _invite(request: HttpRequest, team: Team) -> tuple[dict[str, str], dict[str,
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def invitation_open(request: HttpRequest, token: str) -> HttpResponse:
     """The invitation link: signed in (the login page sends the invitee back here), the
-    opener joins the team."""
+    opener sees which team and role, and joins with a button (a POST: a link alone, say in
+    an image, never changes anyone's teams)."""
     try:
-        team = invitation_accept(token=token, user=request.user)
+        if request.method == "POST":
+            team = invitation_accept(token=token, user=request.user)
+            messages.success(request, f"You are in team {team.name}.")
+            return redirect(reverse("job-list") + "?scope=team")
+        invitation = invitation_find(token)
     except ApplicationError as exc:
         messages.error(request, " ".join(exc.fields.get("token", [exc.message])))
         return redirect("job-list")
-    messages.success(request, f"You are in team {team.name}.")
-    return redirect(reverse("job-list") + "?scope=team")
+    return render(request, "identity/invitation.html", {"invitation": invitation})
 
 
 def _hand_made(team: Team, raw_id: str) -> Membership | None:

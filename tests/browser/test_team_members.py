@@ -45,6 +45,8 @@ def test_search_add_and_invite(page, browser, live_server, alice, vision, smtp_s
         other.fill("#id_username", "frank")
         other.fill("#id_password", "pw-for-tests")
         other.click("button[type=submit]")
+        expect(other.locator("#invitation")).to_contain_text("as member")
+        other.get_by_role("button", name="Join Vision").click()
         expect(other.locator(".messages")).to_contain_text("You are in team Vision.")
     finally:
         context.close()

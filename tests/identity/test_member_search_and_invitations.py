@@ -70,10 +70,14 @@ def test_an_invitation_is_mailed_and_the_link_makes_its_opener_a_member(
     path = link.split("testserver", 1)[1]
     anonymous = Client().get(path)
     assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
-    answer = _as(newcomer).get(path, follow=True)
+    as_newcomer = _as(newcomer)
+    shown = as_newcomer.get(path).content.decode()  # which team and role, then a button
+    assert "Join Vision" in shown and "as <strong>member</strong>" in shown
+    assert not Membership.objects.filter(team=vision, user=newcomer).exists()
+    answer = as_newcomer.post(path, follow=True)
     assert "You are in team Vision." in answer.content.decode()
     assert Membership.objects.get(team=vision, user=newcomer).role == Role.MEMBER
-    again = _as(UserFactory(username="late")).get(path, follow=True)
+    again = _as(UserFactory(username="late")).post(path, follow=True)
     assert "was used or is unknown" in again.content.decode()
     assert not Membership.objects.filter(team=vision, user__username="late").exists()
 
