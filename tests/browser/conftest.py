@@ -189,6 +189,7 @@ def member_pages(job: Any, cluster: str | None = None) -> list[str]:
         "/templates/",
         "/templates/new/",
         "/notifications/",
+        "/notifications/recent/",
         "/tokens/",
         "/api/docs/",
     ]
