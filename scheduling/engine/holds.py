@@ -92,6 +92,7 @@ def try_hold(pl: Placement, job: PendingJob, model: GpuModel, *, quota_short: bo
         cohort_gpus,
         pl.snap.now - job.submitted_at,
         pl.config.starvation_wait,
+        "GiB" if job.requirement.shared else "GPUs",
     )
     pl._wait(job, ReasonCode.HOLDING_CAPACITY, label=model.label, detail=detail)
     return True

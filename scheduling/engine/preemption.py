@@ -131,7 +131,12 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
             )
         )
     detail = reasons.detail_preempting(
-        len(used_victims), len(used_inflight), pool.cluster, row.used, row.nominal
+        len(used_victims),
+        len(used_inflight),
+        pool.cluster,
+        row.used,
+        row.nominal,
+        " GiB" if job.requirement.shared else "",
     )
     pl._wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
     return True

@@ -307,14 +307,16 @@ def detail_waiting_behind(ahead: int, admitted_ahead: int) -> str:
     )
 
 
-def detail_held_for_other(holder: str, holder_team: str, team: str, held: int) -> str:
+def detail_held_for_other(
+    holder: str, holder_team: str, team: str, held: int, units: str = "GPUs"
+) -> str:
     """A holder of the waiting job's own team is named; one of another team only by its team
-    (one team never sees another team's jobs)."""
+    (one team never sees another team's jobs). ``units``: "GiB" on a shared pool."""
     if holder_team == team:
         who = f"older job {holder}"
     else:
         who = f"an older job of team {holder_team}" if holder_team else "an older job"
-    return f"the room is held for {who} (starvation guard, {held} GPUs held)"
+    return f"the room is held for {who} (starvation guard, {held} {units} held)"
 
 
 def detail_holding(
@@ -325,12 +327,13 @@ def detail_holding(
     cohort_gpus: int,
     waited: timedelta,
     guard: timedelta,
+    units: str = "GPUs",
 ) -> str:
     parts = []
     if nodes:
-        parts.append(f"{held} of {need} GPUs on {count(nodes, 'node')} in {cluster}")
+        parts.append(f"{held} of {need} {units} on {count(nodes, 'node')} in {cluster}")
     if cohort_gpus:
-        parts.append(f"{cohort_gpus} GPUs of cohort quota")
+        parts.append(f"{cohort_gpus} {units} of cohort quota")
     what = " and ".join(parts) if parts else "nothing yet (none is free)"
     return (
         f"waited {fmt_wait(waited)} (guard {fmt_wait(guard)}): holding {what} until running "
@@ -338,7 +341,9 @@ def detail_holding(
     )
 
 
-def detail_preempting(victims: int, inflight: int, cluster: str, used: int, nominal: int) -> str:
+def detail_preempting(
+    victims: int, inflight: int, cluster: str, used: int, nominal: int, unit: str = ""
+) -> str:
     parts = []
     if victims:
         parts.append(f"preempting {count(victims, 'job')} on borrowed quota")
@@ -346,7 +351,7 @@ def detail_preempting(victims: int, inflight: int, cluster: str, used: int, nomi
         parts.append(f"waiting for {count(inflight, 'job')} already being preempted")
     return (
         f"{' and '.join(parts)} in {cluster} to reclaim nominal quota (team uses {used} of "
-        f"{nominal} nominal, this job included); admitted once they stop"
+        f"{nominal}{unit} nominal, this job included); admitted once they stop"
     )
 
 

@@ -99,11 +99,15 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
             cohort = pl.quota.row(job.team, m).cohort
             holder = pl._quota_held_by.get((cohort, m), "")
             return reasons.detail_held_for_other(
-                holder, _team_of_holder(pl, holder), job.team, pl.quota.held(job.team, m)
+                holder,
+                _team_of_holder(pl, holder),
+                job.team,
+                pl.quota.held(job.team, m),
+                "GiB" if unit else "GPUs",
             )
         held = sum(p.held_total() for p in pl.enabled[m])
         return reasons.detail_held_for_other(
-            f.holder, _team_of_holder(pl, f.holder), job.team, held
+            f.holder, _team_of_holder(pl, f.holder), job.team, held, "GiB" if unit else "GPUs"
         )
     largest, where, free, out_of_service = model_free(pl, m)
     if code is SkipCode.NO_NODE_FITS:

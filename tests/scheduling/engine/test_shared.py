@@ -216,3 +216,35 @@ def test_messages_about_shares_name_their_unit():
     assert waiting.startswith("needs 2 replicas \u00d7 20 GiB of A100-80GB shared; ")
     assert "30 GiB more than the team may use (it uses 30 of 40 GiB nominal" in waiting
     assert "\u00d7 A100-80GB shared" not in explained + waiting
+
+
+def test_holds_and_reclaims_of_a_shared_pool_count_gib():
+    from tests.scheduling.engine.builders import fast_guard, running
+
+    def pool(carol_nominal):
+        return (
+            _quotas(a_snapshot())
+            .with_models(*CATALOG)
+            .with_clusters(a_cluster("east").with_nodes("a100-80gb-shared", 1, gpus=80))
+            .with_running(
+                running(
+                    "r0",
+                    team="carol",
+                    cluster="east",
+                    model="a100-80gb-shared",
+                    nodes=["east-a100-80gb-shared-0"],
+                    gpus=50,
+                    started_minutes_ago=10,
+                )
+            )
+            .with_quota("carol", "a100-80gb-shared", nominal=carol_nominal)
+            .with_pending(a_share("big", 40).submitted(120))
+            .with_pending(a_share("small", 10, team="bob").submitted(1))
+            .build()
+        )
+
+    held = reasons_by_job(decide(pool(80), fast_guard(60)))
+    assert "holding 30 of 40 GiB on 1 node in east" in held["big"].message
+    assert "(starvation guard, 30 GiB held)" in held["small"].message
+    reclaimed = reasons_by_job(decide(pool(0), fast_guard(60)))["big"]
+    assert "team uses 40 of 640 GiB nominal, this job included" in reclaimed.message
