@@ -85,6 +85,17 @@ def _invite(request: HttpRequest, team: Team) -> tuple[dict[str, str], dict[str,
     return {}, {"email": invitation.email, "role": invitation.role, "link": url, "mailed": mailed}
 
 
+def _withdraw(request: HttpRequest, team: Team) -> dict[str, str]:
+    """Withdraw a pending invitation of this team (its link stops working)."""
+    raw = request.POST.get("invitation", "")
+    invitation = pending_invitations(team).filter(pk=raw if raw.isdigit() else -1).first()
+    if invitation is None:
+        return {"invitation": "No such pending invitation of this team."}
+    _audit(request, team, None, "invitation-withdrawn", invitation.email)
+    invitation.delete()
+    return {}
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def invitation_open(request: HttpRequest, token: str) -> HttpResponse:
@@ -151,6 +162,8 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
                     errors = _add(request, team)
                 elif action in {"role", "remove"}:
                     errors = _change(request, team, action)
+                elif action == "withdraw":
+                    errors = _withdraw(request, team)
                 else:
                     errors = {"action": "Unknown action."}
         if not errors and invited is None:

@@ -104,3 +104,32 @@ def test_a_bad_address_is_an_error_naming_the_field(alice, vision):
         page.status_code == 400 and "email: Enter a valid e-mail address." in page.content.decode()
     )
     assert not Invitation.objects.exists()
+
+
+def test_a_withdrawn_invitation_no_longer_works_and_another_team_cannot_withdraw(
+    alice,
+    vision,
+    charlie,
+    language,
+    smtp_server,  # noqa: F811
+):
+    html = (
+        _as(alice)
+        .post(
+            "/teams/vision/members/",
+            {"action": "invite", "email": "g@example.org", "role": "member"},
+        )
+        .content.decode()
+    )
+    path = re.search(r'<code id="invitation-link">https?://[^/]+([^<]+)</code>', html).group(1)
+    invitation = Invitation.objects.get()
+    _as(charlie).post(
+        "/teams/language/members/", {"action": "withdraw", "invitation": str(invitation.pk)}
+    )
+    assert Invitation.objects.filter(pk=invitation.pk).exists()  # not Language's to withdraw
+    _as(alice).post(
+        "/teams/vision/members/", {"action": "withdraw", "invitation": str(invitation.pk)}
+    )
+    assert not Invitation.objects.exists()
+    page = _as(UserFactory(username="g")).post(path, follow=True).content.decode()
+    assert "was used or is unknown" in page
