@@ -819,25 +819,49 @@ def show(job_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("job_id", metavar="JOB", shell_complete=complete_job)
+@click.argument("job_ids", metavar="JOB...", nargs=-1, required=True, shell_complete=complete_job)
 @click.option("--reason", default="", help="Why; the job's owner reads it.")
 @json_option
-def cancel(job_id: str, reason: str, as_json: bool) -> None:
-    """Cancel a job (a finished one is refused: exit 4).
+def cancel(job_ids: tuple[str, ...], reason: str, as_json: bool) -> None:
+    """Cancel a job, or several with one reason (a finished one is refused: exit 4).
 
-    JOB is a job's id, its name (your newest job so named) or 6+ characters of its id.
+    Each JOB is a job's id, its name (your newest job so named) or 6+ characters of its id.
+    With several, each is cancelled in turn; one refused is said on stderr and the others
+    go on (the exit code is the last refusal's). A team admin cancels their team's jobs
+    this way; another team's job is "no job of your teams" (exit 3).
 
     \b
     Example:
       gpupool cancel resnet50 --reason "wrong learning rate"
       gpupool cancel 3f9c2f1e
+      gpupool cancel 3f9c2f1e 8a1b2c3d bert-7 --reason "maintenance tonight"
+      gpupool cancel $(gpupool ls --team vision --state QUEUED --json | jq -r '.[].id')
     """
-    found = job_ref(job_id)
-    job = client().post(f"jobs/{found}/cancel/", {"reason": reason} if reason else {})
+    body = {"reason": reason} if reason else {}
+    if len(job_ids) == 1:  # one job: its object, and a refusal is the command's
+        job = client().post(f"jobs/{job_ref(job_ids[0])}/cancel/", body)
+        if as_json:
+            emit_json(job)
+        else:
+            click.echo(f"{job['id']}  {job['state']}")
+        return
+    done: list[Any] = []
+    refused = 0
+    for ref in job_ids:
+        try:
+            job = client().post(f"jobs/{job_ref(ref)}/cancel/", body)
+        except ApiError as error:
+            click.echo(f"{ref}: ", err=True, nl=False)
+            error_print(error)
+            refused = error.exit_code
+            continue
+        done.append(job)
+        if not as_json:
+            click.echo(f"{job['id']}  {job['state']}")
     if as_json:
-        emit_json(job)
-    else:
-        click.echo(f"{job['id']}  {job['state']}")
+        emit_json(done)
+    if refused:
+        raise SystemExit(refused)
 
 
 def _transition(event: dict[str, Any]) -> str:
