@@ -166,7 +166,8 @@ def team_webhooks(request: HttpRequest, team: str) -> HttpResponse:
     context = {
         "team": found,
         "webhooks": [
-            {"hook": w, "events": [TEAM_EVENT_WORDS.get(k, k) for k in w.events]}
+            # in the form's order (the events' order in a job's life), in words
+            {"hook": w, "events": [words for k, words in TEAM_EVENT_WORDS.items() if k in w.events]}
             for w in webhooks_of(found)
         ],
         # the form keeps what was typed and chosen after an error (format and events too)

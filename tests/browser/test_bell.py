@@ -4,6 +4,9 @@ back on it; without JavaScript it is a link to the same list as a page."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
@@ -14,6 +17,14 @@ from tests.browser.test_accessibility import axe_violations
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _shot(p, name: str, *, full_page: bool = False) -> None:
+    """Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the README's picture."""
+    where = os.environ.get("GPUPOOL_SCREENSHOT_DIR")
+    if where:
+        p.set_viewport_size({"width": 1400, "height": 900})
+        p.screenshot(path=str(Path(where) / name), full_page=full_page)
 
 
 def _notify(user, job, title: str) -> Notification:
@@ -43,6 +54,7 @@ def test_the_bell_opens_recent_notifications_and_marks_them_read(page, live_serv
     expect(bell.locator(".bell-count")).to_have_count(0)
     assert p.url == f"{live_server.url}/jobs/"  # a panel, not a page
     assert axe_violations(p) == []  # the open panel too
+    _shot(p, "bell.png")
     assert Notification.objects.filter(user=bob, read_at__isnull=True).count() == 0
 
     p.keyboard.press("Escape")

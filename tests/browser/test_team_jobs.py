@@ -5,6 +5,8 @@ neither listed nor cancellable."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -17,6 +19,14 @@ from tests.browser.test_accessibility import axe_violations
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _shot(p, name: str, *, full_page: bool = False) -> None:
+    """Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the README's picture."""
+    where = os.environ.get("GPUPOOL_SCREENSHOT_DIR")
+    if where:
+        p.set_viewport_size({"width": 1400, "height": 900})
+        p.screenshot(path=str(Path(where) / name), full_page=full_page)
 
 
 def test_a_team_admin_finds_and_bulk_cancels_jobs_of_the_team(
@@ -56,6 +66,7 @@ def test_a_team_admin_finds_and_bulk_cancels_jobs_of_the_team(
     p.check("input[aria-label='Select bert-slow']")
     p.check("input[aria-label='Select bert-queued']")
     p.fill("#bulk-reason", "Cluster maintenance tonight")
+    _shot(p, "team-jobs.png")
     p.click("#bulk-cancel button[type=submit]")
     expect(p.locator(".messages")).to_contain_text("Cancelled 2 jobs.")
     assert "owner=bob" in p.url  # back to the same filtered list

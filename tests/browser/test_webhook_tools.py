@@ -5,6 +5,9 @@ it again under its idempotency key."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
@@ -18,6 +21,14 @@ from tests.factories import JobFactory
 from tests.notifications.conftest import _notification_settings, receiver  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _shot(p, name: str, *, full_page: bool = False) -> None:
+    """Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the README's picture."""
+    where = os.environ.get("GPUPOOL_SCREENSHOT_DIR")
+    if where:
+        p.set_viewport_size({"width": 1400, "height": 900})
+        p.screenshot(path=str(Path(where) / name), full_page=full_page)
 
 
 def test_a_team_admin_tests_a_webhook_and_redelivers_a_failed_delivery(
@@ -75,6 +86,7 @@ def test_a_team_admin_tests_a_webhook_and_redelivers_a_failed_delivery(
     logged = p.locator(f"#webhook-deliveries tr[data-delivery='{delivery.pk}']")
     expect(logged).to_contain_text("HTTP 404 (not found at the receiver: check the URL)")
     assert axe_violations(p) == []
+    _shot(p, "webhooks.png", full_page=True)
     logged.get_by_role("button", name="Redeliver resnet failed (OOMKilled) to ci").click()
     expect(p.locator(".messages")).to_contain_text("The redelivery arrived")
     expect(p.locator(f"#webhook-deliveries tr[data-delivery='{delivery.pk}']")).to_have_attribute(
