@@ -275,6 +275,22 @@
     }
   });
 
+  // <input type=checkbox data-select-all="FORM" hidden> ticks or unticks every checkbox of
+  // that form (the bulk cancel's jobs); hidden without this script, where it could do nothing.
+  function showSelectAll(root) {
+    Array.prototype.forEach.call(root.querySelectorAll("input[data-select-all]"), function (b) {
+      b.hidden = false;
+    });
+  }
+  document.addEventListener("change", function (event) {
+    var all = event.target;
+    if (!all || !all.matches || !all.matches("input[data-select-all]")) return;
+    var form = all.getAttribute("data-select-all");
+    Array.prototype.forEach.call(
+      document.querySelectorAll('input[type=checkbox][form="' + form + '"]'),
+      function (box) { box.checked = all.checked; });
+  });
+
   function ready() {
     Array.prototype.forEach.call(document.querySelectorAll("[data-staged-grid] input"), markStaged);
     setUpMenu();
@@ -283,6 +299,7 @@
     showCopyButtons(document);
     localTimes(document);
     bellWire(document.querySelector("[data-bell]"));
+    showSelectAll(document);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
   else ready();
@@ -292,6 +309,7 @@
     showCopyButtons(document);
     localTimes(document);
     bellWire(document.querySelector("[data-bell]"));
+    showSelectAll(document);
   });
   window.addEventListener("resize", focusableScrollers);
 })();

@@ -63,8 +63,9 @@ def test_a_team_admin_finds_and_bulk_cancels_jobs_of_the_team(
     expect(rows).to_have_count(2)
 
     assert axe_violations(p) == []  # with the owner filter, search, sort and checkboxes
-    p.check("input[aria-label='Select bert-slow']")
-    p.check("input[aria-label='Select bert-queued']")
+    p.check("input[data-select-all]")  # ticks every job of the list that can be cancelled
+    expect(p.locator("input[aria-label='Select bert-slow']")).to_be_checked()
+    expect(p.locator("input[aria-label='Select bert-queued']")).to_be_checked()
     p.fill("#bulk-reason", "Cluster maintenance tonight")
     _shot(p, "team-jobs.png")
     p.click("#bulk-cancel button[type=submit]")
