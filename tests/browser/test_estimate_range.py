@@ -85,7 +85,9 @@ def test_platform_admins_see_how_the_estimates_came_out(page, live_server, root,
     log_in(p, live_server, "bob", next_url="/pool/estimates/")
     assert "Only platform admins" in p.content()
     p.context.clear_cookies()
-    log_in(p, live_server, "root", next_url="/pool/estimates/")
+    log_in(p, live_server, "root", next_url="/queue/")
+    p.click("#estimate-calibration-link")
+    p.wait_for_url(f"{live_server.url}/pool/estimates/")
     assert p.inner_text("h1").startswith("Start estimates")
     buckets = p.eval_on_selector_all(
         "#estimate-calibration tbody tr", "rows => rows.map(r => r.dataset.bucket)"
