@@ -6,16 +6,20 @@ document and shape what the selectors return.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
 from django.http import Http404
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dashboards.estimates import estimate_calibration
 from dashboards.live import LiveState
 from dashboards.selectors.fairshare import fair_share_standings
 from dashboards.selectors.pool import pool_history, pool_overview
@@ -410,3 +414,29 @@ class FairShareView(APIView):
             )
         body = {"at": live.now, "teams": rows, "hidden_teams": hidden}
         return Response(FairShareSerializer(body).data)
+
+
+class CalibrationRowSerializer(serializers.Serializer):
+    bucket = serializers.CharField(
+        help_text='Actual wait: "under 10 min", "10 min to 1 h", "1 to 6 h", "over 6 h", or '
+        '"every start" (the last row)'
+    )
+    starts = serializers.IntegerField(help_text="Jobs that started with a first estimate")
+    median_error_seconds = serializers.FloatField(allow_null=True)
+    p90_error_seconds = serializers.FloatField(allow_null=True)
+    inside = serializers.FloatField(
+        allow_null=True, help_text="Share of starts inside the first estimate's range"
+    )
+    early = serializers.IntegerField(help_text="Starts before the first estimate's point")
+
+
+class EstimateCalibrationView(APIView):
+    """Platform admins: each job's first start estimate against its actual start, for the
+    jobs that started in the last 30 days, by bucket of actual wait (``/pool/estimates/``)."""
+
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(responses=CalibrationRowSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        rows = estimate_calibration(now=timezone.now())
+        return Response(CalibrationRowSerializer([asdict(r) for r in rows], many=True).data)

@@ -10,4 +10,9 @@ urlpatterns = [
     path("teams/<slug:slug>/usage/", api.TeamUsageView.as_view(), name="api-team-usage"),
     path("queue/stats/", api.QueueStatsView.as_view(), name="api-queue-stats"),
     path("fair-share/", api.FairShareView.as_view(), name="api-fair-share"),
+    path(
+        "estimates/calibration/",
+        api.EstimateCalibrationView.as_view(),
+        name="api-estimate-calibration",
+    ),
 ]

@@ -72,3 +72,17 @@ def test_calibration_buckets_starts_by_their_actual_wait(bob, vision):
     every = rows["every start"]
     assert every.starts == 3 and every.median_error_seconds == 10 * 60
     assert every.inside == pytest.approx(2 / 3) and every.early == 0
+
+
+def test_the_calibration_api_is_for_platform_admins(api_as, bob, root):
+    assert api_as(bob).get("/api/v1/estimates/calibration/").status_code == 403
+    rows = api_as(root).get("/api/v1/estimates/calibration/").json()
+    assert [r["bucket"] for r in rows][-1] == "every start"
+    assert rows[-1] == {
+        "bucket": "every start",
+        "starts": 0,
+        "median_error_seconds": None,
+        "p90_error_seconds": None,
+        "inside": None,
+        "early": 0,
+    }
