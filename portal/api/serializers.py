@@ -262,8 +262,7 @@ class StartEstimateSerializer(serializers.Serializer):
     confidence = serializers.FloatField(
         allow_null=True,
         required=False,
-        help_text="Share of starts the range is meant to hold (0.9), measured on "
-        "/pool/estimates/",
+        help_text="Share of starts the range is meant to hold (0.9), measured on /pool/estimates/",
     )
     comparable_runs = serializers.IntegerField(
         allow_null=True,
