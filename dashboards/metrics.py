@@ -63,8 +63,7 @@ class PortalCollector(Collector):
             counts[state] = n
             oldest.add_metric([state], max(0.0, (now - since).total_seconds()))
         # Finished jobs only grow and counting them scans the table: cache the count a while.
-        # Keyed by database, so test databases sharing one Redis never read each other's.
-        key = f"{TERMINAL_COUNTS_CACHE_KEY}:{connection.settings_dict['NAME']}"
+        key = _per_database(TERMINAL_COUNTS_CACHE_KEY)
         terminal = cache.get(key)
         if terminal is None:
             terminal = dict(
@@ -148,6 +147,19 @@ class PortalCollector(Collector):
         yield from estimate_error_metrics()
 
 
+def _per_database(key: str) -> str:
+    """A cache key of this database's figures: databases sharing one Redis (tests, a staging
+    portal beside production) never read each other's."""
+    return f"{key}:{connection.settings_dict['NAME']}"
+
+
+def metrics_cache_forget() -> None:
+    """Drop the figures ``/metrics`` keeps a while, so the next scrape reads them afresh."""
+    cache.delete_many(
+        [_per_database(TERMINAL_COUNTS_CACHE_KEY), _per_database(ESTIMATE_ERRORS_CACHE_KEY)]
+    )
+
+
 ESTIMATE_ERROR_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
 """Seconds: 1 min, 5 min, 15 min, 30 min, 1 h, 3 h, 6 h, 1 day."""
 ESTIMATE_ERRORS_CACHE_KEY = "dashboards:estimate-errors"
@@ -159,11 +171,12 @@ def estimate_error_metrics() -> Iterator[Metric]:
     """The first start estimate's absolute error over the starts of the last 7 days, as a
     histogram, and the share of them inside the range shown (read from the estimate records,
     cached for a minute: the same figures whichever process answers)."""
-    cached = cache.get(ESTIMATE_ERRORS_CACHE_KEY)
+    key = _per_database(ESTIMATE_ERRORS_CACHE_KEY)
+    cached = cache.get(key)
     if cached is None:
         errors = start_errors(since=timezone.now() - dt.timedelta(days=ESTIMATE_ERRORS_DAYS))
         cached = ([e for e, *_ in errors], [i for _, _, i, _ in errors if i is not None])
-        cache.set(ESTIMATE_ERRORS_CACHE_KEY, cached, ESTIMATE_ERRORS_SECONDS)
+        cache.set(key, cached, ESTIMATE_ERRORS_SECONDS)
     errs, inside = cached
     buckets = [(str(b), sum(1 for e in errs if e <= b)) for b in ESTIMATE_ERROR_BUCKETS] + [
         ("+Inf", len(errs))

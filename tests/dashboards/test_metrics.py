@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboards.metrics import TERMINAL_COUNTS_CACHE_KEY
+from dashboards.metrics import metrics_cache_forget
 from dashboards.snapshots import snapshot_take
 from portal.telemetry import observe_cycle, observe_dispatch
 
@@ -25,10 +25,8 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.fixture(autouse=True)
 def _no_cached_counts():
-    from django.core.cache import cache
-    from django.db import connection
 
-    cache.delete(f"{TERMINAL_COUNTS_CACHE_KEY}:{connection.settings_dict['NAME']}")
+    metrics_cache_forget()
 
 
 TOKEN = "s3cret-scrape-token"

@@ -7,13 +7,12 @@ import datetime as dt
 import itertools
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.models import Cluster, Node
-from dashboards.metrics import TERMINAL_COUNTS_CACHE_KEY
+from dashboards.metrics import metrics_cache_forget
 from dashboards.models import QueueWait
 from dashboards.snapshots import snapshot_downsample, snapshot_take
 from portal.models import Job, JobState, Membership, Role
@@ -125,7 +124,7 @@ def _metrics_token(settings):
 
 def _counts(client) -> dict[str, int]:
     # /metrics caches the finished-job counts: measure the uncached scrape
-    cache.delete(f"{TERMINAL_COUNTS_CACHE_KEY}:{connection.settings_dict['NAME']}")
+    metrics_cache_forget()
     out = {}
     for url in URLS:
         with CaptureQueriesContext(connection) as queries:

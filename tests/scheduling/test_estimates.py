@@ -10,6 +10,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from dashboards.metrics import metrics_cache_forget
 from dashboards.models import StartEstimateRecord
 from portal.jobs.services import job_submit
 from portal.jobs.state import job_transition
@@ -266,7 +267,7 @@ def test_a_queued_job_shows_a_range_and_its_first_estimate_is_compared_with_its_
     page = client.get("/pool/estimates/").content.decode()
     assert 'data-bucket="every start"' in page and "<td>1</td>" in page
     settings.GPUPOOL_METRICS_TOKEN = "t0ken"
-    cache.delete("dashboards:estimate-errors")
+    metrics_cache_forget()
     metrics = client.get(
         "/metrics", REMOTE_ADDR="127.0.0.1", HTTP_AUTHORIZATION="Bearer t0ken"
     ).content.decode()
