@@ -50,11 +50,6 @@ _PLACES = 6
 different orders for different nodes, and float noise must not decide between equal ones."""
 
 
-def growth(after: float, before: float) -> float:
-    """How much the expected fragmentation grows from ``before`` to ``after`` (rounded)."""
-    return round(after - before, _PLACES)
-
-
 class Fragmentation:
     """The expected fragment of node states against one demand mix (memoised per state)."""
 
