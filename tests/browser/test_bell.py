@@ -87,3 +87,20 @@ def test_without_javascript_the_bell_is_a_page(browser, live_server, bob):
         p.wait_for_url(f"{live_server.url}/notifications/")
     finally:
         context.close()
+
+
+def test_on_a_phone_the_panel_fits_the_screen(browser, live_server, bob):
+    job = JobFactory(owner=bob, team=bob.memberships.first().team, name="gpt")
+    _notify(bob, job, "gpt failed with a rather long title that has to wrap on a phone screen")
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    p = context.new_page()
+    try:
+        log_in(p, live_server, "bob")
+        p.locator("#bell").click()
+        panel = p.locator("#bell-panel")
+        expect(panel).to_contain_text("gpt failed")
+        box = panel.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390
+        assert p.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scroll
+    finally:
+        context.close()
