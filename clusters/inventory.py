@@ -36,6 +36,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from kubernetes.utils import parse_quantity
 
 from clusters import volcano
 from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings, pod_devices
@@ -160,6 +161,11 @@ class NodeRow:
     devices: list[dict[str, Any]] = field(default_factory=list)
     """A shared node's devices, in order: ``{"id": UUID, "gib": GiB, "others": GiB held by
     pods the portal did not create}`` (:func:`shared_device_rows`); empty otherwise."""
+    cpu_free: int | None = None
+    """Milli-CPU the node allocates minus what foreign pods request (:func:`foreign_host_use`);
+    None when the node reports no CPU."""
+    memory_free: int | None = None
+    """MiB of memory the node allocates minus what foreign pods request; None when unknown."""
 
 
 def shared_device_rows(
@@ -365,6 +371,67 @@ def foreign_gpu_use(
     return dict(used)
 
 
+def _pod_host_requests(pod: dict[str, Any]) -> tuple[int, int]:
+    """(milli-CPU, MiB) a pod asks the node for, as the scheduler counts it: the containers'
+    requests summed (a limit alone counts as the request), the init containers' peak."""
+    spec = pod.get("spec") or {}
+
+    def of(container: dict[str, Any]) -> tuple[int, int]:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return _milli(asked.get("cpu")), _mib(asked.get("memory"))
+
+    running = [of(c) for c in spec.get("containers") or []]
+    cpu, mem = sum(c for c, _ in running), sum(m for _, m in running)
+    for c, m in (of(c) for c in spec.get("initContainers") or []):
+        cpu, mem = max(cpu, c), max(mem, m)
+    return cpu, mem
+
+
+def _milli(value: Any) -> int:
+    try:
+        return math.ceil(parse_quantity(value) * 1000) if value is not None else 0
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+
+
+def _mib(value: Any) -> int:
+    try:
+        return math.ceil(parse_quantity(value) / (1 << 20)) if value is not None else 0
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+
+
+def foreign_host_use(
+    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
+) -> dict[str, tuple[int, int]]:
+    """(milli-CPU, MiB) per node requested by the pods :func:`foreign_gpu_use` counts: what the
+    portal's books of its own jobs do not hold, so the snapshot takes it off the node."""
+    used: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in ("Succeeded", "Failed"):
+            continue
+        if _is_portal_pod(pod) and _uid(pod) not in left_behind:
+            continue
+        cpu, mem = _pod_host_requests(pod)
+        had_cpu, had_mem = used.get(node, (0, 0))
+        used[node] = (had_cpu + cpu, had_mem + mem)
+    return used
+
+
+def _host_free(
+    allocatable: Mapping[str, Any], used: tuple[int, int]
+) -> tuple[int | None, int | None]:
+    cpu = allocatable.get("cpu")
+    mem = allocatable.get("memory")
+    return (
+        max(0, _milli(cpu) - used[0]) if cpu is not None else None,
+        max(0, _mib(mem) - used[1]) if mem is not None else None,
+    )
+
+
 def node_rows_from(
     nodes: Iterable[dict[str, Any]],
     pods: Iterable[dict[str, Any]],
@@ -380,6 +447,7 @@ def node_rows_from(
     pods = list(pods)
     used = foreign_gpu_use(pods, left_behind)
     used_devices = foreign_device_use(pods, left_behind)
+    host_used = foreign_host_use(pods, left_behind)
     rows: list[NodeRow] = []
     for node in nodes:
         meta = node.get("metadata") or {}
@@ -401,6 +469,8 @@ def node_rows_from(
         ready = node_ready(node)
         schedulable = node_schedulable(node, tolerate_gpu_taint=tolerate_gpu_taint)
         taints = list((node.get("spec") or {}).get("taints") or [])
+        # One node's CPU and memory, on each of its rows (a MIG node has a row per profile).
+        cpu_free, memory_free = _host_free(allocatable, host_used.get(name, (0, 0)))
         if shared is not None:
             # The node's devices are split between pods: one row of GiB, and no whole GPUs.
             resource, mib = shared
@@ -421,6 +491,8 @@ def node_rows_from(
                     labels=labels,
                     taints=taints,
                     devices=shared_device_rows(name, annotations, used_devices),
+                    cpu_free=cpu_free,
+                    memory_free=memory_free,
                 )
             )
             continue
@@ -442,6 +514,8 @@ def node_rows_from(
                     schedulable=schedulable,
                     labels=labels,
                     taints=taints,
+                    cpu_free=cpu_free,
+                    memory_free=memory_free,
                 )
             )
     return rows
@@ -469,6 +543,8 @@ _FIELDS = (
     "gpus_used_by_others",
     "mig_resources",
     "devices",
+    "cpu_free_millicores",
+    "memory_free_mib",
     "ready",
     "schedulable",
     "labels",
@@ -492,6 +568,8 @@ def _store(cluster: Cluster, rows: list[NodeRow]) -> int:
             gpus_used_by_others=r.used_by_others,
             mig_resources=r.mig_resources,
             devices=r.devices,
+            cpu_free_millicores=r.cpu_free,
+            memory_free_mib=r.memory_free,
             ready=r.ready,
             schedulable=r.schedulable,
             labels=r.labels,

@@ -185,6 +185,17 @@ class Node(models.Model):
         help_text="A shared node's devices in order: [{id, gib, others}] (UUID, GiB of GPU "
         "memory, GiB that pods the portal did not create hold on it)",
     )
+    cpu_free_millicores = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Milli-CPU allocatable minus what pods the portal did not create request; "
+        "null: the node reports none (not checked)",
+    )
+    memory_free_mib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="MiB of memory allocatable minus what foreign pods request; null: unknown",
+    )
     ready = models.BooleanField(default=True)
     schedulable = models.BooleanField(default=True, help_text="False when cordoned or tainted")
     labels = models.JSONField(default=dict, blank=True)

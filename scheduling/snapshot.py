@@ -241,6 +241,9 @@ class Holding:
     shares: dict[tuple[str, str, str], list[tuple[int, str, int]]] = dataclasses.field(
         default_factory=dict
     )
+    # (cluster, node) -> (milli-CPU, MiB) the portal's jobs planned there ask per node: what
+    # the inventory's free CPU and memory (foreign pods already taken off) loses to them.
+    host: dict[tuple[str, str], tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 def effective_priority() -> Any:
@@ -282,17 +285,23 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             "state",
             "device_plan_text",
             "gpu_cores_percent",
+            "cpu_millicores",
+            "memory_mib",
         )
     )
     running = []
     plans = []
     job_pk = {}
+    host: dict[tuple[str, str], tuple[int, int]] = {}
     shares: dict[tuple[str, str, str], list[tuple[int, int, str, int]]] = defaultdict(list)
     for pk, public_id, team, cluster, model, replicas, gpus, priority, *rest in rows:
-        started_us, changed_us, plan_text, state, devices_text, cores = rest
+        started_us, changed_us, plan_text, state, devices_text, cores, cpu, mem = rest
         job_id = uuid_text(public_id)
         plan = json_tuple(plan_text)
         plans.append((cluster, plan, gpus, model))
+        for node in plan:
+            had_cpu, had_mem = host.get((cluster, node), (0, 0))
+            host[(cluster, node)] = (had_cpu + (cpu or 0), had_mem + (mem or 0))
         if model in shared:
             devices = json_tuple(devices_text) if devices_text != "[]" else ()
             since = started_us or changed_us or 0
@@ -325,13 +334,24 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             key: [(gib, device, cores) for _, gib, device, cores in sorted(replicas)]
             for key, replicas in shares.items()
         },
+        host,
     )
+
+
+def _host_free(node: dict[str, Any], planned: tuple[int, int]) -> dict[str, int | None]:
+    """The node's free CPU and memory for the engine (None: not reported, not checked)."""
+    cpu, mem = node["cpu_free_millicores"], node["memory_free_mib"]
+    return {
+        "cpu_free": None if cpu is None else max(0, cpu - planned[0]),
+        "memory_free": None if mem is None else max(0, mem - planned[1]),
+    }
 
 
 def _clusters(
     planned: dict[tuple[str, str, str], int],
     shares: dict[tuple[str, str, str], list[tuple[int, str, int]]] | None = None,
     device_gib: dict[str, int] | None = None,
+    host: dict[tuple[str, str], tuple[int, int]] | None = None,
 ) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
     """Clusters with free GPUs per node, by the one capacity rule (``clusters.capacity``), and
     each one's state (an enabled cluster marked unreachable is ``UNREACHABLE``).
@@ -346,8 +366,12 @@ def _clusters(
     Volcano vGPU's device-UUID annotations), so the portal picks the device (no
     ``device_policy``). A node whose devices the inventory does not know is left to the
     cluster's scheduler, ``binpack``.
+
+    CPU and memory: what the inventory found free of foreign pods, less what the portal's jobs
+    planned on the node ask (``host``); a node that reports none is not checked.
     """
     shares = shares or {}
+    host = host or {}
     device_gib = device_gib or {}
     # A pool per GPU resource too: a MIG profile offered as ``nvidia.com/gpu`` on single-
     # strategy nodes and as ``nvidia.com/mig-…`` on mixed ones is one catalog model but two
@@ -366,6 +390,8 @@ def _clusters(
         "ready",
         "schedulable",
         "devices",
+        "cpu_free_millicores",
+        "memory_free_mib",
     ):
         key = (n["cluster_id"], n["cluster__name"], n["gpu_model__key"], n["gpu_resource"])
         pools[key].append(n)
@@ -413,6 +439,7 @@ def _clusters(
                     device_cores=tuple(cores),
                     # The portal pins the device where it knows the devices' UUIDs.
                     device_policy="binpack" if size and not ids else "",
+                    **_host_free(n, host.get((cluster_name, load.name), (0, 0))),
                 )
             )
     clusters = []
@@ -441,7 +468,7 @@ def clusters_now() -> tuple[engine.Cluster, ...]:
     form's preview says from this which models are full now, by the cycle's own numbers."""
     device_gib = _device_gib(engine_catalog()[0])
     holding = _holding(frozenset(device_gib))
-    return _clusters(holding.planned, holding.shares, device_gib)[0]
+    return _clusters(holding.planned, holding.shares, device_gib, holding.host)[0]
 
 
 def _device_gib(models: tuple[engine.GpuModel, ...]) -> dict[str, int]:
@@ -527,6 +554,8 @@ def _pending(lookback: int) -> Pending:
             "gpu_cores_percent",
             "selection_policy",
             "allow_fallback",
+            "cpu_millicores",
+            "memory_mib",
             # The last cycle's words (``JobWait``; none yet for a job no cycle has seen).
             "wait__code",
             "wait__reason",
@@ -542,7 +571,8 @@ def _pending(lookback: int) -> Pending:
     requirements: dict[tuple[Any, ...], engine.Requirement] = {}
     policies = {p.value: p for p in engine.Policy}  # an Enum call per job costs more than this
     for pk, public_id, team, submitted_us, replicas, gpus, priority, *rest in rows:
-        models_text, memory, tflops, bf16, fp8, share_gib, cores, policy, fallback, *shown = rest
+        models_text, memory, tflops, bf16, fp8, share_gib, cores, policy, fallback, *more = rest
+        cpu, host_mib, *shown = more
         needs = (models_text, memory, tflops, bf16, fp8, share_gib is not None)
         requirement = requirements.get(needs)
         if requirement is None:  # most jobs share a requirement: build each one once
@@ -567,6 +597,8 @@ def _pending(lookback: int) -> Pending:
                 policy=policies.get(policy) or engine.Policy(policy),
                 fallback=bool(fallback),
                 cores_percent=cores or 0,
+                cpu_milli=cpu or 0,
+                memory_mib=host_mib or 0,
             )
         )
         job_pk[job_id] = pk
@@ -587,7 +619,7 @@ def snapshot_load(*, now: dt.datetime, config: engine.EngineConfig) -> Loaded:
     models, model_pk = engine_catalog()
     device_gib = _device_gib(models)
     holding = _holding(frozenset(device_gib))
-    clusters, cluster_pk = _clusters(holding.planned, holding.shares, device_gib)
+    clusters, cluster_pk = _clusters(holding.planned, holding.shares, device_gib, holding.host)
     pending = _pending(config.lookback_per_team)
     usage = decayed_usage(now=now, half_life=config.usage_half_life)
     snapshot = engine.Snapshot(
