@@ -42,6 +42,7 @@ from kubernetes.client.api.custom_objects_api import CustomObjectsApi
 from kubernetes.client.api.networking_v1_api import NetworkingV1Api
 from kubernetes.client.api.version_api import VersionApi
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 from kubernetes.watch.watch import iter_resp_lines
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ __all__ = [
     "KubeError",
     "RateLimiter",
     "WatchEvent",
+    "parse_quantity",
 ]
 
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
