@@ -161,7 +161,10 @@ def test_the_queue_page_shows_a_pending_reason_and_waits(page, live_server, scen
     log_in(p, live_server, "charlie", next_url="/queue/")
     reason = p.locator("#queue-table tr.mine .reason-cell").first
     # Language's 2 x 4 on V100 is twice its nominal 4, and no team of the cohort has any to lend.
-    assert reason.locator("code").inner_text() == "COHORT_HAS_NOTHING_TO_LEND"
+    # One plain sentence; the scheduler's code stays in the tooltip (and the API).
+    lead = reason.locator(".blocker-lead")
+    assert lead.get_attribute("data-code") == "COHORT_HAS_NOTHING_TO_LEND"
+    assert "COHORT_HAS_NOTHING_TO_LEND" in (lead.get_attribute("title") or "")
     text = reason.inner_text()
     assert "needs 2 replicas × 4 v100-32gb" in text and "team uses 0 of 4 nominal" in text
     assert p.locator("#wait-table tr[data-model=v100-32gb]").count() == 1
