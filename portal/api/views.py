@@ -348,6 +348,11 @@ API_COLLECTIONS: tuple[tuple[str, str, str], ...] = (
     ("pool", "api-pool", "the pool now, per cluster and model"),
     ("pool_history", "api-pool-history", "the pool over time"),
     ("fair_share", "api-fair-share", "every team's fair share"),
+    (
+        "estimates_calibration",
+        "api-estimate-calibration",
+        "platform admins: first start estimates against actual starts, by wait",
+    ),
 )
 
 
