@@ -3,8 +3,10 @@
 *Search* looks among the portal's active accounts (username, name) for people not yet in
 the team; it shows usernames and names only, never e-mail addresses nor other teams.
 *Invitations*: a link mailed to an address (and shown once to the admin, to pass on if the
-mail goes astray). Whoever opens it signed in joins the team; whoever signs in with that
-e-mail address on their account joins too, link or not. Only a hash of the token is kept.
+mail goes astray). Whoever opens it signed in joins the team. The link is the proof: an
+account that merely carries the invited address does not join by signing in, since an
+identity provider may hand the portal an address its user typed and never confirmed. Only a
+hash of the token is kept.
 """
 
 from __future__ import annotations
@@ -188,20 +190,3 @@ def invitation_accept(*, token: str, user: Any) -> Team:
         )
     _join(invitation, user)
     return invitation.team
-
-
-def invitations_accept_for(user: Any) -> list[Team]:
-    """At sign-in: the pending invitations to the account's e-mail address are accepted."""
-    address = getattr(user, "email", "")
-    if not address:
-        return []
-    joined = []
-    with transaction.atomic():
-        for invitation in (
-            Invitation.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("team", "invited_by")
-            .filter(email__iexact=address, accepted_at__isnull=True, expires_at__gt=timezone.now())
-        ):
-            if _join(invitation, user):
-                joined.append(invitation.team)
-    return joined

@@ -82,16 +82,26 @@ def test_an_invitation_is_mailed_and_the_link_makes_its_opener_a_member(
     assert not Membership.objects.filter(team=vision, user__username="late").exists()
 
 
-def test_signing_in_with_the_invited_address_joins_the_team(alice, vision, smtp_server):  # noqa: F811
-    _as(alice).post(
+def test_an_account_with_the_invited_address_joins_only_through_the_link(
+    alice,
+    vision,
+    smtp_server,  # noqa: F811
+):
+    """An address on an account proves nothing (a provider may pass one its user typed): the
+    link mailed to it does."""
+    answer = _as(alice).post(
         "/teams/vision/members/",
         {"action": "invite", "email": "Erin@Example.org", "role": "viewer"},
     )
+    html = answer.content.decode()
+    link = re.search(r'<code id="invitation-link">([^<]+)</code>', html).group(1)
     erin = UserFactory(username="erin", email="erin@example.org")
     erin.set_password("pw-for-tests")
     erin.save()
     client = Client()
     client.post("/login/", {"username": "erin", "password": "pw-for-tests"})
+    assert not Membership.objects.filter(team=vision, user=erin).exists()
+    client.post(link.split("testserver", 1)[1])
     assert Membership.objects.get(team=vision, user=erin).role == Role.VIEWER
     assert Invitation.objects.get().accepted_by == erin
 
