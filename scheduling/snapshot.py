@@ -267,7 +267,8 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
             started_us=EpochMicroseconds(F("admitted_at")),
             changed_us=EpochMicroseconds(F("state_changed_at")),
             node_plan_text=_as_text("node_plan"),
-            device_plan_text=_as_text("device_plan"),
+            # Read only where a shared pool books devices: a cast per holding row and cycle.
+            device_plan_text=_as_text("device_plan") if shared else Value("[]"),
             counted_priority=effective_priority(),
         )
         .values_list(
@@ -299,9 +300,10 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
         job_id = uuid_text(public_id)
         plan = json_tuple(plan_text)
         plans.append((cluster, plan, gpus, model))
+        asks = (cpu or 0, mem or 0)
         for node in plan:
-            had_cpu, had_mem = host.get((cluster, node), (0, 0))
-            host[(cluster, node)] = (had_cpu + (cpu or 0), had_mem + (mem or 0))
+            had = host.get((cluster, node))
+            host[(cluster, node)] = asks if had is None else (had[0] + asks[0], had[1] + asks[1])
         if model in shared:
             devices = json_tuple(devices_text) if devices_text != "[]" else ()
             since = started_us or changed_us or 0
@@ -336,6 +338,12 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
         },
         host,
     )
+
+
+def _devices_of(node_pks: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The devices the inventory read on these nodes of a shared pool (a JSON column, read
+    only for shared pools: decoding it for every node of every cycle is not free)."""
+    return dict(Node.objects.filter(pk__in=node_pks).values_list("pk", "devices"))
 
 
 def _host_free(node: dict[str, Any], planned: tuple[int, int]) -> dict[str, int | None]:
@@ -389,9 +397,9 @@ def _clusters(
         "gpus_used_by_others",
         "ready",
         "schedulable",
-        "devices",
         "cpu_free_millicores",
         "memory_free_mib",
+        "pk",
     ):
         key = (n["cluster_id"], n["cluster__name"], n["gpu_model__key"], n["gpu_resource"])
         pools[key].append(n)
@@ -414,6 +422,7 @@ def _clusters(
             _warn_over_count(cluster_name, model, over)
             over_counted.add(cluster_id)
         size = device_gib.get(model, 0)
+        devices_of = _devices_of([n["pk"] for n in rows]) if size else {}
         for n, load, free in zip(rows, loads, frees, strict=True):
             books, ids, cores = (
                 device_books(
@@ -421,7 +430,7 @@ def _clusters(
                     size,
                     load.used_by_others,
                     shares.get((cluster_name, load.name, model), []),
-                    n["devices"],
+                    devices_of.get(n["pk"]),
                 )
                 if size
                 else ([], (), [])
