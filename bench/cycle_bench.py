@@ -163,6 +163,8 @@ def measure(runs: int) -> dict[str, list[float]]:
         "next_total": [],
         "next_persist": [],
         "next_admitted": [],
+        "next_rewritten": [],
+        "next_queued": [],
     }
     for _ in range(runs):
         reset()
@@ -176,12 +178,30 @@ def measure(runs: int) -> dict[str, list[float]]:
         # The next cycle: what was admitted has run and ended, so as many come in again and
         # everyone behind them moves up; the reasons stay (the steady state of a long queue).
         finish_admitted()
+        before = waits_now()
         t0 = time.perf_counter()
         result = run_cycle()
         out["next_total"].append((time.perf_counter() - t0) * 1e3)
         out["next_persist"].append(result.timings_ms["persist"])
         out["next_admitted"].append(len(result.admitted))
+        after = waits_now()
+        left = [pk for pk in after if pk in before]  # queued before and after
+        out["next_queued"].append(len(left))
+        out["next_rewritten"].append(sum(1 for pk in left if after[pk] != before[pk]))
     return out
+
+
+def waits_now() -> dict[int, tuple[object, ...]]:
+    """Every queued job's stored wait (outside the timed cycle): what a cycle rewrote is
+    what differs between two reads."""
+    from portal.models import JobWait
+
+    # Every column, whatever the commit calls them: the same bench compares two commits.
+    columns = [f.attname for f in JobWait._meta.concrete_fields if f.attname != "job_id"]
+    return {
+        row[0]: row[1:]
+        for row in JobWait.objects.filter(job__state="QUEUED").values_list("job_id", *columns)
+    }
 
 
 def finish_admitted() -> None:
@@ -278,6 +298,10 @@ def main() -> int:
     print(
         f"  next cycle {med['next_total']:7.1f} ms   (persist {med['next_persist']:.1f} ms; "
         f"{med['next_admitted']:.0f} admitted as the last ones ended, everyone else moved up)"
+    )
+    print(
+        f"  next cycle rewrote {med['next_rewritten']:,.0f} of the {med['next_queued']:,.0f} "
+        "waits left queued (rows whose stored reason, place or notes changed)"
     )
     print(f"cycle with {running:,} running jobs and 16 queued (median of {runs})")
     print(f"  CPU       {busy_cpu:8.1f} ms   (load {busy_load:.1f} ms wall)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -75,32 +75,22 @@ def pod_bindings(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, st
     an earlier run's, left Terminating on a node that died while the next run starts elsewhere
     under a Volcano Job of its own (``clusters.volcano.volcano_job_name``); taken as a binding
     it would move the new run's plan back onto the dead node."""
-    bindings: dict[uuid.UUID, dict[int, str]] = defaultdict(dict)
-    latest: dict[uuid.UUID, int] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or meta.get("deletionTimestamp"):
-            continue
-        labels = meta.get("labels") or {}
-        job_uuid = job_uuid_of(labels)
-        replica = replica_of(labels)
-        if job_uuid is None or replica is None:
-            continue
-        attempt = volcano.attempt_of(labels) or 0
-        if attempt < latest.get(job_uuid, 0):
-            continue
-        if attempt > latest.get(job_uuid, 0):
-            latest[job_uuid] = attempt
-            bindings[job_uuid].clear()
-        bindings[job_uuid][replica] = str(node)
-    return dict(bindings)
+    return _of_latest_runs(pods, lambda pod: str(pod["spec"]["nodeName"]))
 
 
 def pod_devices(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, str]]:
     """Portal job → replica → the device its share landed on (``clusters.devices``), for the
     same pods as :func:`pod_bindings` (bound, live, of the latest run seen) that say so."""
-    devices: dict[uuid.UUID, dict[int, str]] = defaultdict(dict)
+    found = _of_latest_runs(pods, pod_device)
+    return {u: d for u, d in found.items() if d}
+
+
+def _of_latest_runs(
+    pods: Iterable[dict[str, Any]], value: Callable[[dict[str, Any]], str | None]
+) -> dict[uuid.UUID, dict[int, str]]:
+    """Portal job → replica → ``value(pod)`` for its bound, live pods of the latest run seen
+    (a pod of a later run drops what an earlier one said); a None value is left out."""
+    out: dict[uuid.UUID, dict[int, str]] = defaultdict(dict)
     latest: dict[uuid.UUID, int] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -116,11 +106,11 @@ def pod_devices(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, str
             continue
         if attempt > latest.get(job_uuid, 0):
             latest[job_uuid] = attempt
-            devices[job_uuid].clear()
-        device = pod_device(pod)
-        if device:
-            devices[job_uuid][replica] = device
-    return {u: d for u, d in devices.items() if d}
+            out[job_uuid].clear()
+        found = value(pod)
+        if found:
+            out[job_uuid][replica] = found
+    return dict(out)
 
 
 def _devices_with(

@@ -30,7 +30,7 @@ import json
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,15 +195,11 @@ def foreign_device_use(
     schedulers wrote it on them (HAMi's and Volcano vGPU's allocation annotations); the same
     pods as :func:`foreign_gpu_use` counts."""
     used: dict[tuple[str, str], tuple[int, int]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if not node or phase in ("Succeeded", "Failed") or not meta.get("annotations"):
+    for node, pod in foreign_pods(pods, left_behind):
+        annotations = (pod.get("metadata") or {}).get("annotations")
+        if not annotations:
             continue
-        if _is_portal_pod(pod) and _uid(pod) not in left_behind:
-            continue
-        for uuid, mib, cores in allocated_devices(meta["annotations"]):
+        for uuid, mib, cores in allocated_devices(annotations):
             before = used.get((node, uuid), (0, 0))
             used[(node, uuid)] = (before[0] + mib, before[1] + cores)
     return used
@@ -352,12 +348,12 @@ def _is_portal_pod(pod: dict[str, Any]) -> bool:
     )
 
 
-def foreign_gpu_use(
+def foreign_pods(
     pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
-) -> dict[tuple[str, str], int]:
-    """GPUs per (node, resource) held by bound, unfinished pods the portal did not create, and
-    by the portal's own pods whose uid is in ``left_behind`` (no job's books count them)."""
-    used: dict[tuple[str, str], int] = defaultdict(int)
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(node, pod) for every bound, unfinished pod the portal did not create, and the portal's
+    own pods whose uid is in ``left_behind`` (no job's books count them): what the node has
+    given away beyond the portal's books."""
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
@@ -365,6 +361,16 @@ def foreign_gpu_use(
             continue
         if _is_portal_pod(pod) and _uid(pod) not in left_behind:
             continue
+        yield str(node), pod
+
+
+def foreign_gpu_use(
+    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
+) -> dict[tuple[str, str], int]:
+    """GPUs per (node, resource) held by bound, unfinished pods the portal did not create, and
+    by the portal's own pods whose uid is in ``left_behind`` (no job's books count them)."""
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    for node, pod in foreign_pods(pods, left_behind):
         for resource, count in _pod_gpu_requests(pod).items():
             used[(node, resource)] += count
     return dict(used)
@@ -407,13 +413,7 @@ def foreign_host_use(
     """(milli-CPU, MiB) per node requested by the pods :func:`foreign_gpu_use` counts: what the
     portal's books of its own jobs do not hold, so the snapshot takes it off the node."""
     used: dict[str, tuple[int, int]] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if not node or phase in ("Succeeded", "Failed"):
-            continue
-        if _is_portal_pod(pod) and _uid(pod) not in left_behind:
-            continue
+    for node, pod in foreign_pods(pods, left_behind):
         cpu, mem = _pod_host_requests(pod)
         had_cpu, had_mem = used.get(node, (0, 0))
         used[node] = (had_cpu + cpu, had_mem + mem)

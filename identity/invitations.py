@@ -178,15 +178,7 @@ def invitation_accept(*, token: str, user: Any) -> Team:
         .filter(token_hash=_hash(token))
         .first()
     )
-    if invitation is None or invitation.accepted_at is not None:
-        raise ApplicationError(
-            "Invalid invitation.",
-            fields={"token": ["This invitation link was used or is unknown."]},
-        )
-    if invitation.expires_at <= timezone.now():
-        raise ApplicationError(
-            "Expired invitation.",
-            fields={"token": ["This invitation has expired: ask the team admin for a new one."]},
-        )
+    _check(invitation)
+    assert invitation is not None  # for mypy: _check raised otherwise
     _join(invitation, user)
     return invitation.team

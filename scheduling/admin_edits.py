@@ -26,6 +26,7 @@ from scheduling import engine
 from scheduling.catalog import catalog_forget, mig_whole_gpu, shared_pool_create
 from scheduling.models import GpuModel, Quota, QuotaChange, TeamPolicy, UsageRecord
 from scheduling.preview import KEEP, Proposal, TeamProposal, preview_changes
+from scheduling.snapshot import engine_model
 
 # The catalog fields a platform admin edits on the portal's page and their words.
 GPU_MODEL_FIELDS = (
@@ -60,25 +61,11 @@ def _by_team(counts: Counter[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # GPU models
 # ---------------------------------------------------------------------------------------------
-def _engine_model(m: GpuModel, shares_key: str = "") -> engine.GpuModel:
-    return engine.GpuModel(
-        key=m.key,
-        name=m.key,
-        cost_factor=m.cost_factor,
-        tflops_fp16=m.fp16_tflops,
-        memory_gib=float(m.memory_gib),
-        bf16=m.bf16,
-        fp8=m.fp8,
-        slice_of=mig_whole_gpu(m.key, m.resource_name),
-        shared_of=shares_key,
-    )
-
-
 def _catalog(rows: list[GpuModel]) -> tuple[engine.GpuModel, ...]:
     keys = {m.pk: m.key for m in rows}
     active = [m for m in rows if m.active]
     active.sort(key=lambda m: (m.cost_factor, m.key))
-    return tuple(_engine_model(m, keys.get(m.shares_id, "")) for m in active)
+    return tuple(engine_model(m, keys.get(m.shares_id, "")) for m in active)
 
 
 def _queued_groups() -> list[dict[str, Any]]:

@@ -19,8 +19,13 @@ from portal import hooks
 from portal.access import job_get_for_user, jobs_visible_to, team_for_submit, teams_visible_to
 from portal.api.query import FlagField, WholeNumberField, query_params
 from portal.api.schema import error
-from portal.api.serializers import BlockerSerializer, JobInputSerializer, StartEstimateSerializer
-from portal.jobs.blocker import SimulatedStart, blocker_of, estimate_dict
+from portal.api.serializers import (
+    BlockerSerializer,
+    JobInputSerializer,
+    StartEstimateSerializer,
+    StartRangeSerializer,
+)
+from portal.jobs.blocker import blocker_of, estimate_dict, stored_start
 from portal.jobs.resubmit import resolve_from_job
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import parse_job_spec
@@ -105,14 +110,7 @@ class QueueEntrySerializer(serializers.Serializer):
         if job.estimate_updated_at is None:
             return None
         now = self.context["now"]
-        estimate = SimulatedStart(
-            at=job.estimated_start_at,
-            basis=job.estimate_note,
-            model=job.estimate_model,
-            cluster=job.estimate_cluster,
-            range=self.context["ranges"].get(job.pk),
-            now=now,
-        )
+        estimate = stored_start(job, self.context["ranges"], now)
         return estimate_dict(estimate, now)
 
 
@@ -598,7 +596,7 @@ class QuotaPreviewView(APIView):
         return Response(PreviewSerializer(preview).data)
 
 
-class EstimateSerializer(serializers.Serializer):
+class EstimateSerializer(StartRangeSerializer):
     """An estimate, never a promise, of when a job starts, and where."""
 
     start_at = serializers.DateTimeField(
@@ -610,35 +608,6 @@ class EstimateSerializer(serializers.Serializer):
     cluster = serializers.CharField(help_text="Cluster it would get ('' without one)")
     why = serializers.CharField(
         help_text="What the estimate rests on and why it may move, or why there is none"
-    )
-    earliest = serializers.DateTimeField(
-        allow_null=True,
-        required=False,
-        help_text="Likely range: the soonest it starts (never in the past; null: no range)",
-    )
-    latest = serializers.DateTimeField(
-        allow_null=True, required=False, help_text="Likely range: the latest it starts"
-    )
-    confidence = serializers.FloatField(
-        allow_null=True,
-        required=False,
-        help_text="Share of starts the range is meant to hold (0.9), measured on /pool/estimates/",
-    )
-    comparable_runs = serializers.IntegerField(
-        allow_null=True,
-        required=False,
-        help_text="Finished runs the runtimes it waits on were learned from (0: none yet, a "
-        "wide range)",
-    )
-    unknown = serializers.BooleanField(
-        required=False,
-        help_text="True when it waits on a running job that has run longer than what was "
-        "learned (or it is past the latest): when it starts is not known",
-    )
-    summary = serializers.CharField(
-        required=False,
-        help_text='In words: "between 17:40 and 19:10 UTC, most likely 18:05 UTC (…); 12 '
-        'comparable runs", or "unknown: …"',
     )
 
 

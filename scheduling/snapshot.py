@@ -140,24 +140,26 @@ class Loaded:
     previous: dict[int, Previous]
 
 
+def engine_model(m: GpuModel, shared_of: str = "") -> engine.GpuModel:
+    """A catalog row as the engine sees it (``shared_of``: the key of the card's shared pool)."""
+    return engine.GpuModel(
+        key=m.key,
+        name=m.key,
+        cost_factor=m.cost_factor,
+        tflops_fp16=m.fp16_tflops,
+        memory_gib=float(m.memory_gib),
+        bf16=m.bf16,
+        fp8=m.fp8,
+        slice_of=mig_whole_gpu(m.key, m.resource_name),
+        shared_of=shared_of,
+    )
+
+
 def engine_catalog() -> tuple[tuple[engine.GpuModel, ...], dict[str, int]]:
     rows = list(
         GpuModel.objects.filter(active=True).select_related("shares").order_by("cost_factor", "key")
     )
-    models = tuple(
-        engine.GpuModel(
-            key=m.key,
-            name=m.key,
-            cost_factor=m.cost_factor,
-            tflops_fp16=m.fp16_tflops,
-            memory_gib=float(m.memory_gib),
-            bf16=m.bf16,
-            fp8=m.fp8,
-            slice_of=mig_whole_gpu(m.key, m.resource_name),
-            shared_of=m.shares.key if m.shares is not None else "",
-        )
-        for m in rows
-    )
+    models = tuple(engine_model(m, m.shares.key if m.shares is not None else "") for m in rows)
     return models, {m.key: m.pk for m in rows}
 
 

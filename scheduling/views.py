@@ -24,7 +24,7 @@ from portal.access import (
     teams_visible_to,
 )
 from portal.errors import ApplicationError, NotFound
-from portal.jobs.blocker import Blocker, SimulatedStart, StartRange, blocker_of
+from portal.jobs.blocker import Blocker, SimulatedStart, StartRange, blocker_of, stored_start
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import SpecError, parse_job_spec
 from portal.jobs.waits import queue_positions_fill
@@ -156,14 +156,7 @@ def _stored_estimate(
     """A queued job's stored estimate with its recorded range, as the queue shows it."""
     if job.estimate_updated_at is None or job.estimated_start_at is None:
         return None
-    return SimulatedStart(
-        at=job.estimated_start_at,
-        basis=job.estimate_note,
-        model=job.estimate_model,
-        cluster=job.estimate_cluster,
-        range=ranges.get(job.pk),
-        now=now,
-    )
+    return stored_start(job, ranges, now)
 
 
 @login_required

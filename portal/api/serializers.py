@@ -228,29 +228,9 @@ class BlockerSerializer(serializers.Serializer):
     never_summary = serializers.CharField(help_text="`never` in one line ('' when empty)")
 
 
-class StartEstimateSerializer(serializers.Serializer):
-    """An estimate, not a promise, of when a queued job may start, with its basis."""
+class StartRangeSerializer(serializers.Serializer):
+    """The likely range of a start, as every estimate the API gives carries it."""
 
-    at = serializers.DateTimeField(
-        allow_null=True, help_text="Estimated start (null: no estimate, `basis` says why)"
-    )
-    source = serializers.ChoiceField(
-        choices=["simulation", "runtime", "history", "none"],
-        help_text="simulation: the scheduler's simulation of the whole queue (recomputed after "
-        "every cycle; GET /api/v1/jobs/{id}/estimate/ adds the alternatives); before it has run "
-        "for the job, runtime: when running jobs on the model reach their max runtime; history: "
-        "the model's recent median wait; none: no basis",
-    )
-    basis = serializers.CharField(help_text="How the estimate was reached, in words")
-    model = serializers.CharField(
-        help_text="GPU model it would get then (simulation only; '' otherwise)"
-    )
-    cluster = serializers.CharField(
-        help_text="Cluster it would get then (simulation only; '' otherwise)"
-    )
-    most_likely = serializers.DateTimeField(
-        allow_null=True, required=False, help_text="The most likely start, never in the past"
-    )
     earliest = serializers.DateTimeField(
         allow_null=True,
         required=False,
@@ -279,6 +259,31 @@ class StartEstimateSerializer(serializers.Serializer):
         required=False,
         help_text='In words: "between 17:40 and 19:10 UTC, most likely 18:05 UTC (…); 12 '
         'comparable runs", or "unknown: …"',
+    )
+
+
+class StartEstimateSerializer(StartRangeSerializer):
+    """An estimate, not a promise, of when a queued job may start, with its basis."""
+
+    at = serializers.DateTimeField(
+        allow_null=True, help_text="Estimated start (null: no estimate, `basis` says why)"
+    )
+    source = serializers.ChoiceField(
+        choices=["simulation", "runtime", "history", "none"],
+        help_text="simulation: the scheduler's simulation of the whole queue (recomputed after "
+        "every cycle; GET /api/v1/jobs/{id}/estimate/ adds the alternatives); before it has run "
+        "for the job, runtime: when running jobs on the model reach their max runtime; history: "
+        "the model's recent median wait; none: no basis",
+    )
+    basis = serializers.CharField(help_text="How the estimate was reached, in words")
+    model = serializers.CharField(
+        help_text="GPU model it would get then (simulation only; '' otherwise)"
+    )
+    cluster = serializers.CharField(
+        help_text="Cluster it would get then (simulation only; '' otherwise)"
+    )
+    most_likely = serializers.DateTimeField(
+        allow_null=True, required=False, help_text="The most likely start, never in the past"
     )
 
 

@@ -11,7 +11,7 @@ here reads the database but the notes of a job loaded without them (lists load t
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,6 +287,19 @@ def range_words(at: dt.datetime | None, r: StartRange | None, now: dt.datetime) 
     )
 
 
+def stored_start(job: Any, ranges: Mapping[int, Any], now: dt.datetime) -> SimulatedStart:
+    """The estimate the last refresh stored on ``job``, with its range from ``ranges`` (by job
+    pk, as ``portal.hooks.estimate_ranges`` answers for a list)."""
+    return SimulatedStart(
+        at=job.estimated_start_at,
+        basis=job.estimate_note,
+        model=job.estimate_model,
+        cluster=job.estimate_cluster,
+        range=ranges.get(job.pk),
+        now=now,
+    )
+
+
 def start_estimate(job: Any, now: dt.datetime) -> Any:
     """A queued job's start estimate (None for any other state): the queue simulation's once
     it has run for the job, with its likely range, before that the registered quick
@@ -296,15 +309,7 @@ def start_estimate(job: Any, now: dt.datetime) -> Any:
     if job.estimate_updated_at is not None:
         # The range lives with the estimate records (``dashboards``), which the portal may
         # not import: it answers ``portal.hooks.estimate_ranges``.
-        ranges = hooks.estimate_ranges.ask([job.pk]) or {}
-        return SimulatedStart(
-            at=job.estimated_start_at,
-            basis=job.estimate_note,
-            model=job.estimate_model,
-            cluster=job.estimate_cluster,
-            range=ranges.get(job.pk),
-            now=now,
-        )
+        return stored_start(job, hooks.estimate_ranges.ask([job.pk]) or {}, now)
     # The quick estimate lives with the wait history (``dashboards.estimates``), which the
     # portal may not import: it answers ``portal.hooks.start_estimate``.
     return hooks.start_estimate.ask(job, now)
