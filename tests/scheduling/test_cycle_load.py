@@ -145,3 +145,28 @@ def test_the_collector_is_paused_for_the_cycle_and_back_after_an_error():
         assert not gc.isenabled()
         raise RuntimeError("the engine failed")
     assert gc.isenabled()
+
+
+@pytest.mark.django_db
+def test_a_queued_job_changed_between_two_loads_reads_as_it_is_now(bob, vision):
+    """The load keeps the jobs it built for the next load (``_PendingMemo``); a job whose
+    row changed in between must come out rebuilt, never as the last load saw it."""
+    job = JobFactory(team=vision, owner=bob, submitted_at=TIMES[0], gpu_models=["t4"])
+    untouched = JobFactory(team=vision, owner=bob, submitted_at=TIMES[1])
+    config = snapshot.engine_config()
+
+    def pending() -> dict[str, engine.PendingJob]:
+        loaded = snapshot.snapshot_load(now=TIMES[3], config=config)
+        return {p.id: p for p in loaded.snapshot.pending}
+
+    first = pending()
+    Job.objects.filter(pk=job.pk).update(
+        gpu_models=["l4", "t4"], priority=first[str(job.public_id)].priority - 1, replicas=2
+    )
+    second = pending()
+    now = second[str(job.public_id)]
+    assert now.requirement.models == ("l4", "t4")
+    assert now.priority == first[str(job.public_id)].priority - 1
+    assert now.replicas == 2
+    # The one that did not change is the same object: built once, read twice.
+    assert second[str(untouched.public_id)] is first[str(untouched.public_id)]
