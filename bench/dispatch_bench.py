@@ -177,7 +177,7 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def register(kubeconfig: Path, rate: int) -> object:
     from clusters.inventory import inventory_sync
     from clusters.queues import TeamQueue, queues_sync
-    from clusters.services import cluster_credentials_from_input, cluster_register
+    from clusters.registration import cluster_credentials_from_input, cluster_register
 
     credentials = cluster_credentials_from_input(kubeconfig=kubeconfig.read_bytes())
     cluster, _ = cluster_register(
@@ -359,7 +359,7 @@ def _drop_queue() -> None:
 
 
 def _count_volcano_jobs(cluster: object) -> int:
-    from clusters.services import cluster_client
+    from clusters.clients import cluster_client
 
     client = cluster_client(cluster)  # type: ignore[arg-type]
     items, _ = client.list_jobs_with_version(label_selector="app.kubernetes.io/managed-by=gpupool")

@@ -19,9 +19,16 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 
-from clusters import services, tasks
+from clusters import tasks
+from clusters.clients import cluster_url_check
+from clusters.connection_test import cluster_test
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES, ClusterCredentials
 from clusters.models import Cluster, ClusterWatch, Node, ServingExposure, SharingMode
+from clusters.registration import (
+    cluster_credentials_from_input,
+    cluster_register,
+    cluster_settings_check,
+)
 from clusters.urlcheck import UnsafeUrlError
 from portal.errors import ApplicationError
 
@@ -126,7 +133,7 @@ class ClusterForm(forms.ModelForm):
         allowed = True
         for piece in pieces:
             try:
-                services.cluster_settings_check(**piece)
+                cluster_settings_check(**piece)
             except ApplicationError as exc:
                 allowed = False
                 for name, problems in (exc.fields or {"__all__": [exc.message]}).items():
@@ -147,7 +154,7 @@ class ClusterForm(forms.ModelForm):
                 raise forms.ValidationError({"kubeconfig": "The file is too large."})
             text = upload.read()
         try:
-            self.credentials = services.cluster_credentials_from_input(
+            self.credentials = cluster_credentials_from_input(
                 kubeconfig=text,
                 api_url=data.get("new_api_url") or (self.instance.api_url or None),
                 token=data.get("token"),
@@ -162,7 +169,7 @@ class ClusterForm(forms.ModelForm):
             }
             raise forms.ValidationError(errors or exc.message) from None
         try:
-            services.cluster_url_check(self.credentials.server)
+            cluster_url_check(self.credentials.server)
         except UnsafeUrlError as exc:
             field = "kubeconfig" if upload else "new_api_url"
             raise forms.ValidationError({field: f"The API URL is refused: {exc}"}) from None
@@ -240,7 +247,7 @@ class ClusterAdmin(admin.ModelAdmin):
         options = {f: form.cleaned_data[f] for f in OPTION_FIELDS if f in form.cleaned_data}
         # The form ran every check this can fail on; what is left (a name taken in between,
         # DNS changing since the form) is a 500 that rolls the admin's transaction back.
-        cluster, _ = services.cluster_register(
+        cluster, _ = cluster_register(
             name=obj.name, credentials=credentials, update=change, **options
         )
         obj.pk = cluster.pk
@@ -250,7 +257,7 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.action(description="Test connection")
     def test_connection(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
         for cluster in queryset:
-            report = services.cluster_test(cluster=cluster)
+            report = cluster_test(cluster=cluster)
             level = messages.SUCCESS if report.ok else messages.ERROR
             self.message_user(request, f"{cluster.name}: {report.summary}", level)
 

@@ -27,8 +27,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import selectors, services, serving, tasks
+from clusters import selectors, serving, tasks
+from clusters.connection_test import cluster_test
+from clusters.logs import LOG_ATTEMPTS, LOG_TAIL_DEFAULT, LOG_TAIL_MAX, job_logs, log_since_parse
 from clusters.models import Cluster, ClusterFinding, ClusterState, SharingMode
+from clusters.registration import cluster_credentials_from_input, cluster_register
 from portal.access import job_get_for_user
 from portal.api.auth import ApiTokenAuthentication
 from portal.api.query import FlagField, WholeNumberField, query_params
@@ -265,16 +268,14 @@ class ClusterListView(APIView):
         data = ClusterInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        credentials = services.cluster_credentials_from_input(
+        credentials = cluster_credentials_from_input(
             kubeconfig=values.get("kubeconfig"),
             api_url=values.get("api_url"),
             token=values.get("token"),
             ca_pem=values.get("ca_pem"),
         )
         options = {k: values[k] for k in OPTION_FIELDS if k in values}
-        cluster, _ = services.cluster_register(
-            name=values["name"], credentials=credentials, **options
-        )
+        cluster, _ = cluster_register(name=values["name"], credentials=credentials, **options)
         _sync_soon(cluster.pk)
         return Response(
             ClusterAdminSerializer(cluster, context=_gpu_context(request.user)).data,
@@ -298,7 +299,7 @@ class ClusterTestView(APIView):
 
     @extend_schema(request=None, responses={200: REPORT})
     def post(self, request: Request, name: str) -> Response:
-        report = services.cluster_test(cluster=_get(name))
+        report = cluster_test(cluster=_get(name))
         return Response(report.as_dict())
 
 
@@ -320,13 +321,13 @@ class ClusterSyncView(APIView):
 class LogsQuery(serializers.Serializer):
     replica = WholeNumberField(min_value=0, default=0, help_text="0-based replica (default 0)")
     tail = WholeNumberField(
-        default=services.LOG_TAIL_DEFAULT,
-        help_text=f"Last lines (default {services.LOG_TAIL_DEFAULT}, "
-        f"at most {services.LOG_TAIL_MAX:,}; larger values are capped); with since, the "
+        default=LOG_TAIL_DEFAULT,
+        help_text=f"Last lines (default {LOG_TAIL_DEFAULT}, "
+        f"at most {LOG_TAIL_MAX:,}; larger values are capped); with since, the "
         "lines after it instead",
     )
     attempt = serializers.ChoiceField(
-        choices=list(services.LOG_ATTEMPTS),
+        choices=list(LOG_ATTEMPTS),
         default="current",
         help_text="current (default), or previous: the run before the container last restarted",
     )
@@ -373,12 +374,12 @@ class JobLogsView(APIView):
         job = job_get_for_user(request.user, job_id)
         query = query_params(LogsQuery, request)
         since = query.get("since")
-        logs = services.job_logs(
+        logs = job_logs(
             job=job,
             replica=query["replica"],
             tail=query["tail"],
             attempt=query["attempt"],
-            since=services.log_since_parse(since) if since else None,
+            since=log_since_parse(since) if since else None,
             timestamps=query["timestamps"],
         )
         return Response(

@@ -27,6 +27,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.doctor import (
     INFO,
     SEVERITIES,
@@ -42,7 +43,6 @@ from clusters.doctor import (
 )
 from clusters.kube import KubeClient, KubeError
 from clusters.models import Cluster, ClusterFinding
-from clusters.services import ClusterUnavailable, cluster_client
 from portal import hooks
 from scheduling.models import GpuModel
 

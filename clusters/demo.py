@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from clusters.inventory import inventory_sync
 from clusters.models import Cluster
 from clusters.queues import queues_sync
-from clusters.services import cluster_credentials_from_input, cluster_register
+from clusters.registration import cluster_credentials_from_input, cluster_register
 from portal.errors import ApplicationError
 from portal.models import Team
 from scheduling.models import GpuModel, Quota

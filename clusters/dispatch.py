@@ -53,6 +53,13 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.clients import (
+    ClusterUnavailable,
+    cluster_client,
+    cluster_reachable_mark,
+    cluster_unreachable_mark,
+    job_namespace_ensure,
+)
 from clusters.kube import KubeError
 from clusters.manifests import job_manifest, submission_uid
 from clusters.models import Cluster, VolcanoJobRecord
@@ -66,13 +73,6 @@ from clusters.outcome import (
     jobs_for_tasks,
 )
 from clusters.queues import queues_sync
-from clusters.services import (
-    ClusterUnavailable,
-    cluster_client,
-    cluster_reachable_mark,
-    cluster_unreachable_mark,
-    job_namespace_ensure,
-)
 from clusters.serving import serving_expose
 from portal import db
 from portal.jobs.rowlock import conflicts_retried, jobs_update

@@ -40,10 +40,10 @@ from django.utils import timezone
 from clusters import volcano
 from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings, pod_devices
 from clusters.checkup import cluster_checkup
+from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.devices import allocated_devices, registered_devices
 from clusters.kube import KubeError, parse_quantity
 from clusters.models import Cluster, Node
-from clusters.services import ClusterUnavailable, cluster_client
 from portal.models import HOLDING_STATES, Job
 from scheduling.engine.sharing import memory_units
 from scheduling.models import GpuModel

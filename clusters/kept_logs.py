@@ -14,7 +14,7 @@ import datetime as dt
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.services import job_logs
+from clusters.logs import job_logs
 from portal.models import AttemptLog, Job
 
 KEPT_LOG_LINES = 500

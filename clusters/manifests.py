@@ -17,11 +17,9 @@ from typing import Any
 from django.conf import settings
 
 from clusters import volcano
+from clusters.clients import cluster_job_namespace
 from clusters.inventory import AMD_PRODUCT, GFD_PRODUCT, GPU_TAINT
 from clusters.models import Cluster, Node
-from clusters.services import (
-    cluster_job_namespace,
-)
 from portal.models import Job
 from scheduling.preemption_rules import termination_grace_seconds
 

@@ -39,15 +39,14 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from clusters import volcano
-from clusters.kube import KubeClient, KubeError
-from clusters.models import Cluster, Node
-from clusters.services import (
-    FIELD_MANAGER,
+from clusters.clients import (
     ClusterUnavailable,
     cluster_client,
     cluster_job_namespaces,
     job_namespace_ensure,
 )
+from clusters.kube import FIELD_MANAGER, KubeClient, KubeError
+from clusters.models import Cluster, Node
 from portal.models import Team
 from scheduling import engine
 from scheduling.models import DEFAULT_COHORT_SLUG, CohortQuota, Quota, TeamPolicy

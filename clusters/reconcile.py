@@ -29,15 +29,15 @@ from clusters.bindings import (
     pod_bindings,
     pod_devices,
 )
-from clusters.kube import KubeError
-from clusters.models import Cluster
-from clusters.observed import JobView, PodView, job_view, pod_view
-from clusters.services import (
+from clusters.clients import (
     ClusterUnavailable,
     cluster_client,
     cluster_reachable_mark,
     cluster_unreachable_mark,
 )
+from clusters.kube import KubeError
+from clusters.models import Cluster
+from clusters.observed import JobView, PodView, job_view, pod_view
 from clusters.status import StatusOutcome, job_status_apply, pods_apply
 from portal.jobs.state import job_transition
 from portal.models import Job, JobState

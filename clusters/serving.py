@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from clusters import volcano
+from clusters.clients import ClusterUnavailable, cluster_client, cluster_job_namespace
 from clusters.kube import KubeClient, KubeError, ProxyAnswer
 from clusters.models import Cluster, ServingExposure, VolcanoJobRecord
 from clusters.outcome import job_event_record
-from clusters.services import ClusterUnavailable, cluster_client, cluster_job_namespace
 from portal.errors import ApplicationError, Conflict
 from portal.models import TERMINAL_STATES, Job, JobKind, JobState
 

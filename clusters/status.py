@@ -42,6 +42,7 @@ from clusters.bindings import (
     FOLLOWED_STATES,
     node_plans_apply,
 )
+from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.deadlines import MAX_RUNTIME_REASON
 from clusters.kube import KubeError
 from clusters.manifests import submission_uid
@@ -57,10 +58,6 @@ from clusters.observed import (
     pod_view,
 )
 from clusters.outcome import job_event_record
-from clusters.services import (
-    ClusterUnavailable,
-    cluster_client,
-)
 from clusters.serving import endpoint_ready_apply, serving_withdraw
 from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import TERMINAL_STATES, Job, JobState

@@ -17,17 +17,13 @@ from typing import Any
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.clients import ClusterUnavailable, cluster_client, cluster_job_namespace
 from clusters.kept_logs import job_logs_keep
 from clusters.kube import KubeError
 from clusters.manifests import submission_uid
 from clusters.models import VolcanoJobRecord
 from clusters.node_failure import nodes_unreachable
 from clusters.outcome import Outcome, backoff_seconds, job_event_record, job_for_task
-from clusters.services import (
-    ClusterUnavailable,
-    cluster_client,
-    cluster_job_namespace,
-)
 from clusters.serving import serving_withdraw
 from portal.jobs.state import (
     cancelling_end,

@@ -17,10 +17,26 @@ from django.urls import reverse
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from clusters import selectors, services, tasks
+from clusters import selectors, tasks
 from clusters.checkup import cluster_checkup
+from clusters.connection_test import cluster_test
 from clusters.forms import ClusterRegisterForm
+from clusters.logs import (
+    LOG_ATTEMPTS,
+    LOG_TAIL_DEFAULT,
+    LOG_TAIL_MAX,
+    job_log_download,
+    job_logs,
+    replica_restarted,
+)
 from clusters.models import Cluster, ClusterFinding, ClusterState, FindingSeverity
+from clusters.registration import (
+    cluster_credentials_from_input,
+    cluster_delete,
+    cluster_register,
+    cluster_settings_check,
+    cluster_state_set,
+)
 from portal.access import job_get_for_user
 from portal.errors import ApplicationError, NotFound
 from scheduling.drain_impact import cluster_drain_impact
@@ -123,11 +139,11 @@ def cluster_register_view(request: HttpRequest) -> HttpResponse:
         problems: list[ApplicationError] = []
         credentials = None
         try:
-            services.cluster_settings_check(name=data["name"], **options)
+            cluster_settings_check(name=data["name"], **options)
         except ApplicationError as exc:
             problems.append(exc)
         try:
-            credentials = services.cluster_credentials_from_input(
+            credentials = cluster_credentials_from_input(
                 kubeconfig=kubeconfig,
                 api_url=data.get("api_url") or None,
                 token=data.get("token") or None,
@@ -138,9 +154,7 @@ def cluster_register_view(request: HttpRequest) -> HttpResponse:
         cluster = None
         if credentials is not None and not problems:
             try:
-                cluster, _ = services.cluster_register(
-                    name=data["name"], credentials=credentials, **options
-                )
+                cluster, _ = cluster_register(name=data["name"], credentials=credentials, **options)
             except ApplicationError as exc:
                 problems.append(exc)
         for exc in problems:
@@ -177,7 +191,7 @@ def cluster_state_view(request: HttpRequest, name: str, state: str) -> HttpRespo
     if state not in ClusterState.values:
         raise Http404("No such state.")
     if request.method == "POST":
-        services.cluster_state_set(cluster=cluster, state=state)
+        cluster_state_set(cluster=cluster, state=state)
         messages.success(request, f"{cluster.name} is now {cluster.get_state_display().lower()}.")
         return redirect("cluster-detail", name=cluster.name)
     impact = cluster_drain_impact(cluster)
@@ -203,7 +217,7 @@ def cluster_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     error = ""
     if request.method == "POST":
         try:
-            services.cluster_delete(cluster=cluster)
+            cluster_delete(cluster=cluster)
         except ApplicationError as exc:
             error = exc.message
         else:
@@ -222,7 +236,7 @@ def cluster_delete_view(request: HttpRequest, name: str) -> HttpResponse:
 def cluster_test_view(request: HttpRequest, name: str) -> HttpResponse:
     """GET shows the last result; POST connects now and shows what it found."""
     cluster = _cluster_or_404(name)
-    report = services.cluster_test(cluster=cluster) if request.method == "POST" else None
+    report = cluster_test(cluster=cluster) if request.method == "POST" else None
     if report is not None:
         cluster.refresh_from_db()
     return render(request, "clusters/test.html", {"cluster": cluster, "report": report})
@@ -253,24 +267,24 @@ def job_logs_view(request: HttpRequest, job_id: str) -> HttpResponse:
     """
     job = _job_or_404(request, job_id)
     replica = _whole(request.GET.get("replica"), 0)
-    tail = _whole(request.GET.get("tail"), services.LOG_TAIL_DEFAULT)
+    tail = _whole(request.GET.get("tail"), LOG_TAIL_DEFAULT)
     attempt = request.GET.get("attempt", "current")
-    if attempt not in services.LOG_ATTEMPTS:
+    if attempt not in LOG_ATTEMPTS:
         attempt = "current"
     if not 0 <= replica < job.replicas:
         replica = 0
-    logs = services.job_logs(job=job, replica=replica, tail=tail, attempt=attempt)
+    logs = job_logs(job=job, replica=replica, tail=tail, attempt=attempt)
     choice = {"replica": replica, "attempt": attempt}
     # The kubelet keeps a previous run's log only for a container that restarted in place:
     # offered then (or when asked for by hand), not on every job.
-    restarted = attempt == "previous" or services.replica_restarted(job, replica)
+    restarted = attempt == "previous" or replica_restarted(job, replica)
     context = {
         "job": job,
         "logs": logs,
         "replicas": range(job.replicas),
-        "tail": max(1, min(services.LOG_TAIL_MAX, tail)),
+        "tail": max(1, min(LOG_TAIL_MAX, tail)),
         "attempt": attempt,
-        "attempts": services.LOG_ATTEMPTS if restarted else ("current",),
+        "attempts": LOG_ATTEMPTS if restarted else ("current",),
         "timestamps": request.GET.get("timestamps") == "1",
         "follow": request.GET.get("follow") == "1",
         "api_url": f"{reverse('api-job-logs', args=[job.public_id])}?{urlencode(choice)}",
@@ -286,7 +300,7 @@ def job_log_download_view(request: HttpRequest, job_id: str) -> HttpResponse:
     """One replica's whole log as a file (streamed from the cluster, never held here)."""
     job = _job_or_404(request, job_id)
     try:
-        name, chunks = services.job_log_download(
+        name, chunks = job_log_download(
             job=job,
             replica=_whole(request.GET.get("replica"), 0),
             attempt=request.GET.get("attempt", "current"),

@@ -44,13 +44,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
 from clusters.node_failure import node_failure_requeue, node_rows_mark
 from clusters.observed import job_view, pod_view
 from clusters.reconcile import followed_jobs
-from clusters.services import ClusterUnavailable, cluster_client
 from clusters.status import job_status_apply, pods_apply
 from clusters.tasks import evict_job_enqueue_many, sync_inventory_enqueue
 from portal.logs import log_context

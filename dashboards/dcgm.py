@@ -38,8 +38,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from clusters.clients import cluster_prometheus_url_check
 from clusters.models import Cluster
-from clusters.services import cluster_prometheus_url_check
 from clusters.urlcheck import UnsafeUrlError
 from clusters.volcano import team_namespace_name
 from dashboards.models import JobUtilization, MetricsSource
@@ -109,7 +109,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedire
 def prometheus_url_check(url: str) -> str:
     """The base URL without a trailing slash, if the portal may ask it; else PrometheusError.
 
-    The clusters' URL guard (``clusters.services.cluster_prometheus_url_check``), the one that
+    The clusters' URL guard (``clusters.clients.cluster_prometheus_url_check``), the one that
     also runs when the URL is registered: http or https, no user info, query or fragment;
     every address the host resolves to judged like a cluster API address (cloud metadata and
     unusable addresses never, loopback only where local cluster URLs are allowed). Checked

@@ -81,7 +81,7 @@ class PortalCollector(Collector):
         reachable = GaugeMetricFamily(
             "gpupool_cluster_reachable",
             "1 while the portal reaches a registered cluster's API server, 0 once it has not "
-            "answered (clusters.services.cluster_unreachable_mark).",
+            "answered (clusters.clients.cluster_unreachable_mark).",
             labels=["cluster"],
         )
         for name, since in Cluster.objects.values_list("name", "unreachable_since"):

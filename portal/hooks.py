@@ -37,7 +37,7 @@ hook (arguments)       fired by, when                  listeners (connected in)
 ``notifications_``     ``portal.notifications`` (and   ``notifications.outbox.fan_out``: outbox
 ``created(ids)``       ``notifications.events``): new  rows per channel, then Celery delivers
                        notification rows               (``notifications/apps.py``)
-``cluster_``           ``clusters.services.cluster_``  ``notifications.events.cluster_
+``cluster_``           ``clusters.clients.cluster_``    ``notifications.events.cluster_
 ``unreachable(id)``    ``unreachable_mark``: a cluster unreachable``: tell the platform
                        that was reachable is not       admins (``notifications/apps.py``)
 ``quota_changed``      ``scheduling.services.quota_``  ``notifications.events.quota_changed``:

@@ -107,7 +107,7 @@ def test_production_refuses_loopback_cluster_urls_unless_the_operator_opts_in(ex
     """The demo and the tests run kubesim on loopback; a production portal must not connect
     to its own host unless someone decided so."""
     code = (
-        "from django.conf import settings; from clusters.services import cluster_url_check\n"
+        "from django.conf import settings; from clusters.clients import cluster_url_check\n"
         "print('allowed:', settings.GPUPOOL_ALLOW_LOCAL_CLUSTER_URLS)\n"
         "try:\n    cluster_url_check('https://127.0.0.1:6443')\n"
         "except Exception as exc:\n    print('refused:', exc)\n"

@@ -61,7 +61,7 @@ def _cluster_settings(settings: Any) -> None:
 @pytest.fixture(autouse=True)
 def _fresh_clients() -> Iterator[None]:
     """Clients are cached per process by cluster; each test has its own kubesim."""
-    from clusters.services import clusters_forget_clients
+    from clusters.clients import clusters_forget_clients
 
     yield
     clusters_forget_clients()
@@ -157,7 +157,7 @@ def kubeconfig_text(sim: KubeSim, token: str | None = None, namespace: str = "gp
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
 def register(catalog: None) -> Callable[..., Cluster]:
-    from clusters.services import cluster_register
+    from clusters.registration import cluster_register
 
     def make(sim: KubeSim, name: str = "sim", token: str | None = None, **options: Any) -> Cluster:
         credentials = parse_kubeconfig(kubeconfig_text(sim, token=token))

@@ -17,10 +17,10 @@ import pytest
 
 from clusters import volcano
 from clusters.bindings import node_plans_apply, pod_bindings
+from clusters.clients import cluster_client
 from clusters.dispatch import job_dispatch
 from clusters.inventory import inventory_sync
 from clusters.manifests import job_manifest
-from clusters.services import cluster_client
 from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.jobs.services import job_submit
 from portal.models import Job, JobState

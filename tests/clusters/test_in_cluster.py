@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from clusters.connection_test import cluster_test
 from clusters.models import AuthMethod, Cluster
-from clusters.services import cluster_test
 
 
 def _jwt(subject: str) -> str:

@@ -12,14 +12,14 @@ from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from clusters.connection_test import cluster_test
 from clusters.models import Cluster
-from clusters.secrets import credentials_open
-from clusters.services import (
+from clusters.registration import (
     cluster_credentials_from_input,
     cluster_register,
     cluster_settings_check,
-    cluster_test,
 )
+from clusters.secrets import credentials_open
 from kubesim import KubeSim
 from portal.errors import ApplicationError
 from tests.clusters.conftest import TEST_KEYS, kubeconfig_text
@@ -164,9 +164,9 @@ def _register_with_certificate(sim, name, certificate):
 
 
 def test_a_client_certificate_cluster_is_tested_synced_and_runs_jobs(sim, catalog, vision):
+    from clusters.clients import cluster_client
     from clusters.inventory import inventory_sync
     from clusters.queues import TeamQueue, queues_sync
-    from clusters.services import cluster_client
 
     cluster = _register_with_certificate(
         sim, "east-mtls", sim.client_certificate("gpupool-portal", role="cluster-admin")
@@ -238,7 +238,7 @@ def test_connection_with_a_missing_namespace_says_so(sim, register):
 def test_cluster_clients_never_touch_the_kubernetes_default_configuration(sim, register):
     from kubernetes.client import Configuration
 
-    from clusters.services import cluster_client
+    from clusters.clients import cluster_client
 
     default_before = Configuration._default
     cluster = register(sim)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from clusters.connection_test import cluster_test
 from clusters.models import Cluster
-from clusters.services import cluster_test
 from kubesim import KubeSim
 from portal.models import Team
 

@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.db import connection
 
+from clusters.connection_test import cluster_test
 from clusters.models import Cluster
 from clusters.secrets import SecretMaterial, credentials_open, credentials_seal, secret_hint
-from clusters.services import cluster_test
 from clusters.tasks import sync_inventory
 from portal.jobs.services import job_cancel
 from portal.models import Job, JobState

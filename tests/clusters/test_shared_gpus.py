@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from clusters import volcano
+from clusters.clients import cluster_client
 from clusters.inventory import hami_devices, inventory_sync
 from clusters.manifests import job_manifest
 from clusters.models import Node
 from clusters.queues import queues_desired_for_cluster, queues_sync
 from clusters.selectors import largest_node_gpus
-from clusters.services import cluster_client
 from portal.jobs.services import job_submit
 from portal.jobs.spec import SpecError
 from portal.models import JobState

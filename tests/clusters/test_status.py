@@ -276,7 +276,7 @@ def test_the_reconcile_leaves_a_job_waiting_out_a_backoff_alone(sim, cluster, ad
 def test_a_cluster_back_wakes_a_backoff_but_leaves_a_create_in_flight_alone(sim, cluster, admit):
     import datetime as dt
 
-    from clusters.services import cluster_unreachable_mark
+    from clusters.clients import cluster_unreachable_mark
     from portal.models import WorkerBeat
 
     waiting, in_flight = admit(cluster, name="waiting"), admit(cluster, name="in-flight")

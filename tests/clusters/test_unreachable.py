@@ -26,11 +26,12 @@ import pytest
 from django.utils import timezone
 
 from clusters import volcano
+from clusters.clients import clusters_forget_clients
 from clusters.dispatch import job_dispatch, job_dispatch_batch
 from clusters.kubeconfig import parse_kubeconfig
 from clusters.models import Cluster
 from clusters.queues import TeamQueue, queues_sync
-from clusters.services import cluster_register, clusters_forget_clients
+from clusters.registration import cluster_register
 from clusters.tasks import cluster_reconcile_and_enqueue
 from kubesim import KubeSim
 from portal.jobs.services import job_submit

@@ -9,8 +9,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from clusters.clients import cluster_reachable_mark, cluster_unreachable_mark
 from clusters.models import Cluster, ClusterState
-from clusters.services import cluster_reachable_mark, cluster_unreachable_mark
 from notifications.events import jobs_watch
 from notifications.models import Delivery
 from notifications.preferences import preferences_set

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Cluster
-from clusters.services import cluster_state_set
+from clusters.registration import cluster_state_set
 from portal.jobs.services import job_submit
 from portal.models import Job, JobState
 from scheduling.cycle import run_cycle

@@ -139,7 +139,7 @@ class World:
 
         from clusters.inventory import inventory_sync
         from clusters.queues import queues_sync
-        from clusters.services import cluster_credentials_from_input, cluster_register
+        from clusters.registration import cluster_credentials_from_input, cluster_register
         from portal.models import Membership, Role, Team
         from portal.tokens import api_token_create
         from scheduling.catalog import catalog_seed

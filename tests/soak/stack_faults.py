@@ -523,7 +523,7 @@ def _add_slow_cluster(world: World, sim: Any) -> int:
 
     from clusters.inventory import inventory_sync
     from clusters.queues import queues_sync
-    from clusters.services import cluster_credentials_from_input, cluster_register
+    from clusters.registration import cluster_credentials_from_input, cluster_register
     from portal.models import Team
     from scheduling.models import GpuModel, Quota
 
@@ -609,7 +609,7 @@ def slow_cluster(world: World, tier: Tier) -> Row:
     fast one's. The fast cluster's submit-to-SUBMITTED latency is measured alone first, then
     beside the slow one; all jobs of both must converge while the slow one is still slow."""
     from clusters.models import Cluster, ClusterState
-    from clusters.services import cluster_state_set
+    from clusters.registration import cluster_state_set
     from kubesim import KubeSim
 
     sizes = SIZES[tier.name]

@@ -10,9 +10,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from clusters import services
 from clusters.checkup import cluster_checkup
+from clusters.connection_test import cluster_test
 from clusters.kubeconfig import MAX_KUBECONFIG_BYTES
+from clusters.registration import (
+    cluster_credentials_from_input,
+    cluster_register,
+    cluster_register_in_cluster,
+)
 from portal.errors import ApplicationError
 
 # Where each field a service may name comes from on this command line.
@@ -88,14 +93,14 @@ class Command(BaseCommand):
         }
         try:
             if options["in_cluster"]:
-                cluster, created = services.cluster_register_in_cluster(
+                cluster, created = cluster_register_in_cluster(
                     name=options["name"], update=options["update"], **cluster_options
                 )
             else:
-                credentials = services.cluster_credentials_from_input(
+                credentials = cluster_credentials_from_input(
                     kubeconfig=_kubeconfig_read(options["kubeconfig"])
                 )
-                cluster, created = services.cluster_register(
+                cluster, created = cluster_register(
                     name=options["name"],
                     credentials=credentials,
                     update=options["update"],
@@ -110,7 +115,7 @@ class Command(BaseCommand):
             )
         )
         if options["test"]:
-            report = services.cluster_test(cluster=cluster)
+            report = cluster_test(cluster=cluster)
             self.stdout.write(report.summary)
             if not report.ok:
                 raise CommandError("the connection test failed")

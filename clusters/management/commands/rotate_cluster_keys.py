@@ -11,9 +11,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from clusters.clients import clusters_forget_clients
 from clusters.models import Cluster
 from clusters.secrets import CredentialsUnreadable, credentials_reseal
-from clusters.services import clusters_forget_clients
 
 
 class Command(BaseCommand):

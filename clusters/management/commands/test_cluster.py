@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from clusters import selectors, services
+from clusters import selectors
+from clusters.connection_test import cluster_test
 
 
 class Command(BaseCommand):
@@ -19,7 +20,7 @@ class Command(BaseCommand):
         cluster = selectors.cluster_get(name=options["name"])
         if cluster is None:
             raise CommandError(f"no cluster named {options['name']!r}")
-        report = services.cluster_test(cluster=cluster)
+        report = cluster_test(cluster=cluster)
         for check in report.checks:
             mark = "ok  " if check.ok else "FAIL"
             self.stdout.write(f"  {mark} {check.name}: {check.message}")
