@@ -21,7 +21,6 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.incluster import InClusterError, in_cluster_read
 from clusters.kube import Connection, KubeClient, KubeError
 from clusters.models import AuthMethod, Cluster
@@ -34,6 +33,7 @@ from clusters.urlcheck import (
     check_prometheus_url,
 )
 from portal import hooks
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

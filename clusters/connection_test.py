@@ -13,7 +13,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import ClusterUnavailable, cluster_client, cluster_job_namespaces
 from clusters.kube import (
     RBAC_INGRESSES,
@@ -25,6 +24,7 @@ from clusters.kube import (
 )
 from clusters.models import Cluster
 from portal.models import Team
+from rules import volcano
 
 
 @dataclass

@@ -52,7 +52,6 @@ from django.db.models import F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import (
     ClusterUnavailable,
     cluster_client,
@@ -84,6 +83,7 @@ from portal.jobs.state import (
 from portal.models import Job, JobEvent, JobState
 from portal.telemetry import observe_dispatch
 from portal.workers import live_workers, worker_name
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters import volcano
 from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.kube import KubeClient, KubeError
 from clusters.models import VolcanoJobRecord
 from portal.errors import ApplicationError, NotFound
+from rules import volcano
 
 LOG_TAIL_DEFAULT = 500
 LOG_TAIL_MAX = 10_000

@@ -13,13 +13,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from clusters import volcano
 from clusters.bindings import (
     job_uuid_of,
     replica_of,
 )
 from clusters.devices import pod_device
 from portal.models import JobState
+from rules import volcano
 
 __all__ = ["Fact", "JobView", "PodView", "job_view", "pod_view"]
 

@@ -18,7 +18,7 @@ quota plus borrowing limit on this cluster, even if the portal were wrong. A syn
    run there even before Volcano's controller acts) and a ``CloseQueue`` Command is created;
    a team that regains quota gets its queue reopened with ``OpenQueue``.
 
-Queue *state* lives in ``status.state`` and only Commands change it (see ``clusters.volcano``):
+Queue *state* lives in ``status.state`` and only Commands change it (see ``rules.volcano``):
 Volcano's queue controller consumes the Command and moves the queue to ``Closing`` while
 PodGroups remain in it, ``Closed`` once none do, or back to ``Open``. A sync issues a Command
 only while the state is not yet what it wants, under a name fixed per queue and action, so
@@ -38,7 +38,6 @@ from typing import Any
 from django.db.models import Sum
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import (
     ClusterUnavailable,
     cluster_client,
@@ -48,6 +47,7 @@ from clusters.clients import (
 from clusters.kube import FIELD_MANAGER, KubeClient, KubeError
 from clusters.models import Cluster, Node
 from portal.models import Team
+from rules import volcano
 from scheduling import engine
 from scheduling.models import DEFAULT_COHORT_SLUG, CohortQuota, Quota, TeamPolicy
 

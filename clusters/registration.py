@@ -18,7 +18,6 @@ import yaml
 from django.db import transaction
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import (
     cluster_prometheus_url_check,
     cluster_url_check,
@@ -30,6 +29,7 @@ from clusters.models import AuthMethod, Cluster, ClusterState, ServingExposure, 
 from clusters.secrets import SecretMaterial, credentials_seal, secret_hint
 from clusters.urlcheck import UnsafeUrlError
 from portal.errors import ApplicationError
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from django.db.models import Max, Q, QuerySet
 
-from clusters.capacity import NodeLoad, device_books, planned_gpus_by_node, pool_free
 from clusters.models import Cluster, ClusterState, Node
 from portal.access import AnyUser
 from portal.models import HOLDING_STATES, Job
+from rules.capacity import NodeLoad, device_books, planned_gpus_by_node, pool_free
 
 __all__ = [
     "DeviceUsage",
@@ -78,7 +78,7 @@ class ModelCapacity:
 def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
     """Capacity per GPU model on ``cluster``: total, allocatable, in use, largest free block.
 
-    Free GPUs come from the one capacity rule (:mod:`clusters.capacity`), exactly as the
+    Free GPUs come from the one capacity rule (:mod:`rules.capacity`), exactly as the
     scheduler counts them: foreign pods and the portal's own jobs by their node plans; a node
     that is not Ready or not schedulable contributes nothing free. The largest free block is
     the most GPUs free on a single node, what one gang replica can get.
@@ -161,7 +161,7 @@ class DeviceUsage:
 
 def device_usage(node: Node, shares: list[tuple[int, str, int]]) -> list[DeviceUsage]:
     """Used / total GiB per device of a shared node row, by the cycle's own per-device books
-    (:func:`clusters.capacity.device_books`): foreign pods where their scheduler put them,
+    (:func:`rules.capacity.device_books`): foreign pods where their scheduler put them,
     each share on the device it is booked on."""
     size = int(node.gpu_model.memory_gib) if node.gpu_model is not None else 0
     free, ids, _cores = device_books(

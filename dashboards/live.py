@@ -24,10 +24,10 @@ from django.db import connection
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
-from clusters.capacity import NodeLoad, planned_gpus_by_node, pool_free
 from clusters.models import Cluster, Node
 from portal import db
 from portal.models import HOLDING_STATES, Job, JobState, Team
+from rules.capacity import NodeLoad, planned_gpus_by_node, pool_free
 from scheduling import engine
 from scheduling.engine.fairshare import ShareBook
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import volcano
 from portal import hooks
 from portal.errors import Conflict
 from portal.jobs.services import job_cancel
 from portal.jobs.state import job_transition
 from portal.models import Job, JobEvent, JobState
+from rules import volcano
 from tests.clusters.conftest import (
     dispatch,
     state_of,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusters.capacity import NodeLoad, node_free_gpus, planned_gpus_by_node, pool_free
+from rules.capacity import NodeLoad, node_free_gpus, planned_gpus_by_node, pool_free
 
 
 def load(name: str, allocatable: int = 8, others: int = 0, planned: int = 0, **kw: Any) -> NodeLoad:

@@ -18,13 +18,13 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from clusters import volcano
 from clusters.demo import DEMO_CLUSTER, DEMO_NAMESPACE, DEMO_QUOTAS, demo_cluster_register
 from clusters.models import Cluster, Node
 from kubesim import KubeSim
 from portal.demo import DEMO_PASSWORD
 from portal.management.commands.run_demo import demo_processes
 from portal.models import Job, JobEvent, JobState
+from rules import volcano
 from scheduling.cycle import run_cycle
 from scheduling.models import Quota
 from tests.clusters.conftest import wait_for, wait_state

@@ -6,13 +6,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from clusters import volcano
 from clusters.inventory import inventory_sync
 from clusters.manifests import job_manifest
 from clusters.models import Node
 from clusters.selectors import cluster_capacity, largest_node_gpus
 from portal.jobs.state import job_transition
 from portal.models import JobState
+from rules import volcano
 from scheduling.models import GpuModel
 from tests.clusters.conftest import wait_for
 from tests.factories import JobFactory

@@ -19,10 +19,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusters import volcano
 from clusters.manifests import job_manifest
 from clusters.models import Cluster, Node
 from portal.models import JobState
+from rules import volcano
 from scheduling.models import GpuModel
 from tests.builders import admitted_job, gpu_node
 from tests.clusters.test_volcano_manifest import assert_valid_job, containers_of

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from clusters import volcano
 from clusters.inventory import node_trouble
 from clusters.models import Node
 from clusters.node_failure import NODE_FAILURE_REASON
 from portal.jobs.attempts import job_attempts
 from portal.jobs.services import job_submit
 from portal.models import Job, JobEvent, JobState
+from rules import volcano
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
 from tests.clusters.conftest import two_a100, wait_deleted, wait_for, wait_state

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import volcano
 from clusters.inventory import inventory_sync
 from clusters.queues import queues_sync
 from portal.jobs.services import job_submit
 from portal.models import JobEvent, JobState
+from rules import volcano
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
 from tests.clusters.conftest import dispatch, state_of, wait_for, wait_state

@@ -23,12 +23,12 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from clusters import volcano
 from clusters.dispatch import job_dispatch
 from clusters.inventory import inventory_sync
 from clusters.queues import TeamQueue, queues_sync
 from kubesim import KubeSim
 from portal.models import JobState
+from rules import volcano
 from tests.clusters.conftest import kubeconfig_text, state_of, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

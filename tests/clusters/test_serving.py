@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from django.db.models import F
 
-from clusters import volcano
 from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.jobs.services import job_cancel
 from portal.models import Job, JobEvent, JobState
+from rules import volcano
 from tests.clusters.conftest import dispatch, wait_deleted, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]

@@ -9,8 +9,9 @@ import re
 import kubernetes_validate
 import pytest
 
-from clusters import volcano
-from clusters.volcano import (
+from portal.jobs import spec as portal_spec
+from rules import volcano
+from rules.volcano import (
     ManifestError,
     ServingSpec,
     build_serving_ingress,
@@ -22,7 +23,6 @@ from clusters.volcano import (
     serving_service_name,
     serving_url,
 )
-from portal.jobs import spec as portal_spec
 from tests.clusters.test_volcano_manifest import JOB_ID, a_spec, assert_valid_job, containers_of
 
 SCHEMA_VERSION = kubernetes_validate.latest_version()
@@ -74,7 +74,7 @@ def test_a_readiness_path_the_kubelet_cannot_send_is_refused_by_both_rules(bad):
     with pytest.raises(ManifestError, match="readiness_path"):
         a_spec(kind="inference", port=8000, readiness_path=bad)
     # The portal's rule (which may not import this module) is the same one.
-    assert portal_spec._READINESS_PATH.pattern == volcano._READINESS_PATH.pattern
+    assert portal_spec._READINESS_PATH.pattern == volcano.names._READINESS_PATH.pattern
     assert portal_spec.MAX_READINESS_PATH == volcano.MAX_READINESS_PATH
 
 

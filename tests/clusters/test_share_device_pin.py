@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clusters.volcano import GpuShare, ManifestError, build_volcano_job
+from rules.volcano import GpuShare, ManifestError, build_volcano_job
 from tests.clusters.test_volcano_manifest import a_spec, assert_valid_job, tasks_of
 
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"

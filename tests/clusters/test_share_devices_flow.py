@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from clusters import volcano
 from clusters.devices import pod_device
 from clusters.inventory import inventory_sync
 from clusters.models import Node
@@ -23,6 +22,7 @@ from clusters.queues import queues_desired_for_cluster, queues_sync
 from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.jobs.services import job_submit
 from portal.models import Job, JobState
+from rules import volcano
 from scheduling.catalog import shared_pool_create
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota

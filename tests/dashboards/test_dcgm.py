@@ -17,7 +17,6 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Cluster
-from clusters.volcano import volcano_job_name
 from dashboards.dcgm import (
     ENGINE_ACTIVE,
     GPU_UTIL,
@@ -28,6 +27,7 @@ from dashboards.dcgm import (
 )
 from dashboards.models import JobUtilization, MetricsSource
 from portal.models import Job
+from rules.volcano import volcano_job_name
 from tests.builders import running_row
 
 pytestmark = pytest.mark.django_db

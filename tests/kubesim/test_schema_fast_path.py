@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusters.volcano import build_volcano_job
 from kubesim.schema import load_crds
+from rules.volcano import build_volcano_job
 from tests.clusters.test_volcano_manifest import a_spec, job_specs
 
 JOBS = load_crds()["jobs"]

@@ -9,7 +9,7 @@ inventory's devices, the node is ``allocatable / device size`` equal devices.
 
 from __future__ import annotations
 
-from clusters.capacity import device_books
+from rules.capacity import device_books
 
 A, B = "GPU-a", "GPU-b"
 TWO = [{"id": A, "gib": 80, "others": 0}, {"id": B, "gib": 80, "others": 0}]

@@ -6,9 +6,9 @@ as soon as the cluster reports them). A node that is not Ready or is cordoned ha
 what it would have is "out of service".
 
 The scheduler's cycle, the cluster page and the dashboards all count through this module, so
-the three can never disagree. It is plain Python (no Django, no I/O): the callers read the rows
-their own way (the cycle from one pass over the holding jobs, the dashboards in SQL) and hand
-over plain numbers.
+the three can never disagree. It is plain Python on the ground floor (no Django, no I/O): the
+callers read the rows their own way (the cycle from one pass over the holding jobs, the
+dashboards in SQL) and hand over plain numbers.
 
 An over-count is the books contradicting themselves: a node whose plans and foreign pods add
 up to more than it can allocate. The cluster never runs more than a node allocates, so some of
@@ -246,11 +246,11 @@ def device_books(
         planned = [index.get(part) for part in device.split("+")] if device and index else []
         if planned and None not in planned:
             per = -(-gib // len(planned))
-            for i in planned:
-                assert i is not None
-                free[i] -= per  # charged where it is, even past 0: the sum shows the over-count
+            for at in planned:
+                assert at is not None
+                free[at] -= per  # charged where it is, even past 0: the sum shows the over-count
                 if compute:
-                    cores[i] -= compute
+                    cores[at] -= compute
             continue
         loose.append((gib, compute))
     for gib, compute in [*loose, (foreign, 0)]:
