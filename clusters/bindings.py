@@ -24,12 +24,12 @@ from typing import Any
 
 from django.db import transaction
 
-from clusters import volcano
 from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.devices import pod_device
 from clusters.kube import KubeError
 from clusters.models import Cluster
 from portal.models import FOLLOWED_STATES, Job, JobState
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

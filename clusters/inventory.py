@@ -37,7 +37,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings, pod_devices
 from clusters.checkup import cluster_checkup
 from clusters.clients import ClusterUnavailable, cluster_client
@@ -45,6 +44,7 @@ from clusters.devices import allocated_devices, registered_devices
 from clusters.kube import KubeError, parse_quantity
 from clusters.models import Cluster, Node
 from portal.models import HOLDING_STATES, Job
+from rules import volcano
 from scheduling.engine.sharing import memory_units
 from scheduling.models import GpuModel
 

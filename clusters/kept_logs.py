@@ -13,9 +13,9 @@ import datetime as dt
 
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.logs import job_logs
 from portal.models import AttemptLog, Job
+from rules import volcano
 
 KEPT_LOG_LINES = 500
 KEPT_LOG_REPLICAS = 16  # a 512-replica gang keeps its first 16; the rest say so

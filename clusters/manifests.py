@@ -16,11 +16,11 @@ from typing import Any
 
 from django.conf import settings
 
-from clusters import volcano
 from clusters.clients import cluster_job_namespace
 from clusters.inventory import AMD_PRODUCT, GFD_PRODUCT, GPU_TAINT
 from clusters.models import Cluster, Node
 from portal.models import Job
+from rules import volcano
 from scheduling.preemption_rules import termination_grace_seconds
 
 __all__ = ["HOSTNAME_LABEL", "job_manifest", "submission_uid"]

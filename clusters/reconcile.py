@@ -22,7 +22,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.bindings import (
     FOLLOWED_STATES,
     node_plans_apply,
@@ -42,6 +41,7 @@ from clusters.status import StatusOutcome, job_status_apply, pods_apply
 from portal.jobs.state import job_transition
 from portal.models import Job, JobState
 from portal.workers import live_workers
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from clusters import volcano
 from clusters.clients import ClusterUnavailable, cluster_client, cluster_job_namespace
 from clusters.kube import KubeClient, KubeError, ProxyAnswer
 from clusters.models import Cluster, ServingExposure, VolcanoJobRecord
 from clusters.outcome import job_event_record
 from portal.errors import ApplicationError, Conflict
 from portal.models import TERMINAL_STATES, Job, JobKind, JobState
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.bindings import (
     FOLLOWED_STATES,
     node_plans_apply,
@@ -61,6 +60,7 @@ from clusters.outcome import job_event_record
 from clusters.serving import endpoint_ready_apply, serving_withdraw
 from portal.jobs.state import cancelling_end, job_transition, preempting_end
 from portal.models import TERMINAL_STATES, Job, JobState
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import ClusterUnavailable, cluster_client, cluster_job_namespace
 from clusters.kept_logs import job_logs_keep
 from clusters.kube import KubeError
@@ -30,6 +29,7 @@ from portal.jobs.state import (
     preempting_end,
 )
 from portal.models import Job, JobEvent, JobState
+from rules import volcano
 
 __all__ = ["job_cancel_on_cluster", "job_evict", "preemption_message"]
 

@@ -43,7 +43,6 @@ from django.db import close_old_connections, connection
 from django.db.models import F
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
@@ -55,6 +54,7 @@ from clusters.status import job_status_apply, pods_apply
 from clusters.tasks import evict_job_enqueue_many, sync_inventory_enqueue
 from portal.logs import log_context
 from portal.models import Job, JobState
+from rules import volcano
 
 log = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from django.utils import timezone
 from clusters.clients import cluster_prometheus_url_check
 from clusters.models import Cluster
 from clusters.urlcheck import UnsafeUrlError
-from clusters.volcano import team_namespace_name
 from dashboards.models import JobUtilization, MetricsSource
 from portal.models import HOLDING_STATES, Job, JobState
+from rules.volcano import team_namespace_name
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent, 0-100
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1, works per MIG instance

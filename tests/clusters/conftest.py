@@ -209,7 +209,6 @@ class WorkerProcess:
         """Drop what is queued or scheduled and wait for running tasks to finish, so no task
         of this test runs into the next one (or into the table flush between them)."""
         import redis
-
         from portal.celery import app
 
         client = redis.Redis.from_url(self.broker)
@@ -586,8 +585,8 @@ def wait_state(job: Any, *states: str, timeout: float = PATIENCE) -> str:
 def vcjob_name(job: Any) -> str:
     """The name of the Volcano Job of the job's current run, as the database has it now (each
     run has its own: ``clusters.volcano.volcano_job_name``)."""
-    from clusters import volcano
     from portal.models import Job
+    from rules import volcano
 
     attempt = Job.objects.values_list("attempt_number", flat=True).get(pk=job.pk)
     return volcano.volcano_job_name(str(job.public_id), attempt)

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from clusters import volcano
 from clusters.bindings import node_plans_apply, pod_bindings
 from clusters.clients import cluster_client
 from clusters.dispatch import job_dispatch
@@ -24,6 +23,7 @@ from clusters.manifests import job_manifest
 from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.jobs.services import job_submit
 from portal.models import Job, JobState
+from rules import volcano
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
 from tests.clusters.conftest import two_a100, wait_for

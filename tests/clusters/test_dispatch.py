@@ -15,13 +15,13 @@ from django.utils import timezone
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from clusters import volcano
 from clusters.clients import cluster_unreachable_mark
 from clusters.dispatch import _cluster_answered, job_dispatch, job_dispatch_batch
 from clusters.manifests import job_manifest, submission_uid
 from clusters.models import VolcanoJobRecord
 from clusters.tasks import _dispatch_later
 from portal.models import Job, JobEvent, JobState, WorkerBeat
+from rules import volcano
 from tests.clusters.conftest import MAX_ATTEMPTS, SMALL, dispatch, wait_for, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]

@@ -17,12 +17,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import cluster_unreachable_mark
 from clusters.dispatch import _claim_alone, job_dispatch, job_dispatch_batch
 from clusters.outcome import job_for_task
 from clusters.reconcile import cluster_reconcile
 from portal.models import Job, JobEvent, JobState, WorkerBeat
+from rules import volcano
 from tests.clusters.conftest import wait_for
 from tests.soak.scenarios import retry_after_judged
 

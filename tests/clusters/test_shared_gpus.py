@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from clusters import volcano
 from clusters.clients import cluster_client
 from clusters.inventory import hami_devices, inventory_sync
 from clusters.manifests import job_manifest
@@ -23,6 +22,7 @@ from clusters.selectors import largest_node_gpus
 from portal.jobs.services import job_submit
 from portal.jobs.spec import SpecError
 from portal.models import JobState
+from rules import volcano
 from scheduling.catalog import shared_pool_create
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from clusters import volcano
 from clusters.clients import clusters_forget_clients
 from clusters.dispatch import job_dispatch, job_dispatch_batch
 from clusters.kubeconfig import parse_kubeconfig
@@ -36,6 +35,7 @@ from clusters.tasks import cluster_reconcile_and_enqueue
 from kubesim import KubeSim
 from portal.jobs.services import job_submit
 from portal.models import Job, JobAttempt, JobEvent, JobState
+from rules import volcano
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel, Quota
 from tests.clusters.conftest import (
