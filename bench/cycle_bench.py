@@ -47,7 +47,7 @@ def drop_database() -> None:
 
 def setup_django() -> None:
     os.environ["DATABASE_URL"] = f"{SERVER_URL}/{BENCH_DB}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ["LOG_LEVEL"] = "WARNING"
     import django
 

@@ -53,7 +53,7 @@ def drop_database() -> None:
 
 def setup_django() -> None:
     os.environ["DATABASE_URL"] = f"{SERVER_URL}/{BENCH_DB}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ["LOG_LEVEL"] = "WARNING"
     os.environ["ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1"
     os.environ["GPUPOOL_METRICS_TOKEN"] = "bench-scrape-token"  # /metrics answers no one without

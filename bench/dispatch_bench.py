@@ -1,7 +1,7 @@
 """Dispatch throughput: admitted jobs to Volcano Jobs on kubesim, through Celery workers.
 
 Seeds N admitted jobs (default 5,000) in a database of its own, starts kubesim (HTTPS, its own
-CA) and two ``celery -A portal worker`` processes, hands every job to the clusters app the way
+CA) and two ``celery -A config worker`` processes, hands every job to the clusters app the way
 the scheduling cycle does (``portal.hooks.admitted``, on commit), and waits until every job is
 SUBMITTED, i.e. its Volcano Job exists on kubesim. Prints the sustained rate and the latency
 from admission to the create being recorded (p50, p90, p99, max).
@@ -80,7 +80,7 @@ def worker_env() -> dict[str, str]:
 
 def setup_django() -> None:
     os.environ.update(worker_env())
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
@@ -128,7 +128,7 @@ def start_workers(
                     "-m",
                     "celery",
                     "-A",
-                    "portal",
+                    "config",
                     "worker",
                     "-Q",
                     queues,
@@ -151,7 +151,7 @@ def start_workers(
                 start_new_session=True,
             )
         )
-    from portal.celery import app
+    from config.celery import app
 
     names = {f"bench{i}-{QUEUE}@{socket.gethostname()}" for i in range(count)}
     deadline = time.monotonic() + 60

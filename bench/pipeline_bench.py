@@ -1,7 +1,7 @@
 """End to end: REST submit -> scheduling cycle -> dispatch -> Volcano Job created on kubesim.
 
 Everything runs as in production, on this machine, in processes of its own: gunicorn serving
-the portal, two ``celery -A portal worker`` processes (thread pools) that run the scheduling
+the portal, two ``celery -A config worker`` processes (thread pools) that run the scheduling
 cycles the submits trigger and the dispatch tasks the cycles hand over, and kubesim (HTTPS,
 its own CA, its simulation running) as the cluster. Nothing is shortcut: jobs enter through
 ``POST /api/v1/jobs/batch/`` (or ``POST /api/v1/jobs/`` with ``--batch 1``) with free quota
@@ -92,7 +92,7 @@ def bench_env(var_dir: str) -> dict[str, str]:
     """The environment of this process, gunicorn and the workers (one database, one broker)."""
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "DATABASE_URL": f"{SERVER_URL}/{BENCH_DB}",
         "CELERY_BROKER_URL": REDIS_URL,
         "CACHE_URL": REDIS_URL,

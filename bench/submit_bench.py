@@ -384,7 +384,7 @@ def server_env(base: dict[str, str], var_dir: str) -> dict[str, str]:
     cache_url = base.get("CACHE_URL", "redis://127.0.0.1:6379/1")
     return {
         **base,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "DATABASE_URL": _with_db(db_url, BENCH_DB),
         "CACHE_URL": cache_url,
         "CACHE_KEY_PREFIX": f"gpupool-bench-{secrets.token_hex(4)}",
@@ -481,7 +481,7 @@ def gunicorn(
         sys.executable,
         "-m",
         "gunicorn",
-        "portal.wsgi:application",
+        "config.wsgi:application",
         "--worker-class=gthread",
         f"--workers={workers}",
         f"--threads={threads}",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.celery import app
+from config.celery import app
 from portal.jobs.rowlock import jobs_update
 from portal.models import Job, JobState, WorkerBeat
 from portal.workers import live_workers

@@ -1,4 +1,4 @@
-"""Cluster pages (included from ``portal.urls`` under ``/clusters/``)."""
+"""Cluster pages (included from ``config.urls`` under ``/clusters/``)."""
 
 from django.urls import path
 

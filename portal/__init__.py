@@ -1,8 +1,2 @@
-"""gpupool's Django project and its user-facing app.
-
-The Celery app is imported here so that ``@shared_task`` binds to it whenever Django starts.
-"""
-
-from portal.celery import app as celery_app
-
-__all__ = ["celery_app"]
+"""gpupool's user-facing app: jobs, their API and pages, API tokens, the shared plumbing (logs,
+health, outages). The project shell (settings, root URLs, Celery app, WSGI) is ``config/``."""

@@ -109,7 +109,7 @@ def too_large_message(exc: Exception) -> str | None:
     return None
 
 
-# --- Django's error views (``handler400`` … in ``portal/urls.py``) ------------------------------
+# --- Django's error views (``handler400`` … in ``config/urls.py``) ------------------------------
 # What a request gets when the error happens outside a DRF view: a URL that matches no route, a
 # body Django refuses to read, an exception in a page. JSON under /api/, the plain page elsewhere.
 

@@ -3,7 +3,7 @@
 With ``LOG_FORMAT=json`` every line is one JSON object (python-json-logger): ``time``,
 ``level``, ``logger``, ``message``, and where they apply ``request_id``, ``user``, ``job_id``
 and ``cluster``. Those four come from context variables set once per request
-(:class:`RequestContextMiddleware`) or per Celery task (``portal.celery``), and are copied onto
+(:class:`RequestContextMiddleware`) or per Celery task (``config.celery``), and are copied onto
 every record by :class:`ContextFilter`, so no call site has to pass them. A field given with
 ``extra=`` on the call wins over the context.
 

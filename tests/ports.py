@@ -37,7 +37,7 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen[Any] | None = No
 
 @contextlib.contextmanager
 def gunicorn_running(env: dict[str, str], log_path: Path, *options: str) -> Iterator[str]:
-    """The portal as deployed: ``gunicorn portal.wsgi`` started in the repo's root (so it reads
+    """The portal as deployed: ``gunicorn config.wsgi`` started in the repo's root (so it reads
     ``gunicorn.conf.py``) on a free port, with ``env`` and gunicorn ``options``; yields its base
     URL, stops it on exit and prints the tail of its log (shown when the test fails)."""
     port = free_port()
@@ -47,7 +47,7 @@ def gunicorn_running(env: dict[str, str], log_path: Path, *options: str) -> Iter
                 sys.executable,
                 "-m",
                 "gunicorn",
-                "portal.wsgi:application",
+                "config.wsgi:application",
                 f"--bind={HOST}:{port}",
                 *options,
             ],

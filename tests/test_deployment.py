@@ -119,7 +119,7 @@ def test_production_refuses_loopback_cluster_urls_unless_the_operator_opts_in(ex
 
 
 def _settings_variables() -> set[str]:
-    source = (ROOT / "portal" / "settings.py").read_text()
+    source = "\n".join(p.read_text() for p in sorted((ROOT / "config" / "settings").glob("*.py")))
     names = set(
         re.findall(
             r'(?:env(?:\.\w+|_int|_bool|_secret|_float)|_networks_setting)\(\s*"([A-Z_]+)"', source
@@ -145,7 +145,7 @@ def test_compose_services_run_commands_of_this_project_and_set_only_read_variabl
             assert (ROOT / (module.split(".")[0])).is_dir()
             assert (ROOT / module.replace(".", "/")).with_suffix(".py").exists()
         if "celery" in command:
-            assert re.search(r"-A portal\b", command) and (ROOT / "portal" / "celery.py").exists()
+            assert re.search(r"-A config\b", command) and (ROOT / "config" / "celery.py").exists()
         for sub in re.findall(r"manage\.py (\w+)", command):
             result = _manage("help", sub, env={})
             assert result.returncode == 0, f"{name}: manage.py {sub} does not exist"
@@ -167,7 +167,7 @@ def test_every_portal_process_is_restarted_when_it_exits():
     commands = " ".join(
         line for unit in units for line in unit.read_text().splitlines() if "ExecStart=" in line
     )
-    for process in ("gunicorn portal.wsgi", "celery -A portal worker", "celery -A portal beat",
+    for process in ("gunicorn config.wsgi", "celery -A config worker", "celery -A config beat",
                     "manage.py watch_clusters"):  # fmt: skip
         assert process in commands, f"no unit runs {process}"
     for unit in units:

@@ -45,7 +45,7 @@ SCRIPT = Path(sys.executable).parent / "gpupool"
 
 @pytest.fixture
 def gunicorn_portal(celery_worker: WorkerProcess, tmp_path: Path) -> Iterator[str]:  # noqa: F811
-    """The portal as deployed (``gunicorn portal.wsgi`` with gthread workers, DEBUG off) on a
+    """The portal as deployed (``gunicorn config.wsgi`` with gthread workers, DEBUG off) on a
     free port, on this test's database, its cluster tasks going to the test's Celery worker:
     the URL. Its log is printed when the test fails."""
     env = {

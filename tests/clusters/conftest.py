@@ -2,7 +2,7 @@
 
 * ``sim``: a private kubesim per test (port 0, its own CA, time frozen: nothing time-based
   happens until the test calls ``sim.advance``; controllers still react at once).
-* ``celery_worker``: one ``celery -A portal worker`` process per pytest-xdist worker, for the
+* ``celery_worker``: one ``celery -A config worker`` process per pytest-xdist worker, for the
   whole session, consuming a queue of its own on a Redis database of its own (8 + the xdist
   index), with ``DATABASE_URL`` pointing at this session's *test* database. Tests that use it
   must be ``transactional_db`` so the worker sees their rows. Its output goes to a file the
@@ -209,7 +209,7 @@ class WorkerProcess:
         """Drop what is queued or scheduled and wait for running tasks to finish, so no task
         of this test runs into the next one (or into the table flush between them)."""
         import redis
-        from portal.celery import app
+        from config.celery import app
 
         client = redis.Redis.from_url(self.broker)
         inspect = app.control.inspect(destination=[self.hostname], timeout=2.0, limit=1)
@@ -282,7 +282,7 @@ def worker_start(
     concurrency: int = 2,
     extra_env: dict[str, str] | None = None,
 ) -> WorkerProcess:
-    """Start ``celery -A portal worker`` on ``queue`` in its own process group; wait until
+    """Start ``celery -A config worker`` on ``queue`` in its own process group; wait until
     it is ready. Its ``concurrency`` tasks may all be for one cluster unless ``extra_env``
     sets ``GPUPOOL_CLUSTER_TASK_SLOTS`` (the tests of that bound do)."""
     env = {
@@ -303,7 +303,7 @@ def worker_start(
     if app_name:
         env["PGAPPNAME"] = app_name
     cmd = [
-        sys.executable, "-m", "celery", "-A", "portal", "worker",
+        sys.executable, "-m", "celery", "-A", "config", "worker",
         "-Q", queue, "-c", str(concurrency), "-l", "INFO", "--without-gossip", "--without-mingle",
         "--without-heartbeat", "-n", f"{queue}@%h",
     ]  # fmt: skip
@@ -327,7 +327,7 @@ _APP_KEYS = ("broker_url", "broker_read_url", "broker_write_url", "task_routes")
 
 
 def _app_reset_connections() -> None:
-    from portal.celery import app
+    from config.celery import app
 
     app._pool = None
     app.amqp._producer_pool = None
@@ -341,7 +341,7 @@ def _app_reset_connections() -> None:
 def app_publishing_to(broker: str, queue: str, tasks: str = "clusters") -> Iterator[None]:
     """While inside, this process publishes the ``tasks`` app's tasks to ``queue`` on
     ``broker``; the previous broker and routes come back on the way out."""
-    from portal.celery import app
+    from config.celery import app
 
     previous = {key: app.conf[key] for key in _APP_KEYS}
     app.conf.update(broker_url=broker, broker_read_url=broker, broker_write_url=broker)

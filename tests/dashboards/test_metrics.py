@@ -122,7 +122,7 @@ def test_a_malformed_network_setting_fails_at_start_up():
 
     result = subprocess.run(
         [sys.executable, "-c", "import django; from django.conf import settings; settings.DEBUG"],
-        env={"DJANGO_SETTINGS_MODULE": "portal.settings", "GPUPOOL_METRICS_ALLOWED_NETWORKS": "x"},
+        env={"DJANGO_SETTINGS_MODULE": "config.settings", "GPUPOOL_METRICS_ALLOWED_NETWORKS": "x"},
         capture_output=True,
         text=True,
         check=False,

@@ -12,8 +12,8 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from config.celery import app
 from dashboards.metrics import metrics_exposition
-from portal.celery import app
 from tests.clusters.conftest import _database_url, _test_broker, app_publishing_to, worker_start
 
 

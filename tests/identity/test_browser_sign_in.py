@@ -8,9 +8,9 @@ import pytest
 from django.conf import settings as django_settings
 from playwright.sync_api import expect
 
+from config.settings import csp_with_providers
 from identity.models import GroupRule
 from portal.models import Membership, Role
-from portal.settings import csp_with_providers
 from tests.browser.conftest import browser, page  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

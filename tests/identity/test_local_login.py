@@ -30,7 +30,7 @@ def test_local_login_off_but_for_named_admins(client, settings, alice, root):
 
 
 def _settings_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    code = "import portal.settings as s; print(s.GPUPOOL_OIDC_PROVIDERS, s.CONTENT_SECURITY_POLICY)"
+    code = "import config.settings as s; print(s.GPUPOOL_OIDC_PROVIDERS, s.CONTENT_SECURITY_POLICY)"
     return subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, **env},
@@ -59,7 +59,7 @@ def test_providers_come_from_the_environment(tmp_path):
 
 def test_the_oidc_sync_is_scheduled_and_offline_access_can_be_switched_off(tmp_path):
     code = (
-        "import portal.settings as s; print(s.GPUPOOL_OIDC_PROVIDERS[0]['offline_access'], "
+        "import config.settings as s; print(s.GPUPOOL_OIDC_PROVIDERS[0]['offline_access'], "
         "s.CELERY_BEAT_SCHEDULE['identity-oidc-sync'])"
     )
     done = subprocess.run(

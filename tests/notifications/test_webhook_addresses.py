@@ -162,7 +162,7 @@ def test_a_network_closed_after_saving_is_refused_at_the_send(
 def _import_settings(**variables: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_WEBHOOK_")}
     return subprocess.run(
-        [sys.executable, "-c", "import portal.settings"],
+        [sys.executable, "-c", "import config.settings"],
         cwd=ROOT,
         env={**env, **variables},
         capture_output=True,

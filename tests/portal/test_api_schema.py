@@ -35,8 +35,8 @@ from schemathesis.specs.openapi.checks import ignored_auth
 from schemathesis.wfc.escalation import restore_identity_assignments
 
 from clusters.models import Cluster
+from config.wsgi import application
 from portal.models import ApiToken
-from portal.wsgi import application
 from tests.conftest import job_body
 
 AUTH_FILE = Path(__file__).with_name("schemathesis-auth.json")

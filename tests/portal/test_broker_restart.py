@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from portal.celery import app
+from config.celery import app
 from tests.soak.stack import ROOT, PrivateRedis
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,7 +93,7 @@ def _send(broker: PrivateRedis, name: str, **options: Any) -> str:
 def test_a_worker_holding_unacknowledged_messages_survives_a_redis_restart(broker, tmp_path):
     # The worker as docker-compose.yml runs it: prefork pool, gossip, mingle and heartbeats.
     worker = Process(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-l", "INFO", "-c", "2",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "INFO", "-c", "2",
          "-n", f"restart-{uuid.uuid4().hex[:6]}@%h"],
         _env(broker), tmp_path / "worker.log",
     )  # fmt: skip
@@ -120,7 +120,7 @@ def test_a_worker_holding_unacknowledged_messages_survives_a_redis_restart(broke
 
 def test_beat_keeps_sending_after_a_redis_restart(broker, tmp_path):
     beat = Process(
-        [sys.executable, "-m", "celery", "-A", "portal", "beat", "-l", "DEBUG",
+        [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "DEBUG",
          "-s", str(tmp_path / "schedule")],
         {**_env(broker), "GPUPOOL_SCHEDULER_INTERVAL_SECONDS": "1"}, tmp_path / "beat.log",
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """A Celery worker keeps its database connection between tasks and replaces a broken one.
 
 Celery's Django fixup would close every connection around each task; the portal turns that off
-and applies Django's request rule instead (``portal/celery.py``). Each test runs what a worker
+and applies Django's request rule instead (``config/celery.py``). Each test runs what a worker
 runs at a task boundary: the fixup's close, then the portal's handlers through the real signals.
 """
 
@@ -12,7 +12,7 @@ from celery import signals
 from celery.fixups.django import DjangoWorkerFixup
 from django.db import OperationalError, connection
 
-from portal.celery import app
+from config.celery import app
 from scheduling.tasks import run_cycle_task
 
 pytestmark = pytest.mark.django_db(transaction=True)

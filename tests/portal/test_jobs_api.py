@@ -234,7 +234,7 @@ def test_a_malformed_failure_rate_fails_at_start_up():
 
     result = subprocess.run(
         [sys.executable, "-c", "import django; from django.conf import settings; settings.DEBUG"],
-        env={"DJANGO_SETTINGS_MODULE": "portal.settings", "GPUPOOL_API_AUTH_FAILURE_RATE": "lots"},
+        env={"DJANGO_SETTINGS_MODULE": "config.settings", "GPUPOOL_API_AUTH_FAILURE_RATE": "lots"},
         capture_output=True,
         text=True,
         check=False,

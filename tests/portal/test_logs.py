@@ -16,8 +16,8 @@ import pytest
 from django.conf import settings
 
 from clusters.tasks import evict_job, reconcile_cluster
+from config.celery import task_log_context_enter, task_log_context_leave
 from notifications.tasks import deliver
-from portal.celery import task_log_context_enter, task_log_context_leave
 from tests.clusters.conftest import (  # noqa: F401  (fixtures)
     _cluster_settings,
     _fresh_clients,

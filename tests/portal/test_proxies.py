@@ -71,7 +71,7 @@ def test_a_malformed_proxy_setting_fails_at_start_up():
 
     result = subprocess.run(
         [sys.executable, "-c", "import django; from django.conf import settings; settings.DEBUG"],
-        env={"DJANGO_SETTINGS_MODULE": "portal.settings", "GPUPOOL_TRUSTED_PROXIES": "10.0.0.0/33"},
+        env={"DJANGO_SETTINGS_MODULE": "config.settings", "GPUPOOL_TRUSTED_PROXIES": "10.0.0.0/33"},
         capture_output=True,
         text=True,
         check=False,

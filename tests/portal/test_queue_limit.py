@@ -431,7 +431,7 @@ def test_the_default_settings_and_their_validation():
     def run(**env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", code],
-            env={"DJANGO_SETTINGS_MODULE": "portal.settings", **env},
+            env={"DJANGO_SETTINGS_MODULE": "config.settings", **env},
             capture_output=True,
             text=True,
             check=False,

@@ -244,7 +244,7 @@ class Stack:
                 for k, v in os.environ.items()
                 if not k.startswith("PYTEST_") and k != "PROMETHEUS_MULTIPROC_DIR"
             },
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATABASE_URL": self.postgres.url,
             "CELERY_BROKER_URL": self.redis.url(0),
             "CACHE_URL": self.redis.url(1),
@@ -277,19 +277,19 @@ class Stack:
         logs.mkdir(exist_ok=True)
         commands: dict[str, list[str]] = {
             "web": [
-                py, "-m", "gunicorn", "portal.wsgi:application", "--worker-class=gthread",
+                py, "-m", "gunicorn", "config.wsgi:application", "--worker-class=gthread",
                 "--workers=1", "--threads=8", f"--bind={HOST}:{self.web_port}",
                 "--keep-alive=30", "--timeout=120", "--log-level=warning",
             ],
             "beat": [
-                py, "-m", "celery", "-A", "portal", "beat", "-l", "INFO",
+                py, "-m", "celery", "-A", "config", "beat", "-l", "INFO",
                 "-s", str(self.folder / "var" / "celerybeat-schedule"),
             ],
             "watcher": [py, "manage.py", "watch_clusters", "--refresh", "2"],
         }  # fmt: skip
         for i in range(self.workers):
             commands[f"worker{i}"] = [
-                py, "-m", "celery", "-A", "portal", "worker", "-P", self.pool,
+                py, "-m", "celery", "-A", "config", "worker", "-P", self.pool,
                 "-c", str(self.concurrency), "-l", "INFO", "-n", f"soak{i}@%h",
             ]  # fmt: skip
         for name, cmd in commands.items():

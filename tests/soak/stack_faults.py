@@ -698,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     cycles.add_argument("--start-at", type=float, required=True, help="epoch seconds")
     cycles.add_argument("--seconds", type=float, required=True)
     args = parser.parse_args(argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     print(json.dumps(_cycle_loop(args.start_at, args.seconds)), flush=True)
     return 0
 

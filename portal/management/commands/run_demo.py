@@ -32,8 +32,8 @@ def demo_processes(host: str, port: int) -> list[tuple[str, list[str]]]:
     py = sys.executable
     return [
         ("web", [py, "manage.py", "runserver", "--noreload", f"{host}:{port}"]),
-        ("worker", [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", "2"]),
-        ("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info"]),
+        ("worker", [py, "-m", "celery", "-A", "config", "worker", "-l", "info", "-c", "2"]),
+        ("beat", [py, "-m", "celery", "-A", "config", "beat", "-l", "info"]),
         *_cluster_processes(py),
     ]
 

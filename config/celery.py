@@ -12,7 +12,7 @@ from portal.logs import log_context, task_context
 from portal.telemetry import worker_metrics_serve
 from portal.workers import worker_beats_start, worker_beats_stop, worker_name_set
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("gpupool")
 app.config_from_object("django.conf:settings", namespace="CELERY")

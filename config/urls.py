@@ -1,4 +1,4 @@
-"""URL map: pages at the root, the REST API under /api/v1/, the schema and its docs."""
+"""The root URL map: pages at the root, the REST API under /api/v1/, the schema and its docs."""
 
 from django.conf import settings
 from django.contrib import admin
