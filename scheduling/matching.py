@@ -15,6 +15,7 @@ from typing import Any
 from clusters.models import Cluster, ClusterState, Node
 from portal.cache import ProcessView
 from portal.jobs.spec import SpecError
+from rules.jobspec import REQUIREMENT_FIELDS as REQUIREMENT_FIELDS  # read them, then requirement_of
 from scheduling import engine
 from scheduling.engine.capacity import Pool
 from scheduling.snapshot import clusters_now, engine_catalog
@@ -52,18 +53,6 @@ def _count(params: Mapping[str, Any], name: str) -> int:
     if value < 1:
         raise SpecError({name: ["Must be at least 1."]})
     return value
-
-
-REQUIREMENT_FIELDS = (
-    "gpu_models",
-    "min_gpu_memory_gib",
-    "min_fp16_tflops",
-    "requires_bf16",
-    "requires_fp8",
-    "selection_policy",
-    "gpu_memory_gib",
-)
-"""A job's fields that decide which models it may run on: read them, then ``requirement_of``."""
 
 
 def requirement_of(row: Mapping[str, Any]) -> tuple[engine.Requirement, engine.Policy]:

@@ -23,9 +23,20 @@ from portal.models import (
     Team,
     TemplateScope,
 )
+from rules.jobspec import REQUEST_FIELDS
 from scheduling.models import GpuModel
 
 PRIORITY_NAMES = {v: k for k, v in PRIORITY_BY_NAME.items()}
+_AFTER_GPU_SIZES = REQUEST_FIELDS.index("cpu_per_replica")
+_REQUEST_AS_SHOWN = (
+    *REQUEST_FIELDS[:1],
+    "owner",
+    *REQUEST_FIELDS[1:_AFTER_GPU_SIZES],
+    "total_gpus",
+    *REQUEST_FIELDS[_AFTER_GPU_SIZES:],
+)
+"""A job's request as the API shows it (``rules.jobspec.REQUEST_FIELDS``, in its order), with
+who submitted it after the team and the total GPUs after the GPU sizes."""
 # Catalog keys are slugs, and MIG slices add dots (a100-80gb-mig-1g.10gb).
 GPU_MODEL_KEY_PATTERN = r"^[-a-zA-Z0-9_.]+$"
 
@@ -360,34 +371,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id",
-            "team",
-            "owner",
-            "name",
-            "kind",
-            "image",
-            "command",
-            "args",
-            "env",
-            "env_from_secrets",
-            "replicas",
-            "gpus_per_replica",
-            "gpu_memory_gib",
-            "gpu_cores_percent",
-            "total_gpus",
-            "cpu_per_replica",
-            "memory_gib_per_replica",
-            "gpu_models",
-            "min_gpu_memory_gib",
-            "requires_bf16",
-            "requires_fp8",
-            "min_fp16_tflops",
-            "selection_policy",
-            "allow_fallback",
-            "priority",
-            "max_runtime_minutes",
-            "max_retry",
-            "port",
-            "readiness_path",
+            *_REQUEST_AS_SHOWN,
             "endpoint",
             "state",
             "status",

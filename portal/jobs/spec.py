@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from portal.models import JobKind, Priority, SelectionPolicy
+from rules.jobspec import (
+    CONSTRAINT_FIELDS,
+    REQUEST_FIELDS,
+    env_name_refusal,
+    readiness_path_refusal,
+    requirement_shortfalls,
+)
 
 # Docker/OCI image reference: [host[:port]/]path[:tag][@digest], per distribution/reference.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -21,14 +28,8 @@ _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0
 IMAGE_RE = re.compile(
     rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
 )
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NAME_RE = re.compile(r"^[\w][\w .:/+-]*$")
 
-# Names the platform sets itself (Volcano's env/svc/pytorch plugins, the device plugin, k8s).
-RESERVED_ENV_PREFIXES = ("VC_", "VK_", "GPUPOOL_", "KUBERNETES_", "NVIDIA_")
-RESERVED_ENV_NAMES = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES", "HOSTNAME"}
-)
 # Env is stored in plain text and shown to the whole team: refuse what looks like a credential
 # (``secret_like_env_name``). Spelled anywhere in the name, these always mean one (``PGPASS``:
 # libpq's PGPASSWORD and PGPASSFILE; ``PASSFILE`` names a password file, as a ``*CREDENTIALS``
@@ -127,37 +128,8 @@ PRIORITY_BY_NAME = {p.label: p.value for p in Priority}
 KIND_VALUES = tuple(JobKind.values)
 POLICY_VALUES = tuple(SelectionPolicy.values)
 
-FIELDS = frozenset(
-    {
-        "team",
-        "name",
-        "kind",
-        "image",
-        "command",
-        "args",
-        "env",
-        "env_from_secrets",
-        "replicas",
-        "gpus_per_replica",
-        "gpu_memory_gib",
-        "gpu_cores_percent",
-        "cpu_per_replica",
-        "memory_gib_per_replica",
-        "gpu_models",
-        "min_gpu_memory_gib",
-        "requires_bf16",
-        "requires_fp8",
-        "min_fp16_tflops",
-        "selection_policy",
-        "allow_fallback",
-        "priority",
-        "max_runtime_minutes",
-        "max_retry",
-        "port",
-        "readiness_path",
-    }
-)
-CONSTRAINT_FIELDS = ("min_gpu_memory_gib", "requires_bf16", "requires_fp8", "min_fp16_tflops")
+FIELDS = frozenset(REQUEST_FIELDS)
+"""A job request's fields (``rules.jobspec.REQUEST_FIELDS``): submit refuses any other."""
 
 
 @dataclass(frozen=True)
@@ -361,13 +333,6 @@ def _string_list(data: Mapping[str, Any], name: str, errors: _Errors) -> tuple[s
     return tuple(value)
 
 
-# An absolute URL path, printable ASCII without spaces or a fragment: what a kubelet's HTTP
-# probe can send. clusters.volcano holds the same rule for the manifest (it may not import
-# the portal); tests/clusters/test_serving_manifest.py keeps the two in step.
-_READINESS_PATH = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*")
-MAX_READINESS_PATH = 1024
-
-
 def _parse_readiness_path(
     data: Mapping[str, Any], errors: _Errors, *, kind: str, port: int | None
 ) -> str:
@@ -382,12 +347,9 @@ def _parse_readiness_path(
         errors.add("readiness_path", "Only inference jobs have a readiness probe.")
     elif port is None:
         errors.add("readiness_path", "Needs the port the server listens on.")
-    if len(value) > MAX_READINESS_PATH:
-        errors.add("readiness_path", f"Must be at most {MAX_READINESS_PATH} characters.")
-    elif _READINESS_PATH.fullmatch(value) is None:
-        errors.add(
-            "readiness_path", "Must be an absolute path such as /health, without spaces or #."
-        )
+    refusal = readiness_path_refusal(value)  # the manifest builder's rule too
+    if refusal is not None:
+        errors.add("readiness_path", refusal)
     return value
 
 
@@ -430,16 +392,6 @@ def secret_like_env_name(name: str) -> bool:
     return words[-1] in SECRET_LAST_WORDS or last_two in SECRET_LAST_WORDS
 
 
-def _env_name_refusal(name: object) -> str | None:
-    """Why ``name`` cannot be an env variable of a job, or None when it can."""
-    if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
-        return f"{name!r} is not a valid variable name (letters, digits, _)."
-    upper = name.upper()
-    if upper in RESERVED_ENV_NAMES or upper.startswith(RESERVED_ENV_PREFIXES):
-        return f"{name} is set by the platform and cannot be overridden."
-    return None
-
-
 def _parse_env(data: Mapping[str, Any], errors: _Errors) -> dict[str, str]:
     value = data.get("env")
     if value is None:
@@ -451,7 +403,7 @@ def _parse_env(data: Mapping[str, Any], errors: _Errors) -> dict[str, str]:
         errors.add("env", f"At most {MAX_ENV_VARS} variables.")
     env: dict[str, str] = {}
     for name, val in value.items():
-        refusal = _env_name_refusal(name)
+        refusal = env_name_refusal(name)
         if refusal is not None:
             errors.add("env", refusal)
             continue
@@ -485,7 +437,7 @@ def _parse_env_from_secrets(
         errors.add(field_name, f"At most {MAX_ENV_VARS} variables with env.")
     refs: dict[str, dict[str, str]] = {}
     for name, ref in value.items():
-        refusal = _env_name_refusal(name)
+        refusal = env_name_refusal(name)
         if refusal is not None:
             errors.add(field_name, refusal)
             continue
@@ -601,11 +553,16 @@ def _parse_share(
 
 
 def _meets(entry: CatalogEntry, req: Mapping[str, Any]) -> bool:
-    return (
-        (req["min_gpu_memory_gib"] is None or entry.memory_gib >= req["min_gpu_memory_gib"])
-        and (not req["requires_bf16"] or entry.bf16)
-        and (not req["requires_fp8"] or entry.fp8)
-        and (req["min_fp16_tflops"] is None or entry.fp16_tflops >= req["min_fp16_tflops"])
+    """Whether the model meets the constraints: the engine's match (``rules.jobspec``)."""
+    return not requirement_shortfalls(
+        memory_gib=entry.memory_gib,
+        fp16_tflops=entry.fp16_tflops,
+        bf16=entry.bf16,
+        fp8=entry.fp8,
+        min_memory_gib=req["min_gpu_memory_gib"],
+        min_fp16_tflops=req["min_fp16_tflops"],
+        requires_bf16=req["requires_bf16"],
+        requires_fp8=req["requires_fp8"],
     )
 
 

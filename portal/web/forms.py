@@ -16,7 +16,6 @@ from typing import Any
 from django import forms
 
 from portal.jobs.spec import (
-    CONSTRAINT_FIELDS,
     DEFAULT_CPU_PER_GPU,
     DEFAULT_MAX_RETRY,
     DEFAULT_MAX_RUNTIME_MINUTES,
@@ -25,6 +24,7 @@ from portal.jobs.spec import (
     SpecLimits,
 )
 from portal.models import JobKind, SelectionPolicy, Team
+from rules.jobspec import REQUEST_FIELDS
 
 REQUIREMENT_CHOICES = [("constraints", "By constraints"), ("models", "By model list")]
 
@@ -369,31 +369,17 @@ def error_list(*forms_: forms.Form) -> list[tuple[str, str, str]]:
     return out
 
 
+_SHAPED_FIELDS = frozenset({"command", "args", "env", "env_from_secrets", "gpu_models"})
+"""The request's fields the form shows in a shape of its own (a shell line, ``NAME=value``
+lines, a picked list); every other one is its input as it is."""
+_SIMPLE_FIELDS = tuple(f for f in REQUEST_FIELDS if f not in _SHAPED_FIELDS)
+
+
 def initial_from_request(data: Mapping[str, Any]) -> dict[str, Any]:
     """A job request (the API's names: a resubmitted job's, a template's) as the form's
     initial values."""
     initial: dict[str, Any] = {}
-    simple = (
-        "team",
-        "name",
-        "kind",
-        "image",
-        "replicas",
-        "gpus_per_replica",
-        "gpu_memory_gib",
-        "gpu_cores_percent",
-        "cpu_per_replica",
-        "memory_gib_per_replica",
-        "selection_policy",
-        "allow_fallback",
-        "priority",
-        "max_runtime_minutes",
-        "max_retry",
-        "port",
-        "readiness_path",
-        *CONSTRAINT_FIELDS,
-    )
-    for name in simple:
+    for name in _SIMPLE_FIELDS:
         if name in data and data[name] is not None:
             initial[name] = data[name]
     if data.get("command"):

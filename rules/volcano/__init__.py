@@ -99,6 +99,7 @@ Queues
 
 from __future__ import annotations
 
+from rules.jobspec import MAX_READINESS_PATH
 from rules.volcano.job import (
     build_volcano_job,
 )
@@ -121,7 +122,6 @@ from rules.volcano.names import (
     MANAGED_BY,
     MAX_ATTEMPT,
     MAX_GPUS_PER_REPLICA,
-    MAX_READINESS_PATH,
     MAX_REPLICAS,
     PORTAL_ENV_ATTEMPT,
     PORTAL_ENV_JOB_ID,

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from rules.jobspec import MAX_READINESS_PATH, READINESS_PATH
+
 # --- API identities -----------------------------------------------------------------------
 
 JOB_API_VERSION: Final = "batch.volcano.sh/v1alpha1"
@@ -51,7 +53,6 @@ PYTORCH_PORT: Final = 23456
 INFERENCE_PORT_NAME: Final = "http"
 SHM_VOLUME: Final = "dshm"
 READINESS_PERIOD_SECONDS: Final = 5
-MAX_READINESS_PATH: Final = 1024
 
 # A sanity bound, far below what pod names allow (see ``volcano_job_name``).
 MAX_REPLICAS: Final = 4096
@@ -110,16 +111,14 @@ def _is_qualified_key(value: str, *, require_prefix: bool = False) -> bool:
     return len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
 
 
-_READINESS_PATH = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*")
-
-
 def readiness_path_check(path: str) -> str:
     """``path`` if it can be an HTTP readiness probe's path: absolute, printable ASCII without
     spaces or fragments, at most 1024 characters; else :class:`ManifestError` naming the field.
-    Shared by the portal's job validation, so a bad path is a 400 and never a refused pod."""
+    The job request's rule (``rules.jobspec``), which submit applies too, so a bad path is a
+    400 and never a refused pod."""
     if not isinstance(path, str) or len(path) > MAX_READINESS_PATH:
         raise _fail("readiness_path", f"must be at most {MAX_READINESS_PATH} characters")
-    if _READINESS_PATH.fullmatch(path) is None:
+    if READINESS_PATH.fullmatch(path) is None:
         raise _fail(
             "readiness_path",
             f"must be an absolute URL path such as /health (no spaces or #), got {path!r}",

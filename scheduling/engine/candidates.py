@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rules.jobspec import requirement_shortfalls
 from scheduling.engine import reasons
 from scheduling.engine.decision import CandidateNote
 from scheduling.engine.reasons import SkipCode
@@ -27,22 +28,25 @@ class Candidates:
 
 
 def requirement_failures(model: GpuModel, requirement: Requirement) -> list[str]:
-    """The reasons ``model`` does not meet ``requirement`` (empty when it does)."""
+    """The reasons ``model`` does not meet ``requirement`` (empty when it does): the match
+    submit applies too (``rules.jobspec.requirement_shortfalls``), in the engine's words."""
     failures: list[str] = []
-    if requirement.min_memory_gib and model.memory_gib < requirement.min_memory_gib:
-        failures.append(
-            f"{reasons.fmt_num(model.memory_gib)} GiB < "
-            f"{reasons.fmt_num(requirement.min_memory_gib)} GiB"
-        )
-    if requirement.min_tflops_fp16 and model.tflops_fp16 < requirement.min_tflops_fp16:
-        failures.append(
-            f"{reasons.fmt_num(model.tflops_fp16)} TFLOPS < "
-            f"{reasons.fmt_num(requirement.min_tflops_fp16)} TFLOPS"
-        )
-    if requirement.bf16 and not model.bf16:
-        failures.append("no bf16")
-    if requirement.fp8 and not model.fp8:
-        failures.append("no fp8")
+    for what, has, needs in requirement_shortfalls(
+        memory_gib=model.memory_gib,
+        fp16_tflops=model.tflops_fp16,
+        bf16=model.bf16,
+        fp8=model.fp8,
+        min_memory_gib=requirement.min_memory_gib,
+        min_fp16_tflops=requirement.min_tflops_fp16,
+        requires_bf16=requirement.bf16,
+        requires_fp8=requirement.fp8,
+    ):
+        if what == "memory_gib":
+            failures.append(f"{reasons.fmt_num(has)} GiB < {reasons.fmt_num(needs)} GiB")
+        elif what == "fp16_tflops":
+            failures.append(f"{reasons.fmt_num(has)} TFLOPS < {reasons.fmt_num(needs)} TFLOPS")
+        else:
+            failures.append(f"no {what}")
     return failures
 
 

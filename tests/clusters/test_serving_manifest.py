@@ -9,8 +9,7 @@ import re
 import kubernetes_validate
 import pytest
 
-from portal.jobs import spec as portal_spec
-from rules import volcano
+from rules import jobspec, volcano
 from rules.volcano import (
     ManifestError,
     ServingSpec,
@@ -73,9 +72,8 @@ def test_a_readiness_path_the_kubelet_cannot_send_is_refused_by_both_rules(bad):
         readiness_path_check(bad)
     with pytest.raises(ManifestError, match="readiness_path"):
         a_spec(kind="inference", port=8000, readiness_path=bad)
-    # The portal's rule (which may not import this module) is the same one.
-    assert portal_spec._READINESS_PATH.pattern == volcano.names._READINESS_PATH.pattern
-    assert portal_spec.MAX_READINESS_PATH == volcano.MAX_READINESS_PATH
+    # Submit applies the same rule (the job request's, on the ground floor).
+    assert jobspec.readiness_path_refusal(bad) is not None
 
 
 def test_the_service_selects_the_jobs_pods_on_the_named_port_and_is_owned_by_the_job():
