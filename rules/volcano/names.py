@@ -61,14 +61,10 @@ MAX_ATTEMPT: Final = 99_999
 MAX_GPUS_PER_REPLICA: Final = 64
 INT32_MAX: Final = 2**31 - 1
 
-# Environment the portal or Volcano's plugins set; a user value would be shadowed or would
-# shadow theirs, so it is refused rather than silently lost.
+# Environment the portal sets in every container; a user may not set these (nor any name the
+# job request's rule reserves: ``rules.jobspec.RESERVED_ENV_NAMES`` and its prefixes).
 PORTAL_ENV_JOB_ID: Final = "GPUPOOL_JOB_ID"
 PORTAL_ENV_ATTEMPT: Final = "GPUPOOL_ATTEMPT"
-RESERVED_ENV_NAMES: Final[frozenset[str]] = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
-)
-RESERVED_ENV_PREFIXES: Final[tuple[str, ...]] = ("GPUPOOL_", "VC_", "VK_")
 
 # --- Validation patterns (Kubernetes apimachinery's, as regular expressions) ----------------
 
@@ -76,7 +72,6 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
 

@@ -8,15 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rules.jobspec import env_name_refusal
 from rules.volcano.names import (
-    _C_IDENTIFIER,
     HOSTNAME_LABEL,
     INT32_MAX,
     JOB_KINDS,
     MAX_GPUS_PER_REPLICA,
     MAX_REPLICAS,
-    RESERVED_ENV_NAMES,
-    RESERVED_ENV_PREFIXES,
     JobKind,
     _fail,
     _is_dns_label,
@@ -191,10 +189,10 @@ class VolcanoJobSpec:
 
 
 def _check_env_name(field_name: str, key: object) -> None:
-    if not isinstance(key, str) or _C_IDENTIFIER.fullmatch(key) is None:
-        raise _fail(field_name, f"{key!r} is not a valid variable name")
-    if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
-        raise _fail(field_name, f"{key} is set by the portal or Volcano and cannot be overridden")
+    """The job request's env-name rule (``rules.jobspec``), the one submit applies."""
+    refusal = env_name_refusal(key)
+    if refusal is not None:
+        raise _fail(field_name, refusal)
 
 
 def _validate(spec: VolcanoJobSpec) -> None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from clusters.manifests import job_manifest
 from clusters.models import Cluster, Node
 from portal.models import JobState
-from rules import volcano
+from rules import jobspec, volcano
 from scheduling.models import GpuModel
 from tests.builders import admitted_job, gpu_node
 from tests.clusters.test_volcano_manifest import assert_valid_job, containers_of
@@ -83,10 +83,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
             "env": draw(
                 st.dictionaries(
                     st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True).filter(
-                        lambda n: (
-                            n not in volcano.RESERVED_ENV_NAMES
-                            and not n.startswith(volcano.RESERVED_ENV_PREFIXES)
-                        )
+                        lambda n: jobspec.env_name_refusal(n) is None
                     ),
                     st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=20),
                     max_size=3,

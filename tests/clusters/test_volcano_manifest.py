@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft7Validator
 
-from rules import volcano
+from rules import jobspec, volcano
 from rules.volcano import (
     ANNOTATION_PORTAL_URL,
     ANNOTATION_SUBMISSION_UID,
@@ -338,9 +338,7 @@ GPU_CHOICES = [
 
 dns_labels = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?", fullmatch=True)
 env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True).filter(
-    lambda n: (
-        n not in volcano.RESERVED_ENV_NAMES and not n.startswith(volcano.RESERVED_ENV_PREFIXES)
-    )
+    lambda n: jobspec.env_name_refusal(n) is None
 )
 secret_refs = st.builds(
     volcano.SecretKeyRef,
@@ -901,6 +899,12 @@ def test_env_from_a_secret_is_a_secret_key_ref_the_kubelet_resolves():
         ({"env": {"RANK": "3"}}, "env"),
         ({"env": {"VC_MASTER_HOSTS": "x"}}, "env"),
         ({"env": {"GPUPOOL_JOB_ID": "x"}}, "env"),
+        # Refused by submit and, since they are one rule, by the builder too.
+        ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env"),
+        ({"env": {"HOSTNAME": "x"}}, "env"),
+        ({"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "env"),
+        ({"env": {"KUBERNETES_SERVICE_HOST": "x"}}, "env"),
+        ({"env": {"rank": "3"}}, "env"),
         ({"env_from_secrets": {"RANK": volcano.SecretKeyRef(secret="s", key="k")}}, "env_from_"),
         ({"env_from_secrets": {"TOKEN": {"secret": "s", "key": "k"}}}, "env_from_secrets"),
         (
