@@ -1,4 +1,12 @@
-"""The root URL map: pages at the root, the REST API under /api/v1/, the schema and its docs."""
+"""The root URL map: every app's pages at the root and its REST API under /api/v1/, the
+schema and its docs, the admin.
+
+Each app mounts itself the same way: ``<app>/urls.py`` holds its pages and
+``<app>/api_urls.py`` its REST routes, each with its full path below the mount point and
+its own URL names. The order of ``APPS`` is the order a path is tried in, and it matters
+once: scheduling's ``api/v1/jobs/estimate/`` comes before the portal's
+``api/v1/jobs/<job_id>/``, so the portal comes last.
+"""
 
 from django.conf import settings
 from django.contrib import admin
@@ -8,9 +16,11 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+APPS = ("clusters", "scheduling", "dashboards", "notifications", "identity", "portal")
+
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", include("portal.api.urls")),
+    *(path("api/v1/", include(f"{app}.api_urls")) for app in APPS),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path(
         "api/docs/",
@@ -20,12 +30,7 @@ urlpatterns = [
         ),
         name="api-docs",
     ),
-    path("clusters/", include("clusters.urls")),
-    path("", include("scheduling.urls")),
-    path("", include("dashboards.urls")),
-    path("", include("notifications.urls")),
-    path("", include("identity.urls")),
-    path("", include("portal.web.urls")),
+    *(path("", include(f"{app}.urls")) for app in APPS),
 ]
 
 # Errors outside DRF's views answer in the API's JSON shape under /api/, a plain page elsewhere.

@@ -1,4 +1,4 @@
-"""REST routes of the dashboards, included under /api/v1/ by ``portal/api/urls.py``."""
+"""The dashboards app's REST routes, mounted under ``/api/v1/`` by ``config/urls.py``."""
 
 from django.urls import path
 

@@ -1,3 +1,5 @@
+"""The dashboards app's pages, mounted at the root by ``config/urls.py``."""
+
 from django.urls import path
 
 from dashboards import views

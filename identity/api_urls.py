@@ -1,4 +1,4 @@
-"""identity's REST, mounted under /api/v1/ by portal/api/urls.py."""
+"""The identity app's REST routes, mounted under ``/api/v1/`` by ``config/urls.py``."""
 
 from django.urls import path
 

@@ -1,3 +1,5 @@
+"""The identity app's pages, mounted at the root by ``config/urls.py``."""
+
 from django.urls import path
 
 from identity import cli_views, team_views, unlock, views

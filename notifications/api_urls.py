@@ -1,4 +1,4 @@
-"""``/api/v1/…`` of the notifications (included from ``portal.api.urls``)."""
+"""The notifications app's REST routes, mounted under ``/api/v1/`` by ``config/urls.py``."""
 
 from django.urls import path
 

@@ -1,3 +1,5 @@
+"""The notifications app's pages, mounted at the root by ``config/urls.py``."""
+
 from django.urls import path
 
 from notifications import views

@@ -1,3 +1,5 @@
+"""The scheduling app's pages, mounted at the root by ``config/urls.py``."""
+
 from django.urls import path
 
 from scheduling import admin_views, views

@@ -306,7 +306,7 @@ class TeamListView(generics.ListAPIView):
 
 
 # The collections the index lists, as (key, URL name, what it is). Details ({id}/…) are reached
-# from their collection, so only collections are here; a route added to portal/api/urls.py
+# from their collection, so only collections are here; a route added to an app's api_urls.py
 # belongs here too (tests/portal/test_api_index.py checks that every one listed answers).
 API_COLLECTIONS: tuple[tuple[str, str, str], ...] = (
     ("jobs", "api-jobs", "your teams' jobs; POST submits one"),

@@ -1,3 +1,5 @@
+"""The portal app's pages, mounted at the root by ``config/urls.py``."""
+
 from django.urls import path
 
 from portal.web import notification_views, template_views, views
