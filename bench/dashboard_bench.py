@@ -81,8 +81,10 @@ def give_fields_their_defaults(model: type) -> None:
     table = model._meta.db_table
     with connection.cursor() as cur:
         for f in model._meta.concrete_fields:
-            if f.primary_key or f.null or (f.has_default() and callable(f.default)):
+            if f.primary_key or f.null:
                 continue
+            if f.has_default() and callable(f.default) and f.default not in (list, dict):
+                continue  # a fresh value per row (a UUID, now): the INSERTs name these
             default = f.get_default()  # the field's default, or "" for a text field without one
             if default is None:
                 continue
@@ -98,6 +100,7 @@ def load(*, days: int, teams: int, jobs: int) -> None:
     from django.utils import timezone
 
     from clusters.models import Cluster, Node
+    from portal.jobs.waits import ORDER_KEY_GAP
     from portal.models import Job, Membership, Role, Team
     from scheduling.models import GpuModel, Quota, TeamPolicy
 
@@ -212,9 +215,9 @@ def load(*, days: int, teams: int, jobs: int) -> None:
         # The last cycle's wait of each queued job, in line order (``JobWait``).
         cur.execute(
             f"""
-            INSERT INTO portal_jobwait (job_id, code, reason, position, notes_id, model)
+            INSERT INTO portal_jobwait (job_id, code, reason, order_key, notes_id, model)
             SELECT id, 'QUOTA_EXHAUSTED', 'needs GPUs; team quota full',
-              ROW_NUMBER() OVER (ORDER BY id), 'bench-' || (1 + id % 6),
+              ROW_NUMBER() OVER (ORDER BY id) * {ORDER_KEY_GAP}, 'bench-' || (1 + id % 6),
               ({model_keys})[1 + id % 6]
             FROM portal_job WHERE state = 'QUEUED'
             """
