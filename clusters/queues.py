@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Sum
 from django.utils import timezone
 
 from clusters.clients import (
@@ -48,6 +48,7 @@ from clusters.kube import FIELD_MANAGER, KubeClient, KubeError
 from clusters.models import Cluster, Node
 from portal.models import Team
 from rules import volcano
+from rules.capacity import pool_capacity
 from scheduling import engine
 from scheduling.models import DEFAULT_COHORT_SLUG, CohortQuota, Quota, TeamPolicy
 
@@ -161,16 +162,15 @@ def queues_desired(
 def queues_desired_for_cluster(cluster: Cluster) -> list[TeamQueue]:
     """:func:`queues_desired` fed from teams, TeamPolicy, Quota, CohortQuota and the
     cluster's inventory: the same quota rows, in the same cohorts, the cycle gives the engine."""
-    gpus: dict[str, tuple[str, int]] = {}
-    rows = (
-        Node.objects.filter(cluster=cluster, gpu_model__isnull=False, gpu_model__active=True)
-        .values("gpu_model__key", "gpu_resource")
-        .annotate(total=Sum("gpu_allocatable"))
-    )
-    for row in rows:
-        key = row["gpu_model__key"]
-        resource, total = gpus.get(key, (row["gpu_resource"], 0))
-        gpus[key] = (resource, total + int(row["total"] or 0))
+    resources: dict[str, str] = {}
+    allocatable: dict[str, list[int]] = defaultdict(list)
+    rows = Node.objects.filter(
+        cluster=cluster, gpu_model__isnull=False, gpu_model__active=True
+    ).values_list("gpu_model__key", "gpu_resource", "gpu_allocatable")
+    for key, resource, gpus_here in rows:
+        resources.setdefault(key, resource)
+        allocatable[key].append(gpus_here)
+    gpus = {key: (resources[key], pool_capacity(allocatable[key])) for key in resources}
     policies = TeamPolicy.objects.values_list("team__slug", "weight", "cohort__slug")
     weights = {slug: weight for slug, weight, _ in policies}
     cohorts = dict.fromkeys(Team.objects.values_list("slug", flat=True), DEFAULT_COHORT_SLUG)

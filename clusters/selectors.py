@@ -10,7 +10,13 @@ from django.db.models import Max, Q, QuerySet
 from clusters.models import Cluster, ClusterState, Node
 from portal.access import AnyUser
 from portal.models import HOLDING_STATES, Job
-from rules.capacity import NodeLoad, device_books, planned_gpus_by_node, pool_free
+from rules.capacity import (
+    NodeLoad,
+    device_books,
+    planned_gpus_by_node,
+    pool_capacity,
+    pool_free,
+)
 
 __all__ = [
     "DeviceUsage",
@@ -127,11 +133,11 @@ def cluster_capacity(cluster: Cluster) -> list[ModelCapacity]:
             for node in entry.node_rows
         ]
         frees, overs = pool_free(loads)
+        entry.allocatable = pool_capacity(load.allocatable for load in loads)
         entry.over_counts = [o.message for o in overs]
         for node, load, free in zip(entry.node_rows, loads, frees, strict=True):
             entry.nodes += 1
             entry.total += node.gpu_capacity
-            entry.allocatable += load.allocatable
             entry.used_by_others += load.used_by_others
             entry.planned += load.planned
             entry.unusable += free.out_of_service
@@ -183,13 +189,16 @@ def device_usage(node: Node, shares: list[tuple[int, str, int]]) -> list[DeviceU
 def clusters_with_gpu_summary(user: AnyUser) -> list[tuple[Cluster, dict[str, int]]]:
     """Each visible cluster with its allocatable GPUs per model (one query for the counts)."""
     clusters = list(clusters_visible_to(user))
-    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    rows_by: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     rows = Node.objects.filter(cluster__in=clusters).values_list(
         "cluster_id", "gpu_model__key", "gpu_product", "gpu_allocatable"
     )
     for cluster_id, key, product, allocatable in rows:
-        label = key or f"unknown: {product or '?'}"
-        counts[cluster_id][label] = counts[cluster_id].get(label, 0) + allocatable
+        rows_by[cluster_id][key or f"unknown: {product or '?'}"].append(allocatable)
+    counts = {
+        cluster_id: {label: pool_capacity(gpus) for label, gpus in by_label.items()}
+        for cluster_id, by_label in rows_by.items()
+    }
     return [(c, dict(sorted(counts.get(c.pk, {}).items()))) for c in clusters]
 
 

@@ -20,6 +20,12 @@ the pool (the most free first, so that no large block is promised on a guess), w
 the pool's total exact, and reports the over-count so that the caller logs it and asks for the
 plans to be corrected from the cluster's bindings.
 
+A pool's capacity (:func:`pool_capacity`) is its size, not what it can give now: the sum of
+what its node rows allocate, every row counted whether or not it is in service (a cordoned or
+NotReady node is still the pool's, and its GPUs come back with it; what can be used now is the
+free rule's answer). The quota grid, the cluster page, the Volcano queues' capability and the
+engine's share book all size a pool this way.
+
 A shared node (a pool counted in GiB of GPU memory) is also booked per device
 (:func:`device_books`): a share lives on one device, so the most free on one device, not the
 node's sum, is what a share can get; each share is charged to the device its plan names.
@@ -40,6 +46,7 @@ __all__ = [
     "device_books",
     "node_free_gpus",
     "planned_gpus_by_node",
+    "pool_capacity",
     "pool_free",
 ]
 
@@ -59,6 +66,13 @@ def planned_gpus_by_node(
             if node:
                 planned[(cluster, node, model)] += gpus
     return dict(planned)
+
+
+def pool_capacity(allocatable: Iterable[int]) -> int:
+    """A pool's capacity from its node rows' allocatable GPUs (GiB for a shared pool): their
+    sum, every row counted, in service or not; a row reporting less than nothing counts 0 (as
+    the engine's pools clamp it)."""
+    return sum(a for a in allocatable if a > 0)
 
 
 @dataclass(frozen=True, slots=True)

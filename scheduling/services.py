@@ -22,6 +22,7 @@ from portal.access import teams_visible_to
 from portal.errors import ApplicationError
 from portal.jobs.waits import queue_positions_fill
 from portal.models import HOLDING_STATES, Job, JobState, Priority, Team
+from rules.capacity import pool_capacity
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,
     Cohort,
@@ -390,12 +391,12 @@ def quota_grid(*, teams: list[Team] | None = None) -> QuotaGrid:
             demand[(team_id, first)] += gpus
         else:
             demand[(team_id, 0)] += gpus
-    capacity = dict(
-        Node.objects.filter(gpu_model__isnull=False)
-        .values("gpu_model_id")
-        .annotate(n=Sum("gpu_allocatable"))
-        .values_list("gpu_model_id", "n")
-    )
+    allocatable: dict[int, list[int]] = defaultdict(list)
+    for model_id, gpus in Node.objects.filter(gpu_model__isnull=False).values_list(
+        "gpu_model_id", "gpu_allocatable"
+    ):
+        allocatable[model_id].append(gpus)
+    capacity = {model_id: pool_capacity(rows) for model_id, rows in allocatable.items()}
     cells = {}
     nominal_total: dict[int, int] = defaultdict(int)
     for t in teams:

@@ -1,4 +1,4 @@
-"""The one capacity rule (``clusters.capacity``): free GPUs per node, over-counts shown, never
+"""The one capacity rule (``rules.capacity``): free GPUs per node, over-counts shown, never
 clamped away, and the same numbers on the cluster page, the dashboards and the cycle."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rules.capacity import NodeLoad, node_free_gpus, planned_gpus_by_node, pool_free
+from rules.capacity import (
+    NodeLoad,
+    node_free_gpus,
+    planned_gpus_by_node,
+    pool_capacity,
+    pool_free,
+)
 
 
 def load(name: str, allocatable: int = 8, others: int = 0, planned: int = 0, **kw: Any) -> NodeLoad:
@@ -123,3 +129,12 @@ def test_the_excess_goes_to_nodes_in_service_before_cordoned_ones() -> None:
 @pytest.mark.parametrize("planned", [0, 8, 9])
 def test_node_over_is_what_exceeds_allocatable(planned: int) -> None:
     assert node_free_gpus(load("a", 8, planned=planned)).over == max(0, planned - 8)
+
+
+def test_a_pool_s_capacity_counts_every_node_row_in_service_or_not() -> None:
+    """Its size, not what it can give now: a cordoned or NotReady node is still the pool's."""
+    nodes = [load("a", 8, planned=8), load("b", 8, ready=False), load("c", 4, schedulable=False)]
+    assert pool_capacity(n.allocatable for n in nodes) == 20
+    assert sum(f.free for f in pool_free(nodes)[0]) == 0
+    assert pool_capacity([]) == 0
+    assert pool_capacity([8, -1]) == 8  # a row reporting less than nothing counts 0

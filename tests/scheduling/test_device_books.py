@@ -1,4 +1,4 @@
-"""How the books hold a shared node's devices (``clusters.capacity.device_books``).
+"""How the books hold a shared node's devices (``rules.capacity.device_books``).
 
 With the inventory's devices (UUID, GiB, GiB foreign pods hold there), each share is charged to
 the device its plan names: planned by the cycle, then as the cluster's scheduler reported it.
