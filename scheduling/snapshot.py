@@ -328,6 +328,9 @@ def _holding(shared: frozenset[str] = frozenset()) -> Holding:
                 # victim (a cancelling job's GPUs are not the engine's to promise).
                 plan if state in PREEMPTIBLE_STATES or state == JobState.PREEMPTING else (),
                 state == JobState.PREEMPTING,
+                None,
+                cpu or 0,
+                mem or 0,
             )
         )
         job_pk[job_id] = pk

@@ -805,6 +805,8 @@ def _started(
             adm.node_plan,
             False,
             rules.protected_until(job.team, now),
+            job.cpu_milli,
+            job.memory_mib,
         )
         for node in adm.node_plan:
             sim.free.add((adm.cluster, node, adm.model), -adm.gpus_per_replica)

@@ -14,6 +14,7 @@ from scheduling.engine.capacity import Pool
 from scheduling.engine.decision import (
     Preemption,
 )
+from scheduling.engine.placement import UNBOUNDED
 from scheduling.engine.reasons import PreemptionCode, ReasonCode
 from scheduling.engine.snapshot import GpuModel, PendingJob, RunningAllocation
 
@@ -45,7 +46,8 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
     row = pl.quota.row(job.team, model.key)
     if row.used + need > row.nominal:
         return False
-    memo_key = (model.key, g, r)
+    host = (max(1, job.cpu_milli), job.memory_mib)
+    memo_key = (model.key, g, r, host)
     if memo_key in pl._preempt_failed:
         return False
     pl.reclaimable(model.key)
@@ -63,7 +65,7 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
         victims = pl.victims.get(key, [])
         if not inflight and not victims:
             continue
-        chosen = _what_if(pool, g, r, inflight, victims)
+        chosen = _what_if(pool, g, r, inflight, victims, host)
         if chosen is not None:
             used_inflight, used_victims, released = chosen
             rank = (len(used_victims), sum(v.alloc.priority for v in used_victims))
@@ -74,7 +76,11 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
         for rank, pool, used_inflight, used_victims, released in found:
             if rank != least:
                 continue
-            placed = _plan_released(pool, released, g, r)
+            placed = (
+                _plan_released_host(pool, [*used_inflight, *used_victims], g, r, host)
+                if _books_host(pool)
+                else _plan_released(pool, released, g, r)
+            )
             if placed is None:  # pragma: no cover - the slot count said it fits
                 continue
             plan, leftover = placed
@@ -147,7 +153,8 @@ def _wait_for_protected(pl: Placement, job: PendingJob, model: GpuModel) -> bool
     minimum runtime would make room: the claimer is told when the last of them it needs may
     go, instead of a bare "no capacity". Memoised per (model, gang shape), like the search."""
     g, r = job.gpus_per_replica, job.replicas
-    key = (model.key, g, r)
+    host = (max(1, job.cpu_milli), job.memory_mib)
+    key = (model.key, g, r, host)
     if key in pl._protected_memo:
         until = pl._protected_memo[key]
     else:
@@ -160,7 +167,7 @@ def _wait_for_protected(pl: Placement, job: PendingJob, model: GpuModel) -> bool
                 (*pl.victims.get(pool.key, ()), *protected),
                 key=lambda v: v.sort_key,
             )
-            chosen = _what_if(pool, g, r, pl.inflight.get(pool.key, []), victims)
+            chosen = _what_if(pool, g, r, pl.inflight.get(pool.key, []), victims, host)
             if chosen is None:
                 continue
             ends = [v.alloc.protected_until for v in chosen[1] if v.alloc.protected_until]
@@ -194,16 +201,28 @@ def _over_budget(pl: Placement, job: PendingJob, model: GpuModel, victims: list[
     return True
 
 
+Host = tuple[int, int]
+"""(milli-CPU, MiB) a claimer's replica asks of its node's host (CPU at least 1)."""
+
+
 def _what_if(
-    pool: Pool, g: int, r: int, inflight: list[Victim], victims: list[Victim]
+    pool: Pool,
+    g: int,
+    r: int,
+    inflight: list[Victim],
+    victims: list[Victim],
+    host: Host = (1, 0),
 ) -> tuple[list[Victim], list[Victim], dict[int, int]] | None:
     """Find victims whose release lets the gang fit in ``pool``, on a copy of its free GPUs:
     (in-flight preemptions used, victims chosen, node -> free GPUs once they are released).
 
     Greedy in order (in-flight preemptions first, then victims by priority and recency), then
     minimised: each chosen victim whose release is not needed is dropped again. Counts slots
-    (replicas that fit) only; :func:`_plan_released` places the gang.
+    (replicas that fit) only; :func:`_plan_released` places the gang. Where the pool's nodes
+    report their CPU or memory, :func:`_what_if_host` counts those too.
     """
+    if _books_host(pool):
+        return _what_if_host(pool, g, r, inflight, victims, host)
     released: dict[int, int] = {}
     base = pool.free
     total = pool.total
@@ -287,4 +306,121 @@ def _plan_released(
             remaining -= k
             if remaining == 0:
                 return chosen, leftover
+    return None
+
+
+def _books_host(pool: Pool) -> bool:
+    """Whether a reclaim in ``pool`` must count its nodes' CPU and memory: they report them
+    and the pool books whole GPUs (a pool booked per device is counted in GPUs, as before)."""
+    return pool.dev is None and (pool.cpu is not None or pool.mem is not None)
+
+
+class _HostSlots:
+    """Replicas of one shape each node of a pool takes once some victims are gone: the
+    fewest of its free GPUs, CPU and memory allow, each with what the victims give back."""
+
+    __slots__ = ("cpu", "free", "g", "mem", "need_cpu", "need_mem", "total")
+
+    def __init__(self, pool: Pool, g: int, host: Host) -> None:
+        self.free, self.total, self.g = pool.free, pool.total, g
+        self.cpu, self.mem = pool.cpu, pool.mem
+        self.need_cpu, self.need_mem = host
+
+    def at(self, i: int, gpus: int, cpu: int, mem: int) -> int:
+        """Replicas node ``i`` takes with ``gpus``, ``cpu`` and ``mem`` given back to it."""
+        f = self.free[i] + gpus
+        t = self.total[i]
+        n = (f if f < t else t) // self.g
+        if self.cpu is not None and self.cpu[i] != UNBOUNDED:
+            n = min(n, (self.cpu[i] + cpu) // self.need_cpu)
+        if self.mem is not None and self.mem[i] != UNBOUNDED and self.need_mem > 0:
+            n = min(n, (self.mem[i] + mem) // self.need_mem)
+        return n if n > 0 else 0
+
+
+def _what_if_host(
+    pool: Pool, g: int, r: int, inflight: list[Victim], victims: list[Victim], host: Host
+) -> tuple[list[Victim], list[Victim], dict[int, int]] | None:
+    """:func:`_what_if` where nodes report CPU or memory: a victim gives back its GPUs and
+    its CPU and memory on each of its nodes, and a node takes the replicas all three allow.
+    Without this, a reclaim on a node whose CPU is held by others (pods the portal did not
+    create, or a claimer asking more CPU than a victim frees) preempted jobs for room the
+    claimer still could not start in."""
+    slots_at = _HostSlots(pool, g, host).at
+    released: dict[int, list[int]] = {}  # node -> [GPUs, milli-CPU, MiB] given back
+    slots = sum(slots_at(i, 0, 0, 0) for i in range(len(pool.free)))
+    chosen: list[Victim] = []
+
+    def give(v: Victim, sign: int) -> int:
+        delta = 0
+        for i in v.nodes:
+            rel = released.setdefault(i, [0, 0, 0])
+            before = slots_at(i, *rel)
+            _give_back(rel, v.alloc, sign)
+            delta += slots_at(i, *rel) - before
+        return delta
+
+    for v in (*inflight, *victims):
+        if slots >= r:
+            break
+        slots += give(v, 1)
+        chosen.append(v)
+    if slots < r:
+        return None
+    for v in reversed(chosen):
+        delta = give(v, -1)  # would the gang still fit without this victim?
+        if slots + delta >= r:
+            slots += delta
+            chosen.remove(v)
+        else:
+            give(v, 1)
+    free: dict[int, int] = {}
+    for i, (gpus, _, _) in released.items():
+        f = pool.free[i] + gpus
+        free[i] = f if f < pool.total[i] else pool.total[i]
+    inflight_ids = {id(v) for v in inflight}
+    return (
+        [v for v in chosen if id(v) in inflight_ids],
+        [v for v in chosen if id(v) not in inflight_ids],
+        free,
+    )
+
+
+def _give_back(rel: list[int], a: RunningAllocation, sign: int) -> None:
+    """Add (``sign`` 1) or take off (-1) one replica of ``a`` to a node's [GPUs, milli-CPU,
+    MiB] given back."""
+    rel[0] += sign * a.gpus_per_replica
+    rel[1] += sign * a.cpu_milli
+    rel[2] += sign * a.memory_mib
+
+
+def _plan_released_host(
+    pool: Pool, gone: list[Victim], g: int, r: int, host: Host
+) -> tuple[list[int], int] | None:
+    """:func:`_plan_released` where nodes report CPU or memory: best fit over the replicas
+    each node takes once ``gone`` have given back their GPUs, CPU and memory (fewest free
+    GPUs that still take a replica first, then node index)."""
+    slots_at = _HostSlots(pool, g, host).at
+    released: dict[int, list[int]] = {}
+    for v in gone:
+        for i in v.nodes:
+            _give_back(released.setdefault(i, [0, 0, 0]), v.alloc, 1)
+    room = []
+    for i in range(len(pool.free)):
+        rel = released.get(i, (0, 0, 0))
+        n = slots_at(i, *rel)
+        if n:
+            f = pool.free[i] + rel[0]
+            room.append((f if f < pool.total[i] else pool.total[i], i, n))
+    room.sort()
+    chosen: list[int] = []
+    leftover = 0
+    remaining = r
+    for f, i, n in room:
+        k = n if n < remaining else remaining
+        chosen.extend([i] * k)
+        leftover += f - k * g
+        remaining -= k
+        if remaining == 0:
+            return chosen, leftover
     return None

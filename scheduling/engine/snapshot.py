@@ -234,6 +234,11 @@ class RunningAllocation:
     """Never chosen as a victim before this instant: its team's minimum runtime, counted from
     when its pods started running (the caller works it out). ``None``: no protection (a job
     not running yet has lost no work to a preemption)."""
+    cpu_milli: int = 0
+    """Milli-CPU each replica asks: what its node gets back when it goes (the reclaim's
+    what-if counts it where nodes report their CPU)."""
+    memory_mib: int = 0
+    """MiB of host memory each replica asks, likewise."""
 
     @property
     def gpus(self) -> int:
@@ -263,6 +268,8 @@ _RA = slot_setters(
         "nodes",
         "preempting",
         "protected_until",
+        "cpu_milli",
+        "memory_mib",
     ),
 )
 
@@ -279,6 +286,8 @@ def running_allocation(
     nodes: tuple[str, ...],
     preempting: bool,
     protected_until: datetime | None = None,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
 ) -> RunningAllocation:
     """``RunningAllocation(...)`` without the frozen dataclass's ``__init__``, for the
     thousands of running jobs the cycle loads every few hundred milliseconds (the generated
@@ -297,6 +306,8 @@ def running_allocation(
         s_nodes,
         s_pre,
         s_prot,
+        s_cpu,
+        s_mem,
     ) = _RA
     s_id(a, job_id)
     s_team(a, team)
@@ -309,6 +320,8 @@ def running_allocation(
     s_nodes(a, nodes)
     s_pre(a, preempting)
     s_prot(a, protected_until)
+    s_cpu(a, cpu_milli)
+    s_mem(a, memory_mib)
     return a
 
 

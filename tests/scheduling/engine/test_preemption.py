@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -249,3 +249,57 @@ def test_jobs_on_cohort_owned_capacity_are_borrowed_and_reclaimable() -> None:
     decision = decide(snap)
     assert preempted(decision) == {"b-new"}
     assert reasons_by_job(decision)["a1"].code is ReasonCode.PREEMPTING
+
+
+def _host(snapshot: Snapshot, *, cpu: int, memory: int | None = None) -> Snapshot:
+    """The snapshot with every node reporting ``cpu`` milli-CPU (and ``memory`` MiB) free."""
+    clusters = tuple(
+        replace(c, nodes=tuple(replace(n, cpu_free=cpu, memory_free=memory) for n in c.nodes))
+        for c in snapshot.clusters
+    )
+    return replace(snapshot, clusters=clusters)
+
+
+def _with_host(alloc: RunningAllocation, *, cpu: int, memory: int = 0) -> RunningAllocation:
+    return replace(alloc, cpu_milli=cpu, memory_mib=memory)
+
+
+@pytest.mark.parametrize(
+    ("free_cpu", "victim_cpu", "want"),
+    [
+        # 2 CPUs free and the victim gives back 2: 4 < the 8 the claimer asks. Preempting
+        # it would kill a job for room nobody could start in.
+        (2_000, 2_000, set()),
+        # The victim's 6 CPUs make the 8: it goes, as before.
+        (2_000, 6_000, {"b1"}),
+    ],
+)
+def test_a_reclaim_counts_the_cpu_its_victims_give_back(
+    free_cpu: int, victim_cpu: int, want: set[str]
+) -> None:
+    snapshot = _host(
+        base()
+        .with_running(_with_host(bob_runs("b1", 8), cpu=victim_cpu))
+        .with_pending(a_job("a1", gpus=8).on_models("a100-80gb"))
+        .build(),
+        cpu=free_cpu,
+    )
+    claimer = replace(snapshot.pending[0], cpu_milli=8_000)
+    decision = decide(replace(snapshot, pending=(claimer,)))
+    assert preempted(decision) == want
+    reason = reasons_by_job(decision)["a1"]
+    assert reason.code is (ReasonCode.PREEMPTING if want else ReasonCode.NO_CAPACITY)
+
+
+def test_a_reclaim_counts_the_memory_its_victims_give_back() -> None:
+    snapshot = _host(
+        base()
+        .with_running(_with_host(bob_runs("b1", 8), cpu=1_000, memory=1_024))
+        .with_pending(a_job("a1", gpus=8).on_models("a100-80gb"))
+        .build(),
+        cpu=64_000,
+        memory=2_048,
+    )
+    claimer = replace(snapshot.pending[0], cpu_milli=1_000, memory_mib=65_536)
+    decision = decide(replace(snapshot, pending=(claimer,)))
+    assert preempted(decision) == set()
