@@ -692,6 +692,14 @@ class Pool:
         if self.mem is not None:
             self.mem[i] -= mem
 
+    def charge_host(self, i: int, cpu: int, mem: int) -> None:
+        """Take ``cpu`` and ``mem`` off node ``i``'s books: a replica on another row of the
+        same node (another MIG profile's pool) asked them."""
+        if self.cpu is not None:
+            self.cpu[i] -= cpu
+        if self.mem is not None:
+            self.mem[i] -= mem
+
     def device_names(self, i: int, devices: Iterable[int]) -> str:
         """How an admission names one replica's devices: their UUIDs, else their indexes."""
         ids = self.ids[i] if self.ids is not None else ()
@@ -740,3 +748,15 @@ def pool_of(
             _POOLS.clear()
         _POOLS[key] = (tuple(nodes), pool.copy())
     return pool
+
+
+def host_rows(pools: Iterable[Pool]) -> dict[tuple[str, str], list[tuple[Pool, int]]]:
+    """(cluster, node) -> (pool, index) of every row of a node that has rows in several
+    pools booking CPU or memory (one per MIG profile); empty when no node has."""
+    rows: dict[tuple[str, str], list[tuple[Pool, int]]] = {}
+    for pool in pools:
+        if pool.cpu is None and pool.mem is None:
+            continue
+        for i, name in enumerate(pool.names):
+            rows.setdefault((pool.cluster, name), []).append((pool, i))
+    return {key: found for key, found in rows.items() if len(found) > 1}

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
-from scheduling.engine.capacity import PLAIN, Pool, ask_of, pool_of
+from scheduling.engine.capacity import PLAIN, Pool, ask_of, host_rows, pool_of
 from scheduling.engine.decision import (
     Admission,
     CandidateNote,
@@ -194,8 +194,8 @@ class Placement:
         self._failed_sig: dict[_Signature, tuple[_Failure, ...]] = {}
         self._deferred_sig: set[_Signature] = set()
         self._no_cluster: dict[str, _Failure] = {}
-        self._preempt_failed: set[tuple[str, int, int]] = set()
-        self._protected_memo: dict[tuple[str, int, int], datetime | None] = {}
+        self._preempt_failed: set[tuple[Any, ...]] = set()
+        self._protected_memo: dict[tuple[Any, ...], datetime | None] = {}
         self._fit0_memo: dict[tuple[str, int, int], bool] = {}
         self._ever_memo: dict[tuple[Any, ...], bool] = {}
         self._held_by: dict[int, str] = {}  # id(pool) -> first holder's job id
@@ -209,6 +209,9 @@ class Placement:
         self.frag: Fragmentation | None = None  # set by ``_index``, from the pools' sizes
         self._devices_of: dict[int, list[tuple[int, ...]]] = {}  # id(pool) -> planned devices
         self._growth_of: dict[int, float] = {}  # id(pool) -> its plan's fragmentation growth
+        # (cluster, node) -> (pool, index) of each row of a node that is a row of several
+        # pools (one per MIG profile): they share the node's CPU and memory.
+        self._host_rows: dict[tuple[str, str], list[tuple[Pool, int]]] | None = None
 
     # -- step 1 -------------------------------------------------------------------------------
 
@@ -888,6 +891,8 @@ class Placement:
             devices = self._devices_of[id(pool)]
             for i, devs in zip(plan, devices, strict=True):
                 pool.take_ask(i, ask, devs)  # type: ignore[arg-type]
+            if pool.cpu is not None or pool.mem is not None:
+                self._charge_host_rows(pool, plan, ask)
             if pool.dev is not None:
                 device_plan = tuple(
                     pool.device_names(i, devs) for i, devs in zip(plan, devices, strict=True)
@@ -942,6 +947,23 @@ class Placement:
                 device_plan=device_plan,
             )
         )
+
+    def _charge_host_rows(self, pool: Pool, plan: list[int], ask: tuple[int, ...]) -> None:
+        """Take the CPU and memory ``plan``'s replicas ask off the other rows of their nodes.
+
+        A node offering several MIG profiles is one row per profile, in as many pools, and
+        each row reports the node's whole CPU and memory: charged on one row only, a second
+        job could be planned on another whose CPU fits apart but not together."""
+        rows = self._host_rows
+        if rows is None:
+            rows = self._host_rows = host_rows(self.pools.values())
+        if not rows:
+            return
+        cpu, mem = ask[3] or 1, ask[4]
+        for i in plan:
+            for other, j in rows.get((pool.cluster, pool.names[i]), ()):
+                if other is not pool:
+                    other.charge_host(j, cpu, mem)
 
     def _cluster_notes(
         self, model: GpuModel, fitting: list[tuple[tuple[int, int, str], Pool, list[int]]]
