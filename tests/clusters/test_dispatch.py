@@ -16,7 +16,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from clusters.clients import cluster_unreachable_mark
-from clusters.dispatch import _cluster_answered, job_dispatch, job_dispatch_batch
+from clusters.dispatch import job_dispatch, job_dispatch_batch
+from clusters.dispatch.outcomes import _cluster_answered
 from clusters.manifests import job_manifest, submission_uid
 from clusters.models import VolcanoJobRecord
 from clusters.tasks import _dispatch_later

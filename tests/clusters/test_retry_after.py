@@ -18,7 +18,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from clusters.clients import cluster_unreachable_mark
-from clusters.dispatch import _claim_alone, job_dispatch, job_dispatch_batch
+from clusters.dispatch import job_dispatch, job_dispatch_batch
+from clusters.dispatch.claims import _claim_alone
 from clusters.outcome import job_for_task
 from clusters.reconcile import cluster_reconcile
 from portal.models import Job, JobEvent, JobState, WorkerBeat
