@@ -12,11 +12,15 @@ expected mix of work (``Snapshot.demand``: shapes with their frequencies):
    all (its model is not one the shape may use, its CPU left is less than the shape's, or too
    few devices have the units it needs on each) every free unit of the node is fragment for
    it; if it can, the units on devices too small for it are. A CPU-only shape can use no
-   GPU, so every free unit is fragment for it. The shapes are summed by frequency, a shape
-   that may use only some models weighted up by how little of the pool those are (its
-   frequency x ``pool units / units of its models``): a P100-only job has nowhere else to
-   go, an unconstrained one has the whole pool, so room a scarce shape cannot use counts
-   for more, and work that may go anywhere is drawn to it and away from the scarce room.
+   GPU, so every free unit is fragment for it. The GPU shapes are summed by the share of
+   the expected GPU units they ask (frequency x units per replica), not by their count: the
+   measure is of GPUs lost, and room an 8-GPU job cannot use turns away eight GPUs of work
+   where room a half-GPU share cannot use turns away half of one, so a node kept whole for
+   the mix's whole-node jobs counts for what they ask. A shape that may use only some
+   models is weighted up further by how little of the pool those are (``pool units /
+   units of its models``): a P100-only job has nowhere else to go, an unconstrained one
+   has the whole pool, so room a scarce shape cannot use counts for more, and work that
+   may go anywhere is drawn to it and away from the scarce room.
 2. **What the node's CPU cannot feed**: the free units beyond ``CPU left / c``, where ``c``
    is the CPU the expected work asks per GPU unit it asks (CPU-only shapes included). A node
    whose CPUs go faster than its GPUs ends with GPUs nobody can start on; this part sees it
@@ -60,6 +64,12 @@ class Fragmentation:
         self.cpu_only = sum(max(0.0, d.weight) for d in demand if d.gpus_per_replica <= 0) / total
         capacity = capacity or {}
         pool = sum(capacity.values())
+        # A shape counts by the GPU units it brings (frequency x units per replica, scaled
+        # so the GPU shapes keep their share of the mix): room an 8-GPU job cannot use
+        # loses eight GPUs of work, room a half-GPU share cannot use half of one.
+        gpu_weight = sum(max(0.0, d.weight) for d in demand if d.gpus_per_replica > 0)
+        gpu_units = sum(max(0.0, d.weight) * d.gpus_per_replica for d in demand)
+        per_unit = gpu_weight / gpu_units if gpu_units > 0 else 0.0
         grouped: dict[tuple[int, int, frozenset[str]], list[tuple[int, float]]] = {}
         for d in demand:
             if d.gpus_per_replica <= 0 or d.weight <= 0:
@@ -67,7 +77,7 @@ class Fragmentation:
             n = max(1, d.share_devices)
             per = -(-d.gpus_per_replica // n)
             key = (per, n, frozenset(d.models))
-            weight = d.weight / total
+            weight = d.weight / total * d.gpus_per_replica * per_unit
             if pool and d.models:
                 # Scarcity: a shape that may use only some models counts, on those, in
                 # proportion to how little of the pool it may use.

@@ -191,3 +191,32 @@ def test_a_share_job_and_the_requirement_still_match_only_shared_pools():
     share = replace(job("s", 10, cpu=1_000), requirement=Requirement(shared=True))
     decision = decide(snapshot(gpu_node("n0", 8, cpu=64_000), jobs=(share,)))
     assert decision.admissions == ()
+
+
+def test_an_empty_node_is_kept_whole_while_the_mix_asks_for_whole_nodes():
+    # One job in twenty asks a whole 8-GPU node (64 CPUs), the rest 1 GPU and 16 CPUs:
+    # 13.6 CPUs per GPU. 'fresh' is empty with 80 CPUs (10 per GPU): the CPU part alone
+    # says a CPU-light job relieves its stranding there. 'used' has 4 GPUs and 60 CPUs
+    # left, where no 8-GPU job fits any more. Counted by jobs, the 8-GPU shape is a
+    # twentieth of the mix and the relief wins; counted by the GPUs they ask, it is 30 % of
+    # the work, and the node it could take is kept whole.
+    mix = (
+        Demand(gpus_per_replica=8, cpu_milli=64_000, weight=1),
+        Demand(gpus_per_replica=1, cpu_milli=16_000, weight=19),
+    )
+    decision = decide(
+        snapshot(
+            gpu_node("fresh", 8, cpu=80_000),
+            gpu_node("used", 4, cpu=60_000),
+            jobs=(job("j", 1, cpu=2_000),),
+            demand=mix,
+        )
+    )
+    assert decision.admissions[0].node_plan == ("used",)
+
+
+def test_shapes_count_by_the_gpu_units_they_ask():
+    # Equally frequent 1-GPU and 4-GPU shapes: the 4-GPU one asks four fifths of the GPUs.
+    # Three free GPUs on a 4-GPU node: the 1-GPU shape can use them, the 4-GPU one not.
+    frag = Fragmentation([Demand(gpus_per_replica=1), Demand(gpus_per_replica=4)])
+    assert frag.of("a100", 10_000, (3,)) == pytest.approx(3 * 0.8)
