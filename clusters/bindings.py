@@ -73,7 +73,7 @@ def pod_bindings(pods: Iterable[dict[str, Any]]) -> dict[uuid.UUID, dict[int, st
 
     A pod being deleted tells nothing new: its binding was a fact while it ran, and it may be
     an earlier run's, left Terminating on a node that died while the next run starts elsewhere
-    under a Volcano Job of its own (``clusters.volcano.volcano_job_name``); taken as a binding
+    under a Volcano Job of its own (``rules.volcano.volcano_job_name``); taken as a binding
     it would move the new run's plan back onto the dead node."""
     return _of_latest_runs(pods, lambda pod: str(pod["spec"]["nodeName"]))
 

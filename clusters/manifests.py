@@ -1,5 +1,5 @@
 """The manifest input: from an admitted job and its cluster's node rows to the Volcano Job
-the cluster is asked to create (``clusters.volcano`` builds it, purely).
+the cluster is asked to create (``rules.volcano`` builds it, purely).
 
 Which nodes a job may land on is said by labels when a label tells the model's nodes apart,
 by hostnames otherwise (see :func:`_node_labels`); replicas are pinned where the cycle planned

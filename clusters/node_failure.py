@@ -40,7 +40,7 @@ Waiting for either would leave the job's GPUs idle for minutes while healthy nod
 The stop does not wait for the dead node either: pods on a NotReady node stay Terminating
 (no kubelet confirms their end) until it returns, its Node is deleted or it is tainted
 out-of-service, which may be never. Each run's Volcano Job has a name of its own
-(``clusters.volcano.volcano_job_name``), so the next run's pods never need theirs; the stop
+(``rules.volcano.volcano_job_name``), so the next run's pods never need theirs; the stop
 ends once every pod left is Terminating on an unreachable node (:func:`nodes_unreachable`),
 and the timeline says so (``clusters.teardown``).
 

@@ -2,7 +2,7 @@
 
 An inference job with a port gets, next to its Volcano Job, a ClusterIP Service named
 ``<job>-serve`` on that port and, on a cluster whose admin chose ingress exposure, an Ingress
-on the host the cluster's pattern gives it (``clusters.volcano`` builds both, purely). Both
+on the host the cluster's pattern gives it (``rules.volcano`` builds both, purely). Both
 carry an owner reference to the Volcano Job, so a cluster's garbage collector removes them with
 it; the portal also deletes them itself when the job ends, is cancelled or is preempted, since
 an ended Volcano Job stays (for its logs) until its TTL.

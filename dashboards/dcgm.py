@@ -12,7 +12,7 @@ attributes the series to portal jobs by pod and namespace. Rules:
   collection stored (``JobUtilization``, ``MetricsSource``) and show "metrics unavailable"
   when it failed.
 * A series belongs to a job when its pod is ``gp-<job uuid hex>-<task>-<index>`` (the
-  portal's deterministic Volcano Job name, ``clusters/volcano.py``) *and* its namespace is the
+  portal's deterministic Volcano Job name, ``rules/volcano/``) *and* its namespace is the
   one the job runs in, so a pod named like a job in another namespace cannot speak for it.
 * With a ServiceMonitor the workload's labels arrive as ``exported_pod`` /
   ``exported_namespace``; both spellings are asked for (``GPUPOOL_DCGM_POD_LABELS``).
@@ -52,7 +52,7 @@ FB_FREE = "DCGM_FI_DEV_FB_FREE"  # MiB
 
 # Prometheus label names (https://prometheus.io/docs/concepts/data_model/).
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-# Pods of the portal's Volcano Jobs: gp-<32 hex>-<task>-<index> (clusters/volcano.py).
+# Pods of the portal's Volcano Jobs: gp-<32 hex>-<task>-<index> (rules/volcano/).
 POD_PATTERN = "gp-[0-9a-f]{32}-.+"
 _POD = re.compile(r"^gp-([0-9a-f]{32})-[a-z0-9]([-a-z0-9]*[a-z0-9])?-\d+$")
 # Labels that tell one GPU (or MIG instance) from another on a node.

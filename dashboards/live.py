@@ -68,7 +68,7 @@ class TeamInfo:
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """One (node, GPU model) row of the inventory with the portal's own jobs laid over it, and
-    what the one capacity rule (``clusters.capacity``) makes of it within its pool."""
+    what the one capacity rule (``rules.capacity``) makes of it within its pool."""
 
     cluster_id: int
     name: str

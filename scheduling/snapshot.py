@@ -367,7 +367,7 @@ def _clusters(
     device_gib: dict[str, int] | None = None,
     host: dict[tuple[str, str], tuple[int, int]] | None = None,
 ) -> tuple[tuple[engine.Cluster, ...], dict[str, int]]:
-    """Clusters with free GPUs per node, by the one capacity rule (``clusters.capacity``), and
+    """Clusters with free GPUs per node, by the one capacity rule (``rules.capacity``), and
     each one's state (an enabled cluster marked unreachable is ``UNREACHABLE``).
 
     An over-count (a node whose plans exceed what it allocates: the replicas run elsewhere in

@@ -209,6 +209,7 @@ class WorkerProcess:
         """Drop what is queued or scheduled and wait for running tasks to finish, so no task
         of this test runs into the next one (or into the table flush between them)."""
         import redis
+
         from config.celery import app
 
         client = redis.Redis.from_url(self.broker)
@@ -584,7 +585,7 @@ def wait_state(job: Any, *states: str, timeout: float = PATIENCE) -> str:
 
 def vcjob_name(job: Any) -> str:
     """The name of the Volcano Job of the job's current run, as the database has it now (each
-    run has its own: ``clusters.volcano.volcano_job_name``)."""
+    run has its own: ``rules.volcano.volcano_job_name``)."""
     from portal.models import Job
     from rules import volcano
 
