@@ -15,10 +15,8 @@ class DashboardsConfig(AppConfig):
         from dashboards.estimates import (  # they read this app's models
             estimate_ranges,
             estimates_record,
-            job_start_estimate,
         )
 
-        hooks.start_estimate.connect(job_start_estimate)
         hooks.estimates_refreshed.connect(estimates_record)  # the refresh task's ranges
         hooks.estimate_ranges.connect(estimate_ranges)
         hooks.dcgm_presence.connect(dcgm_presence)  # the cluster doctor's DCGM question

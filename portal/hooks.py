@@ -57,9 +57,10 @@ commit) by the first listener connected, and is None while nobody listens.
 =====================  ==============================  ============================================
 question (arguments)   asked by, when                  answered by (connected in)
 =====================  ==============================  ============================================
-``start_estimate``     ``portal.jobs.blocker``: a      ``dashboards.estimates.job_start_estimate``
-``(job, now)``         queued job's page, list or API  from the wait history
-                       row                             (``dashboards/apps.py``)
+``start_estimate``     ``portal.jobs.blocker``: a      ``scheduling.estimates.start_now``: the
+``(job, now)``         queued job's page or API        refresh's simulation for this job alone
+                       answer, before a refresh has    (``scheduling/apps.py``)
+                       stored an estimate on it
 ``estimate_ranges``    ``portal.jobs.blocker`` and     ``dashboards.estimates.estimate_ranges``:
 ``(job_pks)``          the queue (page, API): the      the records of ``estimates_record``
                        likely range of a start         (``dashboards/apps.py``)

@@ -10,7 +10,8 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from scheduling.quota_check import quota_refusals  # it reads this app's models
+        from scheduling.estimates import start_now  # it reads this app's models
+        from scheduling.quota_check import quota_refusals
         from scheduling.tasks import cycle_request  # this app's tasks import its models
 
         # Submits, cancels, finishes and requeues all ask for a (coalesced) cycle on commit.
@@ -18,3 +19,5 @@ class SchedulingConfig(AppConfig):
         hooks.released.connect(cycle_request)
         # Submit refuses a job its team's quota can never admit.
         hooks.quota_refusals.connect(quota_refusals)
+        # A queued job's page before the refresh after the cycle has stored its estimate.
+        hooks.start_estimate.connect(start_now)

@@ -23,7 +23,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 from portal import hooks
-from portal.jobs.blocker import CONFIDENCE, StartRange, range_words
+from portal.jobs.blocker import CONFIDENCE, SimulatedStart, StartRange, range_words
 from portal.jobs.rowlock import jobs_update_rows
 from portal.models import HOLDING_STATES, Job, JobState, Team
 from scheduling import engine
@@ -43,6 +43,7 @@ from scheduling.engine.forecast import (
 from scheduling.engine.reasons import fmt_wait
 from scheduling.models import GpuModel
 from scheduling.preemption_rules import forecast_rules
+from scheduling.snapshot import pool_now
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,43 @@ def estimates_refresh(
     hooks.estimates_refreshed.fire_on_commit(ranged, now)
     log.info("estimates: %d changed, %d simulation steps", stored, result.steps)
     return stored
+
+
+def start_now(job: Job, now: dt.datetime) -> SimulatedStart | None:
+    """A queued job's start computed for it alone (None for any other state): the refresh's
+    simulation, from the pool now, stopped once this job starts.
+
+    What a page or the API shows before the refresh that follows each cycle has stored an
+    estimate on the job (``portal.hooks.start_estimate``), so that there is one estimator,
+    not a quicker one that restated quota and capacity and could disagree with it. Asked
+    only for one job's page or API answer, never for a list."""
+    if job.state != JobState.QUEUED:
+        return None
+    snapshot, config = pool_now()
+    job_id = str(job.public_id)
+    if all(p.id != job_id for p in snapshot.pending):
+        return SimulatedStart(at=None, basis=_beyond_lookback(), source="none", now=now)
+    inputs = inputs_for(snapshot)
+    result = forecast(
+        snapshot,
+        config,
+        until=job_id,
+        ends=inputs.ends,
+        durations=inputs.durations,
+        default=inputs.default,
+        **_limits(),
+    )
+    f = result.jobs.get(job_id)
+    if f is None:  # pragma: no cover - the simulation answers every job it was given
+        return SimulatedStart(at=None, basis="no estimate", source="none", now=now)
+    return SimulatedStart(
+        at=f.start,
+        basis=f.why,
+        model=f.model,
+        cluster=f.cluster,
+        range=StartRange(f.earliest, f.latest, f.runs, f.unknown),
+        now=now,
+    )
 
 
 class Estimate(NamedTuple):

@@ -280,11 +280,10 @@ class StartEstimateSerializer(StartRangeSerializer):
         allow_null=True, help_text="Estimated start (null: no estimate, `basis` says why)"
     )
     source = serializers.ChoiceField(
-        choices=["simulation", "runtime", "history", "none"],
-        help_text="simulation: the scheduler's simulation of the whole queue (recomputed after "
-        "every cycle; GET /api/v1/jobs/{id}/estimate/ adds the alternatives); before it has run "
-        "for the job, runtime: when running jobs on the model reach their max runtime; history: "
-        "the model's recent median wait; none: no basis",
+        choices=["simulation", "none"],
+        help_text="simulation: the scheduler's simulation of the queue (recomputed after every "
+        "cycle, or run for this job alone until then; GET /api/v1/jobs/{id}/estimate/ adds the "
+        "alternatives); none: no estimate, `basis` says why",
     )
     basis = serializers.CharField(help_text="How the estimate was reached, in words")
     model = serializers.CharField(

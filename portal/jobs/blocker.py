@@ -301,17 +301,17 @@ def stored_start(job: Any, ranges: Mapping[int, Any], now: dt.datetime) -> Simul
 
 
 def start_estimate(job: Any, now: dt.datetime) -> Any:
-    """A queued job's start estimate (None for any other state): the queue simulation's once
-    it has run for the job, with its likely range, before that the registered quick
-    estimator's ``StartEstimate``."""
+    """A queued job's start estimate (None for any other state): the one the refresh after
+    each cycle stored on the job, with its likely range, or, before one is stored, the same
+    simulation run for this job alone (``portal.hooks.start_estimate``)."""
     if job.state != "QUEUED":
         return None
     if job.estimate_updated_at is not None:
         # The range lives with the estimate records (``dashboards``), which the portal may
         # not import: it answers ``portal.hooks.estimate_ranges``.
         return stored_start(job, hooks.estimate_ranges.ask([job.pk]) or {}, now)
-    # The quick estimate lives with the wait history (``dashboards.estimates``), which the
-    # portal may not import: it answers ``portal.hooks.start_estimate``.
+    # The simulation lives in ``scheduling``, which the portal may not import: it answers
+    # ``portal.hooks.start_estimate``.
     return hooks.start_estimate.ask(job, now)
 
 

@@ -188,16 +188,17 @@ def test_the_cycle_asks_for_a_refresh_which_stores_the_estimates(
     assert estimates_refresh_now() is None  # single flight
 
 
-def test_the_job_api_gives_the_simulations_estimate_once_it_has_run(
+def test_the_job_api_gives_the_simulations_estimate_before_and_after_it_is_stored(
     api_as, bob, vision, quota, east
 ):
-    """One estimate per job wherever it is read: ``GET /api/v1/jobs/{id}/`` (and the CLI's
-    ``show``) gives the stored simulation's, with the model and cluster, once it exists; the
-    quick estimate only before the first refresh."""
+    """One estimator wherever it is read: ``GET /api/v1/jobs/{id}/`` (and the CLI's
+    ``show``) gives the refresh's stored estimate once it exists and, before, the same
+    simulation run for the job alone: the two agree."""
     *_, third = full_a100s(bob, vision, quota)
     before = api_as(bob).get(f"/api/v1/jobs/{third.public_id}/").json()["start_estimate"]
-    assert before["source"] in {"runtime", "history", "none"}
-    assert before["model"] == "" and before["cluster"] == ""
+    assert before["source"] == "simulation"
+    assert before["model"] == "a100-80gb" and before["cluster"]
+    assert "max runtime" in before["basis"]
     assert estimates_refresh_now() == 1
     third.refresh_from_db()
     after = api_as(bob).get(f"/api/v1/jobs/{third.public_id}/").json()["start_estimate"]
@@ -205,6 +206,11 @@ def test_the_job_api_gives_the_simulations_estimate_once_it_has_run(
     assert dt.datetime.fromisoformat(after["at"]) == third.estimated_start_at
     assert (after["model"], after["cluster"]) == ("a100-80gb", third.estimate_cluster)
     assert after["basis"] == third.estimate_note and "max runtime" in after["basis"]
+    assert (after["at"], after["basis"], after["cluster"]) == (
+        before["at"],
+        before["basis"],
+        before["cluster"],
+    )
 
 
 def test_the_pages_fragments_keep_to_the_team_and_name_what_to_fix(

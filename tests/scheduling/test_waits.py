@@ -101,11 +101,13 @@ def test_the_api_leads_with_the_blocker_and_gives_an_estimate_with_its_basis(blo
     assert "l40s" in {n["model"] for n in b["never"]}
     assert "requirement not met" in b["never_summary"]
     est = data["start_estimate"]
-    # 2 free of the 4 it needs; the running 6-GPU job frees them at its max runtime.
+    # 2 free of the 4 it needs: the queue simulation, run for this job before any refresh
+    # stored one, starts it when the running 6-GPU job ends, at its max runtime at the latest.
     ends = running.admitted_at + dt.timedelta(seconds=running.max_runtime_seconds)
-    assert est["source"] == "runtime"
-    assert dt.datetime.fromisoformat(est["at"]) == ends
-    assert "max runtime" in est["basis"] and "(2 free now)" in est["basis"]
+    assert est["source"] == "simulation" and est["model"] == "a100-80gb"
+    assert dt.datetime.fromisoformat(est["latest"]) == ends
+    assert f"once job {str(running.public_id)[:8]} ends" in est["basis"]
+    assert "max runtime" in est["basis"]
     listed = api_as(bob).get("/api/v1/jobs/?state=QUEUED").json()["results"]
     assert listed[0]["blocker"]["lead"]["code"] == "NO_NODE_FITS"
     assert "start_estimate" not in listed[0]  # the list stays cheap: one job's page has it
@@ -135,9 +137,11 @@ def test_no_estimate_says_so_when_there_is_no_basis(bob, vision, pool, quota, ap
     data = api_as(bob).get(f"/api/v1/jobs/{job.public_id}/").json()
     assert data["blocker"]["lead"]["code"] == "COHORT_CANNOT_LEND"
     est = data["start_estimate"]
-    assert (est["at"], est["source"]) == (None, "none")
-    assert "4 t4 GPUs are free now" in est["basis"]
-    assert "no job started on t4 in the last 7 days" in est["basis"]
+    assert est["at"] is None
+    assert est["basis"].startswith(
+        "no estimate: even after every running job has ended it would not start"
+    )
+    assert "cohort has nothing to lend" in est["basis"]
 
 
 def test_the_job_page_leads_with_the_blocker_and_refreshes_only_while_not_terminal(
