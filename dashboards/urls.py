@@ -5,6 +5,7 @@ from django.urls import path
 from dashboards import views
 
 urlpatterns = [
+    path("", views.pool_overview_page, name="home"),  # the pool overview is the home page
     path("pool/", views.pool_overview_page, name="pool"),
     path("pool/clusters/", views.cluster_page, name="pool-clusters"),
     path("pool/estimates/", views.estimate_calibration_page, name="estimate-calibration"),

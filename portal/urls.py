@@ -5,7 +5,6 @@ from django.urls import path
 from portal.web import notification_views, template_views, views
 
 urlpatterns = [
-    path("", views.home, name="home"),
     # login/ and logout/ live in identity/urls.py (the provider buttons, end-session).
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/cancel/", views.job_bulk_cancel, name="job-bulk-cancel"),

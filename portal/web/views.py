@@ -19,7 +19,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from dashboards.views import pool_overview_page
 from portal.access import (
     SUBMIT_ROLES,
     can_cancel,
@@ -84,12 +83,6 @@ def command_line(command: object, args: object) -> str:
     copy runs what the job runs."""
     words = [w for part in (command, args) if isinstance(part, list) for w in part]
     return shlex.join(str(w) for w in words)
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    """The pool overview is the home page (``dashboards``)."""
-    return pool_overview_page(request)
 
 
 @login_required
