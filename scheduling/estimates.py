@@ -229,6 +229,21 @@ def start_now(job: Job, now: dt.datetime) -> SimulatedStart | None:
     only for one job's page or API answer, never for a list."""
     if job.state != JobState.QUEUED:
         return None
+    # A page polls every few seconds and a deep queue's simulation takes a while: one
+    # answer serves them until the refresh stores the estimate (or for START_NOW_TTL).
+    key = f"scheduling:start-now:{job.pk}:{job.state_changed_at.timestamp()}"
+    found = cache.get(key)
+    if found is None:
+        found = _start_now(job, now)
+        cache.set(key, found, timeout=START_NOW_TTL)
+    return found
+
+
+START_NOW_TTL = 15
+"""Seconds one job's own simulated start is reused (its page's live part polls every 5 s)."""
+
+
+def _start_now(job: Job, now: dt.datetime) -> SimulatedStart:
     snapshot, config = pool_now()
     job_id = str(job.public_id)
     if all(p.id != job_id for p in snapshot.pending):
