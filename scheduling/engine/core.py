@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from itertools import groupby
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from scheduling.engine import reasons
 from scheduling.engine.candidates import Candidates, resolve_candidates
@@ -56,7 +56,7 @@ from scheduling.engine.decision import (
 from scheduling.engine.fairshare import ShareBook
 from scheduling.engine.holds import try_hold
 from scheduling.engine.placement import Fragmentation, fragmentation_for
-from scheduling.engine.preemption import Victim, try_preempt
+from scheduling.engine.preemption import try_preempt
 from scheduling.engine.quota import COHORT_SHORT, QuotaBook
 from scheduling.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
 from scheduling.engine.snapshot import (
@@ -71,6 +71,7 @@ from scheduling.engine.snapshot import (
     Snapshot,
     Team,
 )
+from scheduling.engine.state import Failure, Memos, Signature, Victim, Waiting, Words
 from scheduling.engine.wording import (
     candidate_note,
     fallback_note,
@@ -99,58 +100,7 @@ def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decisio
     return Placement(snapshot, config).run()
 
 
-class _Failure:
-    """Why one candidate model did not take the job. Shared between jobs (see the memos);
-    quota failures are resolved to QUOTA_FULL or COHORT_CANNOT_LEND when assembled."""
-
-    __slots__ = ("code", "fit_at_start", "holder", "model", "notes")
-
-    def __init__(
-        self, code: SkipCode, model: GpuModel, fit_at_start: bool = False, holder: str = ""
-    ) -> None:
-        self.code = code
-        self.model = model
-        self.fit_at_start = fit_at_start
-        self.holder = holder
-        # Once the cycle is final: GPUs needed -> (its note, the note's rank in wording._RANK).
-        self.notes: dict[int, tuple[CandidateNote, int]] = {}
-
-
-class _Waiting:
-    """A job left pending for a reason decided and worded when it was visited (held team,
-    invalid, no model, preempting, holding capacity)."""
-
-    __slots__ = ("admitted_ahead", "ahead", "code", "detail", "job", "label", "rejected")
-
-    def __init__(
-        self,
-        job: PendingJob,
-        code: ReasonCode,
-        ahead: int,
-        admitted_ahead: int,
-        label: str = "",
-        detail: str = "",
-        rejected: tuple[CandidateNote, ...] = (),
-    ) -> None:
-        self.job = job
-        self.code = code
-        self.ahead = ahead
-        self.admitted_ahead = admitted_ahead
-        self.label = label
-        self.detail = detail
-        self.rejected = rejected
-
-
-_Words = tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
-"""A blocked job's reason: code, message (empty for WAITING_BEHIND), candidate notes, and the
-frame its message has around the detail."""
-
-_Signature = tuple[object, ...]
-"""(team, id(candidates), candidates tried, GPUs per replica, replicas[, the ask's tail:
-devices, compute, CPU, memory, when not plain]): jobs with equal signatures are decided
-alike, so the memos are per signature."""
-
-_Blocked = tuple[PendingJob, "tuple[_Failure, ...]", Candidates, int, int, int]
+_Blocked = tuple[PendingJob, "tuple[Failure, ...]", Candidates, int, int, int]
 """A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
 admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
 
@@ -160,7 +110,7 @@ _V = TypeVar("_V")
 
 
 class _Forgetful(dict[_K, _V]):
-    """A memo that remembers nothing (``Placement.memos = False``)."""
+    """A memo that remembers nothing (``Placement.reuse_words = False``)."""
 
     def __setitem__(self, key: _K, value: _V) -> None:
         pass
@@ -173,7 +123,7 @@ class Placement:
     ``scheduling.cycle``, which loads the snapshot, calls :func:`decide` and persists.)
     """
 
-    memos = True
+    reuse_words = True
     """False words every pending reason afresh instead of sharing the words of an equal job
     (the reason memo): the straightforward path the tests compare the memoised one with. The
     signature memos stay: they decide when a job is looked at (see :meth:`_evaluate`)."""
@@ -183,32 +133,14 @@ class Placement:
         self.config = config
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        # A wait is a _Waiting (worded on the spot) or, on the hot path, a _Blocked tuple.
-        self.waiting: list[_Waiting | _Blocked] = []
+        # A wait is a Waiting (worded on the spot) or, on the hot path, a _Blocked tuple.
+        self.waiting: list[Waiting | _Blocked] = []
         self.holds: list[CapacityHold] = []
         self.visited = 0
         self.claimed: set[str] = set()  # running jobs preempted (or waited for) this cycle
-        self._resolved: dict[tuple[object, ...], Candidates] = {}
-        self._quota_failed: dict[tuple[str, str], tuple[int, _Failure]] = {}
-        self._cap_failed: dict[tuple[Any, ...], _Failure] = {}
-        self._failed_sig: dict[_Signature, tuple[_Failure, ...]] = {}
-        self._deferred_sig: set[_Signature] = set()
-        self._no_cluster: dict[str, _Failure] = {}
-        self._preempt_failed: set[tuple[Any, ...]] = set()
-        self._protected_memo: dict[tuple[Any, ...], datetime | None] = {}
-        self._fit0_memo: dict[tuple[str, int, int], bool] = {}
-        self._ever_memo: dict[tuple[Any, ...], bool] = {}
-        self._held_by: dict[int, str] = {}  # id(pool) -> first holder's job id
-        self._quota_held_by: dict[tuple[str, str], str] = {}  # (cohort, model) -> holder
-        self._held_models: set[str] = set()  # one hold per model and cycle
-        self._final = False
-        self._cluster_note_memo: dict[object, ClusterNote] = {}
-        self._free_cache: dict[str, tuple[int, str, int, int]] = {}
-        self._fallback_memo: dict[str, CandidateNote] = {}
-        self._not_tried_memo: dict[str, CandidateNote] = {}
+        self.final = False  # once true, the waits are being worded (``_assemble``)
+        self.memos = Memos()
         self.frag: Fragmentation | None = None  # set by ``_index``, from the pools' sizes
-        self._devices_of: dict[int, list[tuple[int, ...]]] = {}  # id(pool) -> planned devices
-        self._growth_of: dict[int, float] = {}  # id(pool) -> its plan's fragmentation growth
         # (cluster, node) -> (pool, index) of each row of a node that is a row of several
         # pools (one per MIG profile): they share the node's CPU and memory.
         self._host_rows: dict[tuple[str, str], list[tuple[Pool, int]]] | None = None
@@ -488,9 +420,9 @@ class Placement:
         dups = self.duplicates
         evaluate = self._evaluate
         starving_ids = self.starving
-        failed = self._failed_sig
-        deferred_sig = self._deferred_sig
-        resolved = self._resolved
+        failed = self.memos.failed_sig
+        deferred_sig = self.memos.deferred_sig
+        resolved = self.memos.resolved
         candidates = self._candidates
         wait = self.waiting.append
         admissions = self.admissions
@@ -593,7 +525,7 @@ class Placement:
 
     # -- step 4 -------------------------------------------------------------------------------
 
-    def _wait(
+    def wait(
         self,
         job: PendingJob,
         code: ReasonCode,
@@ -604,7 +536,7 @@ class Placement:
     ) -> None:
         """Record a wait decided and worded on the spot (held, invalid, preempting...)."""
         self.waiting.append(
-            _Waiting(
+            Waiting(
                 job,
                 code,
                 self.visited,
@@ -620,7 +552,7 @@ class Placement:
         job: PendingJob,
         cands: Candidates,
         n_tried: int,
-        signature: _Signature,
+        signature: Signature,
         starving: bool,
         nominal_only: bool,
     ) -> bool:
@@ -635,33 +567,33 @@ class Placement:
         team_id = job.team
         team = self.teams.get(team_id)
         if team is None:
-            self._wait(job, ReasonCode.INVALID_JOB, detail=f"team {team_id!r} is unknown")
+            self.wait(job, ReasonCode.INVALID_JOB, detail=f"team {team_id!r} is unknown")
             return True
         g, r = job.gpus_per_replica, job.replicas
         if g < 1 or r < 1:
-            self._wait(job, ReasonCode.INVALID_JOB, detail="it asks for no GPUs")
+            self.wait(job, ReasonCode.INVALID_JOB, detail="it asks for no GPUs")
             return True
         if team.held:
-            self._wait(job, ReasonCode.TEAM_HELD)
+            self.wait(job, ReasonCode.TEAM_HELD)
             return True
         if not cands.matched:
-            self._wait(job, ReasonCode.NO_MODEL_MATCHES, rejected=cands.rejected)
+            self.wait(job, ReasonCode.NO_MODEL_MATCHES, rejected=cands.rejected)
             return True
         tried = cands.matched[:n_tried]
         need = g * r
         tail = (job.share_devices, job.cores_percent, job.cpu_milli, job.memory_mib)
         ask = ask_of(g, tail)
-        failures: list[_Failure] = []
+        failures: list[Failure] = []
         enabled = self.enabled
-        quota_failed = self._quota_failed
-        cap_failed = self._cap_failed
+        quota_failed = self.memos.quota_failed
+        cap_failed = self.memos.cap_failed
         for model in tried:
             key = model.key
             pools = enabled.get(key)
             if not pools:
-                f = self._no_cluster.get(key)
+                f = self.memos.no_cluster.get(key)
                 if f is None:
-                    f = self._no_cluster[key] = _Failure(SkipCode.NO_ENABLED_CLUSTER, model)
+                    f = self.memos.no_cluster[key] = Failure(SkipCode.NO_ENABLED_CLUSTER, model)
                 failures.append(f)
                 continue
             qkey = (team_id, key)
@@ -671,7 +603,7 @@ class Placement:
                 continue
             borrowed = self.quota.fits(team_id, key, need)
             if borrowed < 0:
-                f = qf[1] if qf is not None else _Failure(SkipCode.QUOTA_FULL, model)
+                f = qf[1] if qf is not None else Failure(SkipCode.QUOTA_FULL, model)
                 quota_failed[qkey] = (need, f)
                 failures.append(f)
                 continue
@@ -684,7 +616,7 @@ class Placement:
                 continue
             if nominal_only and borrowed:
                 if any(p.free_total >= need and _fits(p, g, r, ask) for p in pools):
-                    self._deferred_sig.add(signature)
+                    self.memos.deferred_sig.add(signature)
                     return False  # would borrow: wait for the borrowing pass of this band
                 cf = cap_failed[ckey] = self._capacity_failure(model, g, r, ask)
                 failures.append(cf)
@@ -721,7 +653,7 @@ class Placement:
         if not starving and all(f.code is not SkipCode.HELD_FOR_OTHER_JOB for f in known):
             # A failure held for another job may be no room for the next job of the same
             # signature (see _still_held): only the others are known to fail the same way.
-            self._failed_sig[signature] = known
+            self.memos.failed_sig[signature] = known
         self.waiting.append((job, known, cands, n_tried, self.visited, len(self.admissions)))
         return True
 
@@ -749,7 +681,7 @@ class Placement:
 
         def score(f: list[tuple[tuple[int, int, str], Pool, list[int]]]) -> tuple[float, int]:
             pool = f[0][1]
-            return (self._growth_of.get(id(pool), 0.0), f[0][0][0])
+            return (self.memos.growth_of.get(id(pool), 0.0), f[0][0][0])
 
         best = (score(fitting), model, fitting, borrowed)
         for other in tried[tried.index(model) + 1 :]:
@@ -778,9 +710,9 @@ class Placement:
             req.shared,  # a share and a whole-GPU job of the same list resolve differently
             policy,
         )
-        cands = self._resolved.get(key)
+        cands = self.memos.resolved.get(key)
         if cands is None:
-            cands = self._resolved[key] = resolve_candidates(req, policy, self.snap.models)
+            cands = self.memos.resolved[key] = resolve_candidates(req, policy, self.snap.models)
         return cands
 
     def _fitting(
@@ -789,7 +721,7 @@ class Placement:
         """Every enabled cluster the gang fits, best fit first: least leftover on the nodes
         used, then least free left in the cluster, then cluster id. A pool booked per device
         (``Pool.general``) places by its own rule and keeps the devices it planned in
-        ``self._devices_of[id(pool)]``."""
+        ``self.memos.devices_of[id(pool)]``."""
         out: list[tuple[tuple[int, int, str], Pool, list[int]]] = []
         for pool in pools:
             if pool.max_total < g or pool.free_total < need:
@@ -801,8 +733,8 @@ class Placement:
                 if placed is None:  # pragma: no cover - fits_ask() said yes
                     continue
                 plan, devices, leftover, growth = placed
-                self._devices_of[id(pool)] = devices
-                self._growth_of[id(pool)] = growth
+                self.memos.devices_of[id(pool)] = devices
+                self.memos.growth_of[id(pool)] = growth
                 out.append(((leftover, pool.free_total - need, pool.cluster), pool, plan))
                 continue
             if not pool.fits(g, r):
@@ -819,10 +751,10 @@ class Placement:
         """Whether the gang could fit on an enabled pool of ``model`` were it empty (static
         within a cycle, so memoised)."""
         key = (model, g, r, ask)
-        ever = self._ever_memo.get(key)
+        ever = self.memos.ever.get(key)
         if ever is None:
             pools = self.enabled.get(model, ())
-            ever = self._ever_memo[key] = any(
+            ever = self.memos.ever[key] = any(
                 p.could_ever_fit_ask(ask, r) if p.general and ask else p.could_ever_fit(g, r)  # type: ignore[arg-type]
                 for p in pools
             )
@@ -830,29 +762,29 @@ class Placement:
 
     def _capacity_failure(
         self, model: GpuModel, g: int, r: int, ask: tuple[int, ...] = ()
-    ) -> _Failure:
+    ) -> Failure:
         key = (model.key, g, r)
         pools = self.enabled[model.key]
         if not self._ever_fits(model.key, g, r, ask):
-            return _Failure(SkipCode.TOO_LARGE, model)
-        if self._held_by:
+            return Failure(SkipCode.TOO_LARGE, model)
+        if self.memos.held_by:
             for pool in pools:
-                holder = self._held_by.get(id(pool))
+                holder = self.memos.held_by.get(id(pool))
                 if holder is not None and pool.fits_without_holds(g, r):
-                    return _Failure(SkipCode.HELD_FOR_OTHER_JOB, model, holder=holder)
+                    return Failure(SkipCode.HELD_FOR_OTHER_JOB, model, holder=holder)
         if ask and any(p.general for p in pools):
             key = (model.key, g, r, ask)  # type: ignore[assignment]
-        fit0 = self._fit0_memo.get(key)
+        fit0 = self.memos.fit0.get(key)
         if fit0 is None:
-            fit0 = self._fit0_memo[key] = any(
+            fit0 = self.memos.fit0[key] = any(
                 self.initial_general[p.key].fits_ask(ask, r)  # type: ignore[arg-type]
                 if p.general and ask
                 else _fits_counts(self.initial_counts[p.key], g, r)
                 for p in pools
             )
-        return _Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
+        return Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
 
-    def _still_held(self, failure: _Failure, g: int, r: int, ask: tuple[int, ...] = ()) -> _Failure:
+    def _still_held(self, failure: Failure, g: int, r: int, ask: tuple[int, ...] = ()) -> Failure:
         """A "held for another job" failure as it stands now. Room only shrinks within a
         cycle: once the gang would not fit even without the holds, what stops it is no room,
         which a job within its nominal quota may reclaim. Read again where it is used, so
@@ -862,12 +794,12 @@ class Placement:
         if now.code is failure.code:
             return failure
         tail = tuple(ask[1:]) if ask else PLAIN
-        self._cap_failed[
+        self.memos.cap_failed[
             (failure.model.key, g, r) if tail == PLAIN else (failure.model.key, g, r, tail)
         ] = now
         return now
 
-    def _charge(self, team: str, model: str, need: int) -> None:
+    def charge(self, team: str, model: str, need: int) -> None:
         self.quota.add(team, model, need)
         self.shares.add(team, model, need)
 
@@ -878,7 +810,7 @@ class Placement:
         fitting: list[tuple[tuple[int, int, str], Pool, list[int]]],
         borrowed: int,
         cands: Candidates,
-        failures: list[_Failure],
+        failures: list[Failure],
         starving: bool,
         ask: tuple[int, ...] = (),
     ) -> None:
@@ -888,7 +820,7 @@ class Placement:
         cluster_notes = self._cluster_notes(model, fitting) if self.worded else None
         device_plan: tuple[str, ...] = ()
         if pool.general and ask:
-            devices = self._devices_of[id(pool)]
+            devices = self.memos.devices_of[id(pool)]
             for i, devs in zip(plan, devices, strict=True):
                 pool.take_ask(i, ask, devs)  # type: ignore[arg-type]
             if pool.cpu is not None or pool.mem is not None:
@@ -901,7 +833,7 @@ class Placement:
             for i in plan:
                 pool.take(i, g)
         row = self.quota.row(job.team, model.key)
-        self._charge(job.team, model.key, job.gpus)
+        self.charge(job.team, model.key, job.gpus)
         if cluster_notes is None:
             explanation = Explanation(model=model.key, cluster=pool.cluster, message="")
         else:
@@ -971,7 +903,7 @@ class Placement:
         """Why the other clusters with this model lost (computed before charging)."""
         (leftover, cluster_left, _), pool, _ = fitting[0]
         notes: list[ClusterNote] = []
-        memo = self._cluster_note_memo
+        memo = self.memos.cluster_notes
         others = {id(p): rank for rank, p, _ in fitting[1:]}
         for other in self.enabled.get(model.key, ()):
             if other is pool:
@@ -1007,12 +939,12 @@ class Placement:
         return notes
 
     def _assemble(self) -> Decision:
-        self._final = True
-        self._frames: dict[tuple[int, int, str, int, bool], tuple[str, str]] = {}
+        self.final = True
+        self.memos.frames = {}
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
-        self._reason_memo: dict[int, _Words] = {}
+        self.memos.reasons = {}
         # The loop below is the one place that runs once per pending job: kept flat.
-        memo = self._reason_memo if self.memos else _Forgetful[int, _Words]()
+        memo = self.memos.reasons if self.reuse_words else _Forgetful[int, Words]()
         words = functools.partial(reason_words, self)
         worded = functools.partial(pending_reason_of, self)
         waiting_behind = ReasonCode.WAITING_BEHIND
@@ -1023,7 +955,7 @@ class Placement:
         position = 0
         for w in self.waiting:
             position += 1
-            if isinstance(w, _Waiting):
+            if isinstance(w, Waiting):
                 append(worded(w, position))
                 continue
             job, failures, cands, n_tried, ahead, admitted_ahead = w

@@ -279,7 +279,7 @@ class _Step(Placement):
         self._charged: list[tuple[str, str, int]] = []
         """What this step charged on the simulation's books (for :meth:`give_back`)."""
         super().__init__(snapshot, config)
-        self._resolved = sim.resolved  # the models never change: resolve once per forecast
+        self.memos.resolved = sim.resolved  # the models never change: resolve once per forecast
         self.asks = asks
         """Job id -> (what it wants: an index into ``wants``, the GPUs it asks), from
         :func:`_quota_asks`."""
@@ -297,9 +297,9 @@ class _Step(Placement):
     def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
         return self.sim.quota, self.sim.shares, self.sim.preempting
 
-    def _charge(self, team: str, model: str, need: int) -> None:
+    def charge(self, team: str, model: str, need: int) -> None:
         self._charged.append((team, model, need))
-        super()._charge(team, model, need)
+        super().charge(team, model, need)
 
     def give_back(self) -> None:
         """Take back from the simulation's books what this step charged and held on them:
@@ -385,7 +385,7 @@ class _Step(Placement):
         g, r = job.gpus_per_replica, job.replicas
         quota = self.quota
         holds_left = len(self.holds) < self.config.max_capacity_holds
-        held = self._held_models
+        held = self.memos.held_models
         for m in models:
             fits = quota.fits(team, m, need)
             may_act = fits >= 0 or (fits == COHORT_SHORT and holds_left and m not in held)
@@ -442,7 +442,7 @@ class _Step(Placement):
                     # its gang any more (capacity only shrinks within a cycle) or no quota for
                     # it (``_bounds_of`` just read every model's bound afresh).
                     g, r = job.gpus_per_replica, job.replicas
-                    cap_failed = self._cap_failed
+                    cap_failed = self.memos.cap_failed
                     per_model = self._per_model
                     wteam, models = self.wants[want]
                     for m in models:

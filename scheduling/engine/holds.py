@@ -3,8 +3,6 @@ past ``EngineConfig.starvation_wait``, so that later jobs do not take what it la
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduling.engine import reasons
 from scheduling.engine.capacity import Pool
 from scheduling.engine.decision import (
@@ -12,12 +10,10 @@ from scheduling.engine.decision import (
 )
 from scheduling.engine.reasons import ReasonCode
 from scheduling.engine.snapshot import GpuModel, PendingJob
-
-if TYPE_CHECKING:
-    from scheduling.engine.core import Placement
+from scheduling.engine.state import EngineState
 
 
-def try_hold(pl: Placement, job: PendingJob, model: GpuModel, *, quota_short: bool) -> bool:
+def try_hold(pl: EngineState, job: PendingJob, model: GpuModel, *, quota_short: bool) -> bool:
     """Hold what a starving job lacks on ``model`` (the starvation guard); True when held.
 
     Capacity: on the enabled cluster where the most of its GPUs are already free, the free
@@ -26,7 +22,7 @@ def try_hold(pl: Placement, job: PendingJob, model: GpuModel, *, quota_short: bo
     cannot lend enough (``quota_short``), what it can lend now is held for the job, so that
     later borrowers do not take it; jobs within their own nominal quota are not affected.
     """
-    if len(pl.holds) >= pl.config.max_capacity_holds or model.key in pl._held_models:
+    if len(pl.holds) >= pl.config.max_capacity_holds or model.key in pl.memos.held_models:
         return False
     g, r = job.gpus_per_replica, job.replicas
     pools = pl.enabled.get(model.key, ())
@@ -60,7 +56,9 @@ def try_hold(pl: Placement, job: PendingJob, model: GpuModel, *, quota_short: bo
     cohort_gpus = max(0, pl.quota.can_lend(job.team, model.key)) if quota_short else 0
     if cohort_gpus:
         pl.quota.hold(job.team, model.key, cohort_gpus)
-        pl._quota_held_by.setdefault((pl.quota.row(job.team, model.key).cohort, model.key), job.id)
+        pl.memos.quota_held_by.setdefault(
+            (pl.quota.row(job.team, model.key).cohort, model.key), job.id
+        )
     held_nodes: list[tuple[str, int]] = []
     cluster = ""
     if chosen is not None:
@@ -70,11 +68,11 @@ def try_hold(pl: Placement, job: PendingJob, model: GpuModel, *, quota_short: bo
             if h:
                 pool.hold(i, h)
             held_nodes.append((pool.names[i], h))
-        pl._held_by.setdefault(id(pool), job.id)
+        pl.memos.held_by.setdefault(id(pool), job.id)
     # A failure may now be "held for another job": classify afresh.
-    pl._cap_failed = {k: f for k, f in pl._cap_failed.items() if k[0] != model.key}
-    pl._failed_sig.clear()
-    pl._held_models.add(model.key)
+    pl.memos.cap_failed = {k: f for k, f in pl.memos.cap_failed.items() if k[0] != model.key}
+    pl.memos.failed_sig.clear()
+    pl.memos.held_models.add(model.key)
     hold = CapacityHold(
         job_id=job.id,
         team=job.team,
@@ -94,5 +92,5 @@ def try_hold(pl: Placement, job: PendingJob, model: GpuModel, *, quota_short: bo
         pl.config.starvation_wait,
         "GiB" if job.requirement.shared else "GPUs",
     )
-    pl._wait(job, ReasonCode.HOLDING_CAPACITY, label=model.label, detail=detail)
+    pl.wait(job, ReasonCode.HOLDING_CAPACITY, label=model.label, detail=detail)
     return True

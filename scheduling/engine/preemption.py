@@ -7,8 +7,6 @@ gang fit is applied to the placement's state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduling.engine import reasons
 from scheduling.engine.capacity import Pool
 from scheduling.engine.decision import (
@@ -17,24 +15,10 @@ from scheduling.engine.decision import (
 from scheduling.engine.placement import UNBOUNDED
 from scheduling.engine.reasons import PreemptionCode, ReasonCode
 from scheduling.engine.snapshot import GpuModel, PendingJob, RunningAllocation
-
-if TYPE_CHECKING:
-    from scheduling.engine.core import Placement
+from scheduling.engine.state import EngineState, Victim
 
 
-class Victim:
-    """A running allocation that could be preempted, with its node indices in its pool."""
-
-    __slots__ = ("alloc", "nodes", "sort_key")
-
-    def __init__(self, alloc: RunningAllocation, nodes: list[int]) -> None:
-        self.alloc = alloc
-        self.nodes = nodes
-        # Lowest priority first, then most recently started, then id (deterministic).
-        self.sort_key = (alloc.priority, -alloc.started_at.timestamp(), alloc.job_id)
-
-
-def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
+def try_preempt(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:
     """Reclaim nominal quota from borrowers so that ``job`` fits; True when it does.
 
     Rule: only for a job whose team stays within nominal on this model with it; victims are
@@ -48,7 +32,7 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
         return False
     host = (max(1, job.cpu_milli), job.memory_mib)
     memo_key = (model.key, g, r, host)
-    if memo_key in pl._preempt_failed:
+    if memo_key in pl.memos.preempt_failed:
         return False
     pl.reclaimable(model.key)
     # Rank across clusters: fewest victims, lowest sum of their priorities, least leftover
@@ -90,7 +74,7 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
     if best is None:
         if _wait_for_protected(pl, job, model):
             return True
-        pl._preempt_failed.add(memo_key)
+        pl.memos.preempt_failed.add(memo_key)
         return False
     _, pool, used_inflight, used_victims, plan = best
     if _over_budget(pl, job, model, used_victims):
@@ -111,7 +95,7 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
     for v in used_victims:
         pl.victims[key].remove(v)
         pl.claimed.add(v.alloc.job_id)
-    pl._charge(job.team, model.key, need)
+    pl.charge(job.team, model.key, need)
     pl.preempted_gpus += sum(v.alloc.gpus for v in used_victims)
     for v in used_victims:
         a = v.alloc
@@ -144,19 +128,19 @@ def try_preempt(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
         row.nominal,
         " GiB" if job.requirement.shared else "",
     )
-    pl._wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
+    pl.wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
     return True
 
 
-def _wait_for_protected(pl: Placement, job: PendingJob, model: GpuModel) -> bool:
+def _wait_for_protected(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:
     """True (and the job waits ``MIN_RUNTIME``) when borrowed jobs still within their team's
     minimum runtime would make room: the claimer is told when the last of them it needs may
     go, instead of a bare "no capacity". Memoised per (model, gang shape), like the search."""
     g, r = job.gpus_per_replica, job.replicas
     host = (max(1, job.cpu_milli), job.memory_mib)
     key = (model.key, g, r, host)
-    if key in pl._protected_memo:
-        until = pl._protected_memo[key]
+    if key in pl.memos.protected:
+        until = pl.memos.protected[key]
     else:
         until = None
         for pool in pl.enabled.get(model.key, ()):
@@ -174,15 +158,15 @@ def _wait_for_protected(pl: Placement, job: PendingJob, model: GpuModel) -> bool
             free_at = max((t for t in ends if t > pl.snap.now), default=None)
             if free_at is not None and (until is None or free_at < until):
                 until = free_at
-        pl._protected_memo[key] = until
+        pl.memos.protected[key] = until
     if until is None:
         return False
     detail = reasons.detail_min_runtime(until, until - pl.snap.now)
-    pl._wait(job, ReasonCode.MIN_RUNTIME, label=model.label, detail=detail)
+    pl.wait(job, ReasonCode.MIN_RUNTIME, label=model.label, detail=detail)
     return True
 
 
-def _over_budget(pl: Placement, job: PendingJob, model: GpuModel, victims: list[Victim]) -> bool:
+def _over_budget(pl: EngineState, job: PendingJob, model: GpuModel, victims: list[Victim]) -> bool:
     """True (and the job waits ``PREEMPTION_BUDGET``) when preempting ``victims`` would take
     this cycle's preempted GPUs past ``EngineConfig.preemption_budget_gpus``.
 
@@ -197,7 +181,7 @@ def _over_budget(pl: Placement, job: PendingJob, model: GpuModel, victims: list[
     if budget is None or not victims or spent + gpus <= budget or spent == 0:
         return False
     detail = reasons.detail_preemption_budget(len(victims), gpus, budget, spent)
-    pl._wait(job, ReasonCode.PREEMPTION_BUDGET, label=model.label, detail=detail)
+    pl.wait(job, ReasonCode.PREEMPTION_BUDGET, label=model.label, detail=detail)
     return True
 
 

@@ -20,10 +20,10 @@ from scheduling.engine.decision import (
 from scheduling.engine.quota import COHORT_SHORT
 from scheduling.engine.reasons import ReasonCode, SkipCode
 from scheduling.engine.snapshot import ClusterState, GpuModel, PendingJob
+from scheduling.engine.state import EngineState, Failure, Waiting
 
 if TYPE_CHECKING:
     from scheduling.engine.capacity import Pool
-    from scheduling.engine.core import Placement, _Failure, _Waiting
 
 
 # The candidate failure "closest to running" explains the job: lower rank wins.
@@ -44,7 +44,7 @@ _REASON_OF = {
 }
 
 
-def quota_code(pl: Placement, team: str, model: str, need: int) -> SkipCode:
+def quota_code(pl: EngineState, team: str, model: str, need: int) -> SkipCode:
     outcome = pl.quota.fits(team, model, need)
     if outcome != COHORT_SHORT:
         return SkipCode.QUOTA_FULL
@@ -53,13 +53,13 @@ def quota_code(pl: Placement, team: str, model: str, need: int) -> SkipCode:
     return SkipCode.COHORT_CANNOT_LEND
 
 
-def skip_code_of(pl: Placement, f: _Failure, job: PendingJob) -> SkipCode:
+def skip_code_of(pl: EngineState, f: Failure, job: PendingJob) -> SkipCode:
     if f.code is SkipCode.QUOTA_FULL:
         return quota_code(pl, job.team, f.model.key, job.gpus)
     return f.code
 
 
-def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> str:
+def detail_of(pl: EngineState, code: SkipCode, f: Failure, job: PendingJob) -> str:
     """The sentence for one candidate failure, with end-of-cycle numbers (see the module
     docstring for why those explain a failure seen earlier in the cycle)."""
     m = f.model.key
@@ -97,7 +97,7 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
     if code is SkipCode.HELD_FOR_OTHER_JOB:
         if f.code is SkipCode.QUOTA_FULL:  # the cohort's lending is held
             cohort = pl.quota.row(job.team, m).cohort
-            holder = pl._quota_held_by.get((cohort, m), "")
+            holder = pl.memos.quota_held_by.get((cohort, m), "")
             return reasons.detail_held_for_other(
                 holder,
                 _team_of_holder(pl, holder),
@@ -120,7 +120,7 @@ def detail_of(pl: Placement, code: SkipCode, f: _Failure, job: PendingJob) -> st
     return reasons.detail_no_node_fits(r, g, largest, free, out_of_service, where)
 
 
-def _device_detail(pl: Placement, code: SkipCode, pools: list[Pool], job: PendingJob) -> str:
+def _device_detail(pl: EngineState, code: SkipCode, pools: list[Pool], job: PendingJob) -> str:
     """Why a share finds no room on pools booked per device: a share lives on one device,
     so the most free on one device is what a user needs to know, not the node's sum."""
     d = max(1, job.share_devices)
@@ -145,16 +145,16 @@ def _device_detail(pl: Placement, code: SkipCode, pools: list[Pool], job: Pendin
     )
 
 
-def _team_of_holder(pl: Placement, holder: str) -> str:
+def _team_of_holder(pl: EngineState, holder: str) -> str:
     """The team of the job a hold is for (a cycle holds at most once per model)."""
     return next((h.team for h in pl.holds if h.job_id == holder), "")
 
 
-def model_free(pl: Placement, model: str) -> tuple[int, str, int, int]:
+def model_free(pl: EngineState, model: str) -> tuple[int, str, int, int]:
     """(largest free block, the cluster holding it, free GPUs, GPUs on nodes out of service)
     in enabled clusters. The cluster is named so that a user knows where the closest fit is
     (the first by name when several hold as much; '' when nothing is free)."""
-    cached = pl._free_cache.get(model) if pl._final else None
+    cached = pl.memos.free.get(model) if pl.final else None
     if cached is None:
         pools = sorted(pl.enabled.get(model, ()), key=lambda p: p.cluster)
         blocks = [(p.max_block(), p.cluster) for p in pools]
@@ -166,12 +166,12 @@ def model_free(pl: Placement, model: str) -> tuple[int, str, int, int]:
             sum(p.free_total for p in pools),
             sum(p.out_of_service for p in pools),
         )
-        if pl._final:  # nothing changes any more: compute once per model
-            pl._free_cache[model] = cached
+        if pl.final:  # nothing changes any more: compute once per model
+            pl.memos.free[model] = cached
     return cached
 
 
-def candidate_note(pl: Placement, f: _Failure, job: PendingJob) -> CandidateNote:
+def candidate_note(pl: EngineState, f: Failure, job: PendingJob) -> CandidateNote:
     """The note for one failure, with the numbers as they are now."""
     code = skip_code_of(pl, f, job)
     return CandidateNote(
@@ -181,7 +181,7 @@ def candidate_note(pl: Placement, f: _Failure, job: PendingJob) -> CandidateNote
     )
 
 
-def final_note(pl: Placement, f: _Failure, job: PendingJob) -> tuple[CandidateNote, int]:
+def final_note(pl: EngineState, f: Failure, job: PendingJob) -> tuple[CandidateNote, int]:
     """The note for one failure once the cycle is final, and its rank; shared between jobs.
 
     A quota failure object belongs to one (team, model), a capacity failure to one
@@ -191,7 +191,7 @@ def final_note(pl: Placement, f: _Failure, job: PendingJob) -> tuple[CandidateNo
     return entry
 
 
-def pending_reason_of(pl: Placement, w: _Waiting, position: int) -> PendingReason:
+def pending_reason_of(pl: EngineState, w: Waiting, position: int) -> PendingReason:
     """A wait decided and worded when the job was visited."""
     job = w.job
     if w.code is ReasonCode.TEAM_HELD:
@@ -215,7 +215,7 @@ def pending_reason_of(pl: Placement, w: _Waiting, position: int) -> PendingReaso
 
 
 def reason_words(
-    pl: Placement, job: PendingJob, failures: tuple[_Failure, ...], cands: Candidates, n_tried: int
+    pl: EngineState, job: PendingJob, failures: tuple[Failure, ...], cands: Candidates, n_tried: int
 ) -> tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]:
     """Code, message, candidate notes and the message's frame of a capacity/quota wait.
 
@@ -254,9 +254,9 @@ def reason_words(
     code = _REASON_OF.get(primary.code) or reason_code_of(pl, primary.code, f, failures)
     label = f.model.label
     frame_key = (job.replicas, job.gpus_per_replica, label, others, job.requirement.shared)
-    frame = pl._frames.get(frame_key)
+    frame = pl.memos.frames.get(frame_key)
     if frame is None:
-        frame = pl._frames[frame_key] = reasons.pending_frame(*frame_key)
+        frame = pl.memos.frames[frame_key] = reasons.pending_frame(*frame_key)
     head, tail = frame
     message = ""
     if code is not ReasonCode.WAITING_BEHIND:
@@ -268,7 +268,7 @@ def reason_words(
 
 
 def reason_code_of(
-    pl: Placement, primary: SkipCode, f: _Failure, failures: tuple[_Failure, ...]
+    pl: EngineState, primary: SkipCode, f: Failure, failures: tuple[Failure, ...]
 ) -> ReasonCode:
     if primary is SkipCode.HELD_FOR_OTHER_JOB:
         return ReasonCode.CAPACITY_HELD
@@ -288,10 +288,10 @@ def reason_code_of(
     return ReasonCode.JOB_TOO_LARGE
 
 
-def not_tried_note(pl: Placement, model: GpuModel) -> CandidateNote:
-    note = pl._not_tried_memo.get(model.key)
+def not_tried_note(pl: EngineState, model: GpuModel) -> CandidateNote:
+    note = pl.memos.not_tried_notes.get(model.key)
     if note is None:
-        note = pl._not_tried_memo[model.key] = CandidateNote(
+        note = pl.memos.not_tried_notes[model.key] = CandidateNote(
             model=model.key,
             code=SkipCode.NOT_TRIED,
             message=reasons.note(model.label, reasons.detail_not_tried()),
@@ -299,10 +299,10 @@ def not_tried_note(pl: Placement, model: GpuModel) -> CandidateNote:
     return note
 
 
-def fallback_note(pl: Placement, model: GpuModel) -> CandidateNote:
-    note = pl._fallback_memo.get(model.key)
+def fallback_note(pl: EngineState, model: GpuModel) -> CandidateNote:
+    note = pl.memos.fallback_notes.get(model.key)
     if note is None:
-        note = pl._fallback_memo[model.key] = CandidateNote(
+        note = pl.memos.fallback_notes[model.key] = CandidateNote(
             model=model.key,
             code=SkipCode.FALLBACK_NOT_ALLOWED,
             message=reasons.note(model.label, reasons.detail_fallback_not_allowed()),

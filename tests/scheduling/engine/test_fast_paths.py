@@ -2,7 +2,7 @@
 
 - ``pending_reason`` (slot setters) builds the same ``PendingReason`` as its ``__init__``;
 - the reason memo (jobs of one signature share the words of the first) changes nothing:
-  ``Placement.memos = False`` words every pending job afresh, over random snapshots with many
+  ``Placement.reuse_words = False`` words every pending job afresh, over random snapshots with many
   equal jobs, holds and preemptions.
 """
 
@@ -32,7 +32,7 @@ from tests.scheduling.engine.test_properties import PROPERTY, snapshots
 
 
 class _Straightforward(Placement):
-    memos = False
+    reuse_words = False
 
 
 def _decide_straightforward(snap: Snapshot, config: EngineConfig) -> Decision:
