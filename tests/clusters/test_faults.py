@@ -17,11 +17,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from clusters import tasks, volcano
+from clusters import tasks
 from clusters.manifests import submission_uid
 from clusters.reconcile import STALE_AFTER
 from clusters.tasks import cluster_reconcile_and_enqueue
 from portal.models import Job, JobEvent, JobState
+from rules import volcano
 from tests.clusters.conftest import app_publishing_to, dispatch, state_of, wait_for, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from clusters import tasks, volcano
+from clusters import tasks
 from portal.models import JobEvent, JobState, WorkerBeat
+from rules import volcano
 from tests.clusters.conftest import dispatch, state_of, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
