@@ -3,7 +3,8 @@
 Embedded defaults (SQLite, kombu's filesystem broker, a local-memory cache) make ``make demo``
 run on a machine with neither PostgreSQL nor Redis. Production sets ``DEBUG=false`` plus the
 URLs of its services; then a missing ``SECRET_KEY`` is a loud failure, not a silent default.
-Every variable is listed in the README. Per-team policy (quotas, weights) lives in the database.
+Every variable is listed in docs/settings.md. Per-team policy (quotas, weights) lives in the
+database.
 
 One part per concern, read in this order: a later part may add to what an earlier one set
 (``INSTALLED_APPS``, ``MIDDLEWARE``, ``CELERY_BEAT_SCHEDULE``, ``AUTHENTICATION_BACKENDS``) by

@@ -1,6 +1,6 @@
-"""The identity app: local, OpenID Connect and LDAP sign-in, group → team/role rules (identity/,
-README). Read last: it adds its backends to those of the security part and widens its
-Content-Security-Policy to each provider's origin."""
+"""The identity app: local, OpenID Connect and LDAP sign-in, group → team/role rules
+(identity/, docs/signing-in.md). Read last: it adds its backends to those of the security part
+and widens its Content-Security-Policy to each provider's origin."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from config.settings.environment import env, env_bool, env_int, env_secret
 from config.settings.security import AUTHENTICATION_BACKENDS, CONTENT_SECURITY_POLICY
 
 # ---------------------------------------------------------------------------------------------
-# identity: OpenID Connect and LDAP sign-in, group → team/role rules (identity/, README)
+# identity: OpenID Connect and LDAP sign-in, group → team/role rules (identity/, docs/signing-in.md)
 # ---------------------------------------------------------------------------------------------
 INSTALLED_APPS.append("identity")
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("identity.context_processors.team_admin")

@@ -1,7 +1,7 @@
 """Platform admins edit GPU models, offer a card as a shared pool and edit a team's policy in
 the portal, in Chromium: each edit shows what it would affect, counted from the real jobs,
 before it is saved; a team admin and a member find no link and get a 403 (issue 32).
-Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the README's pictures."""
+Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the docs' pictures."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _shot(p, name: str, *, full_page: bool = False) -> None:
-    """Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the README's picture."""
+    """Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the docs' picture."""
     where = os.environ.get("GPUPOOL_SCREENSHOT_DIR")
     if where:
         p.set_viewport_size({"width": 1400, "height": 900})

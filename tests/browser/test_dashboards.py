@@ -1,6 +1,6 @@
 """The dashboards in headless Chromium: charts drawn with the snapshot data, the overview
 refreshing itself, the queue's reasons, keyboard and phone widths, and no request leaving
-localhost. Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the README's pictures."""
+localhost. Set ``GPUPOOL_SCREENSHOT_DIR=docs/screenshots`` to refresh the docs' pictures."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def test_the_queue_page_shows_a_pending_reason_and_waits(page, live_server, scen
 @pytest.fixture
 def demo_pool(scenario, alice, bob, charlie, vision, language, root):
     """The scenario plus a second cluster, a third team, history, usage, waits and DCGM
-    readings: what the README's screenshots show."""
+    readings: what the docs' screenshots show."""
     robotics = TeamFactory(name="Robotics", slug="robotics")
     dana = UserFactory(username="dana")
     Membership.objects.create(user=dana, team=robotics, role=Role.MEMBER)
@@ -295,7 +295,7 @@ def test_every_dashboard_page_at_desktop_and_phone_width(
     shots = Path(os.environ.get("GPUPOOL_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     p = page.page
-    p.set_viewport_size({"width": 1400, "height": 900})  # the README's desktop pictures
+    p.set_viewport_size({"width": 1400, "height": 900})  # the docs' desktop pictures
     log_in(p, live_server, "bob", next_url="/")
     for name, url in PAGES:
         p.goto(f"{live_server.url}{url}")
