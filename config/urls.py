@@ -3,9 +3,11 @@ schema and its docs, the admin.
 
 Each app mounts itself the same way: ``<app>/urls.py`` holds its pages and
 ``<app>/api_urls.py`` its REST routes, each with its full path below the mount point and
-its own URL names. The order of ``APPS`` is the order a path is tried in, and it matters
-once: scheduling's ``api/v1/jobs/estimate/`` comes before the portal's
-``api/v1/jobs/<job_id>/``, so the portal comes last.
+its own URL names. The order is the order a path is tried in: the portal's routes first
+under ``/api/v1/``, since a submit and a job's page are what is asked most (every route
+tried before the right one is a regular expression matched per request); its job routes
+take no id that another app's route names (``portal.api_urls.JobId``). Its pages come last,
+where its ``jobs/<job_id>/`` would take scheduling's ``jobs/new/estimate/``.
 """
 
 from django.conf import settings
@@ -17,10 +19,11 @@ from drf_spectacular.views import (
 )
 
 APPS = ("clusters", "scheduling", "dashboards", "notifications", "identity", "portal")
+API_ORDER = ("portal", "clusters", "scheduling", "dashboards", "notifications", "identity")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    *(path("api/v1/", include(f"{app}.api_urls")) for app in APPS),
+    *(path("api/v1/", include(f"{app}.api_urls")) for app in API_ORDER),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path(
         "api/docs/",
