@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from calibrate import calibration_line  # noqa: E402 - a sibling module, found through sys.path
 
-from scheduling.engine import (  # noqa: E402
+from rules.engine import (  # noqa: E402
     Backlog,
     Cluster,
     EngineConfig,

@@ -1,4 +1,4 @@
-"""Accuracy and cost of the start estimates (``scheduling.engine.forecast``).
+"""Accuracy and cost of the start estimates (``rules.engine.forecast``).
 
     .venv/bin/python bench/estimate_bench.py [--quick] [--seed N] [--hours H] [--days D]
         [--gpus G] [--first-day F] [--trace both|synthetic|alibaba|none] [--no-cost]
@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine_bench import in_line_order, make_pending, make_pool  # noqa: E402
 
-from scheduling.engine import (  # noqa: E402
+from rules.engine import (  # noqa: E402
     Cluster,
     EngineConfig,
     GpuModel,
@@ -71,7 +71,7 @@ from scheduling.engine import (  # noqa: E402
     resolve_candidates,
     running_allocation,
 )
-from scheduling.engine.forecast import (  # noqa: E402
+from rules.engine.forecast import (  # noqa: E402
     Duration,
     DurationModel,
     Expected,

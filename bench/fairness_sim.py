@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduling.engine import EngineConfig  # noqa: E402
+from rules.engine import EngineConfig  # noqa: E402
 from tests.scheduling.engine.fairness import WEIGHTS, simulate  # noqa: E402
 
 

@@ -76,9 +76,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from scheduling import engine  # noqa: E402 - the pure engine, found through sys.path
-from scheduling.engine.capacity import NEAR  # noqa: E402
-from scheduling.engine.placement import Fragmentation, fragmentation_for  # noqa: E402
+from rules import engine  # noqa: E402 - the pure engine, found through sys.path
+from rules.engine.capacity import NEAR  # noqa: E402
+from rules.engine.placement import Fragmentation, fragmentation_for  # noqa: E402
 
 MILLI = 1000
 MAX_SPEC_CPU = 128_000  # milli-CPU of the largest node: the paper's normaliser
@@ -592,7 +592,7 @@ class EnginePolicy(Policy):
 
     A CPU-only task asks no GPU, so gpupool never places it (the cluster's own scheduler
     does): the harness puts it where the engine's placement rule would, the node whose
-    expected fragmentation grows least (``scheduling.engine.placement``; within a tenth of a
+    expected fragmentation grows least (``rules.engine.placement``; within a tenth of a
     device), ties as the engine breaks them: the fewest free GPU units, then the least CPU
     left, then the name order.
     """

@@ -45,7 +45,7 @@ from clusters.kube import KubeError, parse_quantity
 from clusters.models import Cluster, Node
 from portal.models import HOLDING_STATES, Job
 from rules import volcano
-from scheduling.engine.sharing import memory_units
+from rules.engine.sharing import memory_units
 from scheduling.models import GpuModel
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ quota plus borrowing limit on this cluster, even if the portal were wrong. A syn
 
 1. computes the desired queues from plain values (:func:`queues_desired`: team slug → weight
    and capability), with the engine's own rule of what a team could be given
-   (:func:`scheduling.engine.quota_reach`: nominal, or borrowing from its cohort, a team
+   (:func:`rules.engine.quota_reach`: nominal, or borrowing from its cohort, a team
    without a quota row included), so every team the engine may admit here has its queue;
 2. lists the portal's queues (label ``app.kubernetes.io/managed-by=gpupool``) and applies
    (server-side apply, one fixed field manager, forced) each desired queue whose spec
@@ -47,9 +47,8 @@ from clusters.clients import (
 from clusters.kube import FIELD_MANAGER, KubeClient, KubeError
 from clusters.models import Cluster, Node
 from portal.models import Team
-from rules import volcano
+from rules import engine, volcano
 from rules.capacity import pool_capacity
-from scheduling import engine
 from scheduling.models import DEFAULT_COHORT_SLUG, CohortQuota, Quota, TeamPolicy
 
 log = logging.getLogger(__name__)
@@ -114,7 +113,7 @@ def queues_desired(
     ``cohort_quotas``: (cohort slug, model key, GPUs the cohort owns).
 
     A team has a queue exactly when the engine could admit it on this cluster: when, for some
-    model the cluster has, :func:`scheduling.engine.quota_reach` (its nominal plus what its
+    model the cluster has, :func:`rules.engine.quota_reach` (its nominal plus what its
     cohort could lend it, within its borrowing limit) is above 0. Capability per resource is the
     sum over those models of min(reach, what the cluster has). Models sharing one resource
     (``nvidia.com/gpu`` for A100 and T4) add up, since Volcano only sees resource names.

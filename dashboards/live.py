@@ -27,9 +27,9 @@ from django.utils import timezone
 from clusters.models import Cluster, Node
 from portal import db
 from portal.models import HOLDING_STATES, Job, JobState, Team
+from rules import engine
 from rules.capacity import NodeLoad, planned_gpus_by_node, pool_free
-from scheduling import engine
-from scheduling.engine.fairshare import ShareBook
+from rules.engine.fairshare import ShareBook
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.models import GpuModel, Quota, TeamPolicy, UsageRecord
 from scheduling.snapshot import decayed_usage, engine_catalog, engine_config

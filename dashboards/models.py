@@ -237,7 +237,7 @@ class TeamModelHour(_team_model_series(_mean)):
 class TeamMinute(_team_series(_whole)):
     """One team's totals over all models and its fair-share standing at one minute.
 
-    The shares are the scheduling engine's (``scheduling/engine/fairshare.py``):
+    The shares are the scheduling engine's (``rules/engine/fairshare.py``):
     ``allocation_share`` is the dominant share (max over models of allocated / pool GPUs),
     ``usage_share`` decayed cost-weighted GPU-hours over what the pool delivers in the decay
     horizon, ``share`` = (allocation + usage weight x usage) / weight, the value the cycle orders

@@ -46,7 +46,7 @@ from portal.access import teams_visible_to
 from portal.jobs.blocker import CONFIDENCE
 from portal.models import Team
 from portal.proxies import client_address
-from scheduling.engine.reasons import fmt_wait
+from rules.engine.reasons import fmt_wait
 from scheduling.services import cohort_quotas
 
 

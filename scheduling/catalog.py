@@ -134,7 +134,7 @@ SHARED_SUFFIX = "-shared"
 
 def shared_pool_create(*, card: GpuModel, cost_factor: float | None = None) -> GpuModel:
     """Offer ``card`` as a shared (fractional) pool: a catalog model whose capacity, quota and
-    jobs count GiB of one device's memory (``scheduling.engine.sharing``).
+    jobs count GiB of one device's memory (``rules.engine.sharing``).
 
     Its cost factor is per GiB-hour: the card's cost divided by its memory unless given, so a
     share of a quarter of the memory costs a quarter of the card's hour. Idempotent: the pool

@@ -45,7 +45,7 @@ from portal.models import (
     PendingNotes,
 )
 from portal.telemetry import observe_cycle
-from scheduling import engine
+from rules import engine
 from scheduling.estimates import estimates_request
 from scheduling.snapshot import Loaded, engine_config, snapshot_load
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from clusters.models import Cluster, ClusterState, Node
 from portal.models import HOLDING_STATES, Job, JobState
-from scheduling import engine
+from rules import engine
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.snapshot import engine_catalog
 

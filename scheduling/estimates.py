@@ -26,8 +26,8 @@ from portal import hooks
 from portal.jobs.blocker import CONFIDENCE, SimulatedStart, StartRange, range_words
 from portal.jobs.rowlock import jobs_update_rows
 from portal.models import HOLDING_STATES, Job, JobState, Team
-from scheduling import engine
-from scheduling.engine.forecast import (
+from rules import engine
+from rules.engine.forecast import (
     Alternative,
     Duration,
     DurationModel,
@@ -40,7 +40,7 @@ from scheduling.engine.forecast import (
     running_expected,
     shape_of,
 )
-from scheduling.engine.reasons import fmt_wait
+from rules.engine.reasons import fmt_wait
 from scheduling.models import GpuModel
 from scheduling.preemption_rules import forecast_rules
 from scheduling.snapshot import pool_now

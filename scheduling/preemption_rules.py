@@ -15,8 +15,8 @@ import datetime as dt
 from django.conf import settings
 
 from portal.models import PREEMPTIBLE_STATES, Job, Team
-from scheduling import engine
-from scheduling.engine.forecast import PreemptionRules
+from rules import engine
+from rules.engine.forecast import PreemptionRules
 from scheduling.models import TeamPolicy
 
 

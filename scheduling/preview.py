@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from portal.models import Job
-from scheduling import engine
+from rules import engine
 from scheduling.models import DEFAULT_COHORT_SLUG
 from scheduling.snapshot import engine_config, snapshot_load
 

@@ -4,7 +4,7 @@ A job asking 64 GPUs of a team whose quota reaches 24 on every model it may run 
 forever: no cycle can admit it, whatever ends. Telling the user at once, with the limit and
 the ways out, beats a queue entry that only says "quota" every cycle.
 
-The bound is the engine's own (:func:`scheduling.engine.quota_reach`): the team's nominal plus
+The bound is the engine's own (:func:`rules.engine.quota_reach`): the team's nominal plus
 the most its cohort could lend it, within its borrowing limit, as the quotas stand now. A team
 whose quota reaches nothing at all on the job's models is *not* refused: that is a pool still
 being set up (quotas not granted yet), and its jobs wait with the engine's reason naming it.
@@ -23,7 +23,7 @@ from typing import Any
 from portal.cache import ProcessView
 from portal.jobs.spec import JobSpec, SpecError
 from portal.models import Team
-from scheduling import engine
+from rules import engine
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.models import CohortQuota, GpuModel, Quota, TeamPolicy
 from scheduling.snapshot import engine_catalog, quota_lines

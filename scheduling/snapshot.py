@@ -46,6 +46,7 @@ from portal.models import (
     Priority,
     Team,
 )
+from rules import engine
 from rules.capacity import (
     NodeLoad,
     OverCount,
@@ -53,7 +54,6 @@ from rules.capacity import (
     planned_gpus_by_node,
     pool_free,
 )
-from scheduling import engine
 from scheduling.catalog import mig_whole_gpu
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,

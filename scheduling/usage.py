@@ -18,7 +18,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import Job, JobState
-from scheduling.engine.sharing import charged_gib
+from rules.engine.sharing import charged_gib
 from scheduling.models import GpuModel, UsageRecord
 
 Bucket = tuple[int, int | None, int, dt.datetime]  # team, user, model, hour
@@ -36,7 +36,7 @@ def hour_slices(start: dt.datetime, end: dt.datetime) -> Iterator[tuple[dt.datet
 
 def _units_per_replica(job: dict[str, Any], device_gib: float) -> float:
     """What a replica is charged per hour, in its model's units: GPUs (or slices), or for a
-    shared GPU its dominant share in GiB-equivalents (see ``scheduling.engine.sharing``)."""
+    shared GPU its dominant share in GiB-equivalents (see ``rules.engine.sharing``)."""
     if job["gpu_memory_gib"] is None:
         return float(job["gpus_per_replica"])
     return charged_gib(job["gpu_memory_gib"], job["gpu_cores_percent"], device_gib)

@@ -30,9 +30,9 @@ from portal.jobs.spec import SpecError, parse_job_spec
 from portal.jobs.waits import queue_positions_fill
 from portal.models import Job, Team
 from portal.web.forms import JobSubmitForm
-from scheduling import engine
+from rules import engine
+from rules.engine.reasons import fmt_wait
 from scheduling.catalog import catalog_entries
-from scheduling.engine.reasons import fmt_wait
 from scheduling.estimates import job_estimate, spec_estimate
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of, requirement_preview
 from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, GpuModel, QuotaChange, TeamPolicy

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from portal.jobs.blocker import job_blocker, never_summary
-from scheduling import engine
+from rules import engine
+from rules.engine.reasons import SkipCode
 from scheduling.cycle import candidate_rows
-from scheduling.engine.reasons import SkipCode
 from scheduling.services import hidden_ahead
 
 

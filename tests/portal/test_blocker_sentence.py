@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from portal.jobs.blocker import PLAIN, blocker_sentence, job_blocker
-from scheduling.engine.reasons import ReasonCode
+from rules.engine.reasons import ReasonCode
 
 
 def test_every_reason_code_has_plain_words():

@@ -10,8 +10,8 @@ import pytest
 from portal.api.serializers import JobInputSerializer, JobSerializer
 from portal.jobs import spec as portal_spec
 from portal.web.forms import JobSubmitForm
-from rules import jobspec, volcano
-from scheduling import engine, matching
+from rules import engine, jobspec, volcano
+from scheduling import matching
 
 
 def test_every_face_of_a_job_request_names_the_same_fields():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.engine import ClusterState, decide
+from rules.engine import ClusterState, decide
 from scheduling.preview import (
     ClusterProposal,
     CohortQuotaProposal,

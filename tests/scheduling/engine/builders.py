@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from scheduling.engine import (
+from rules.engine import (
     Admission,
     Backlog,
     Cluster,

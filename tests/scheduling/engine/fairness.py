@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from scheduling.engine import (
+from rules.engine import (
     Cluster,
     CohortQuota,
     EngineConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import GpuModel, Policy, Requirement, SkipCode, resolve_candidates
+from rules.engine import GpuModel, Policy, Requirement, SkipCode, resolve_candidates
 from tests.scheduling.engine.builders import CATALOG
 
 CASES = [

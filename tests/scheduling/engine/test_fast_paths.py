@@ -14,7 +14,7 @@ from dataclasses import fields, replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.engine import (
+from rules.engine import (
     CandidateNote,
     Decision,
     EngineConfig,
@@ -26,8 +26,8 @@ from scheduling.engine import (
     Snapshot,
     decide,
 )
-from scheduling.engine.core import Placement
-from scheduling.engine.decision import pending_reason
+from rules.engine.core import Placement
+from rules.engine.decision import pending_reason
 from tests.scheduling.engine.test_properties import PROPERTY, snapshots
 
 
@@ -65,7 +65,7 @@ def test_the_fast_pending_reason_equals_the_dataclass() -> None:
 def test_the_fast_running_allocation_equals_the_dataclass() -> None:
     from datetime import UTC, datetime
 
-    from scheduling.engine import RunningAllocation, running_allocation
+    from rules.engine import RunningAllocation, running_allocation
 
     started = datetime(2026, 12, 3, 13, 0, tzinfo=UTC)
     fast = running_allocation("j1", "alice", "east", "t4", 2, 4, 5, started, ("n1", "n2"), True)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from scheduling.engine import Policy, ReasonCode, decide
-from scheduling.engine.snapshot import Snapshot
+from rules.engine import Policy, ReasonCode, decide
+from rules.engine.snapshot import Snapshot
 from tests.scheduling.engine.builders import (
     ClusterBuilder,
     a_cluster,

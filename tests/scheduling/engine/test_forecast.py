@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from scheduling.engine import EngineConfig, Snapshot, decide
-from scheduling.engine.forecast import (
+from rules.engine import EngineConfig, Snapshot, decide
+from rules.engine.forecast import (
     Duration,
     DurationModel,
     Expected,
@@ -20,7 +20,7 @@ from scheduling.engine.forecast import (
     forecast,
     name_pattern,
 )
-from scheduling.engine.reasons import ReasonCode
+from rules.engine.reasons import ReasonCode
 from tests.scheduling.engine.builders import (
     NOW,
     a_cluster,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduling.engine import Decision, GpuModel, decide
-from scheduling.engine.snapshot import Snapshot
+from rules.engine import Decision, GpuModel, decide
+from rules.engine.snapshot import Snapshot
 from tests.scheduling.engine.builders import (
     CATALOG,
     a_cluster,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduling.engine import ReasonCode, decide
-from scheduling.engine.snapshot import Snapshot
+from rules.engine import ReasonCode, decide
+from rules.engine.snapshot import Snapshot
 from tests.scheduling.engine.builders import (
     a_cluster,
     a_job,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import EngineConfig, ReasonCode, Snapshot, decide
+from rules.engine import EngineConfig, ReasonCode, Snapshot, decide
 from tests.scheduling.engine.builders import (
     ClusterBuilder,
     a_cluster,

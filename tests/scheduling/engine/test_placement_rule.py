@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduling.engine import (
+from rules.engine import (
     Cluster,
     ClusterState,
     Demand,
@@ -26,8 +26,8 @@ from scheduling.engine import (
     Team,
     decide,
 )
-from scheduling.engine.capacity import Pool, pool_of
-from scheduling.engine.placement import Fragmentation
+from rules.engine.capacity import Pool, pool_of
+from rules.engine.placement import Fragmentation
 
 NOW = datetime(2025, 3, 3, 12, 0, tzinfo=UTC)
 A100 = GpuModel(key="a100", name="A100", memory_gib=80)

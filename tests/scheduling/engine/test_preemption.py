@@ -6,14 +6,14 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from scheduling.engine import (
+from rules.engine import (
     EngineConfig,
     PreemptionCode,
     ReasonCode,
     RunningAllocation,
     decide,
 )
-from scheduling.engine.snapshot import Snapshot
+from rules.engine.snapshot import Snapshot
 from tests.scheduling.engine.builders import (
     SnapshotBuilder,
     a_cluster,

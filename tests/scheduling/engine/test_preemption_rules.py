@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from scheduling.engine import EngineConfig, ReasonCode, RunningAllocation, decide
-from scheduling.engine.snapshot import running_allocation
+from rules.engine import EngineConfig, ReasonCode, RunningAllocation, decide
+from rules.engine.snapshot import running_allocation
 from tests.scheduling.engine.builders import (
     NOW,
     a_cluster,

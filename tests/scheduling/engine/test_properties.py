@@ -22,7 +22,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import (
+from rules.engine import (
     Cluster,
     ClusterState,
     CohortQuota,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import CohortQuota, Quota, decide, quota_reach
-from scheduling.engine.quota import QuotaBook
+from rules.engine import CohortQuota, Quota, decide, quota_reach
+from rules.engine.quota import QuotaBook
 from tests.scheduling.engine.builders import a_cluster, a_job, a_snapshot, admitted
 
 A100 = "a100-80gb"

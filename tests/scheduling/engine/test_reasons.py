@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduling.engine import (
+from rules.engine import (
     ClusterNoteCode,
     EngineConfig,
     Policy,
@@ -16,7 +16,7 @@ from scheduling.engine import (
     SkipCode,
     decide,
 )
-from scheduling.engine.snapshot import Snapshot
+from rules.engine.snapshot import Snapshot
 from tests.scheduling.engine.builders import (
     CATALOG,
     NOW,

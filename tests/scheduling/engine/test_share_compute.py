@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from scheduling.engine import (
+from rules.engine import (
     Cluster,
     GpuModel,
     Node,

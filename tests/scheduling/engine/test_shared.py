@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import Policy, SkipCode, decide, resolve_candidates
-from scheduling.engine.sharing import charged_gib, gpu_equivalents, shared_cost_factor
-from scheduling.engine.snapshot import GpuModel, Requirement
+from rules.engine import Policy, SkipCode, decide, resolve_candidates
+from rules.engine.sharing import charged_gib, gpu_equivalents, shared_cost_factor
+from rules.engine.snapshot import GpuModel, Requirement
 from tests.scheduling.engine.builders import (
     A100,
     T4,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduling.engine import (
+from rules.engine import (
     Cluster,
     Demand,
     GpuModel,

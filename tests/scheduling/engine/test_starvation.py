@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.engine import EngineConfig, ReasonCode, decide
+from rules.engine import EngineConfig, ReasonCode, decide
 from tests.scheduling.engine.builders import (
     SnapshotBuilder,
     a_cluster,

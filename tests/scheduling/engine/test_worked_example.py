@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduling.engine import (
+from rules.engine import (
     Cluster,
     GpuModel,
     Node,

@@ -1,6 +1,6 @@
 """The wording of pending reasons: which candidate failure explains a waiting job, its code,
-and the sentence with the numbers, as :class:`~scheduling.engine.core.Placement` assembles them
-at the end of a cycle (all text itself lives in :mod:`scheduling.engine.reasons`).
+and the sentence with the numbers, as :class:`~rules.engine.core.Placement` assembles them
+at the end of a cycle (all text itself lives in :mod:`rules.engine.reasons`).
 
 Functions of the placement's state, not methods, so that the placement reads as the steps of a
 cycle; the numbers they quote are the end-of-cycle ones (see ``core``'s docstring for why those
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduling.engine import reasons
-from scheduling.engine.candidates import Candidates
-from scheduling.engine.decision import (
+from rules.engine import reasons
+from rules.engine.candidates import Candidates
+from rules.engine.decision import (
     CandidateNote,
     PendingReason,
 )
-from scheduling.engine.quota import COHORT_SHORT
-from scheduling.engine.reasons import ReasonCode, SkipCode
-from scheduling.engine.snapshot import ClusterState, GpuModel, PendingJob
-from scheduling.engine.state import EngineState, Failure, Waiting
+from rules.engine.quota import COHORT_SHORT
+from rules.engine.reasons import ReasonCode, SkipCode
+from rules.engine.snapshot import ClusterState, GpuModel, PendingJob
+from rules.engine.state import EngineState, Failure, Waiting
 
 if TYPE_CHECKING:
-    from scheduling.engine.capacity import Pool
+    from rules.engine.capacity import Pool
 
 
 # The candidate failure "closest to running" explains the job: lower rank wins.

@@ -6,7 +6,7 @@ Nodes are bucketed by their free GPU count so that a gang's fit is a walk over a
 A pool whose nodes report more than a GPU count (a shared pool's free units per device, or
 any node's free CPU and memory) is *booked per device*: ``general`` is set, and the ``*_ask``
 methods check a replica against one node's devices, CPU and memory, and place it by the rule
-of ``scheduling.engine.placement``. A pool whose nodes report only counts takes the bucket
+of ``rules.engine.placement``. A pool whose nodes report only counts takes the bucket
 walk above, unchanged.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter, is_, is_not
 
-from scheduling.engine.placement import UNBOUNDED, Fragmentation
-from scheduling.engine.snapshot import ClusterState, Node
+from rules.engine.placement import UNBOUNDED, Fragmentation
+from rules.engine.snapshot import ClusterState, Node
 
 _by_name = attrgetter("name")
 _total_gpus = attrgetter("total_gpus")
@@ -563,7 +563,7 @@ class Pool:
 
         Without a demand (``frag`` None): best fit, the nodes with the fewest free units
         that take a replica first, as :meth:`plan`. With one: each replica where the
-        expected fragmentation grows least (``scheduling.engine.placement``); ties to the
+        expected fragmentation grows least (``rules.engine.placement``); ties to the
         node left with the fewest free units, then the least CPU, then name order.
         """
         g = ask[0]

@@ -3,14 +3,14 @@ past ``EngineConfig.starvation_wait``, so that later jobs do not take what it la
 
 from __future__ import annotations
 
-from scheduling.engine import reasons
-from scheduling.engine.capacity import Pool
-from scheduling.engine.decision import (
+from rules.engine import reasons
+from rules.engine.capacity import Pool
+from rules.engine.decision import (
     CapacityHold,
 )
-from scheduling.engine.reasons import ReasonCode
-from scheduling.engine.snapshot import GpuModel, PendingJob
-from scheduling.engine.state import EngineState
+from rules.engine.reasons import ReasonCode
+from rules.engine.snapshot import GpuModel, PendingJob
+from rules.engine.state import EngineState
 
 
 def try_hold(pl: EngineState, job: PendingJob, model: GpuModel, *, quota_short: bool) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
-from scheduling.engine.snapshot import slot_setters
+from rules.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
+from rules.engine.snapshot import slot_setters
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scheduling.engine.decision import CandidateNote, CapacityHold, ClusterNote, Preemption
-from scheduling.engine.reasons import ReasonCode, SkipCode
-from scheduling.engine.snapshot import (
+from rules.engine.decision import CandidateNote, CapacityHold, ClusterNote, Preemption
+from rules.engine.reasons import ReasonCode, SkipCode
+from rules.engine.snapshot import (
     EngineConfig,
     GpuModel,
     PendingJob,
@@ -24,9 +24,9 @@ from scheduling.engine.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from scheduling.engine.candidates import Candidates
-    from scheduling.engine.capacity import Pool
-    from scheduling.engine.quota import QuotaBook
+    from rules.engine.candidates import Candidates
+    from rules.engine.capacity import Pool
+    from rules.engine.quota import QuotaBook
 
 
 class Failure:

@@ -44,7 +44,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 
-from scheduling.engine.snapshot import Demand
+from rules.engine.snapshot import Demand
 
 UNBOUNDED = 1 << 62
 """CPU or memory of a node that does not report it: never the limit."""

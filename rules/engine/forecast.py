@@ -1,6 +1,6 @@
 """When each queued job would start: a forward simulation of the engine over expected runtimes.
 
-:func:`forecast` replays :func:`scheduling.engine.decide` through time from one snapshot. At each
+:func:`forecast` replays :func:`rules.engine.decide` through time from one snapshot. At each
 step the engine decides as it would in a real cycle (priority, fair share, quota, borrowing,
 reclaim by preemption, gangs, the starvation guard); what it admits starts then and runs for
 its expected duration; then time jumps to the next expected end of a running job, its GPUs come
@@ -27,14 +27,14 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from scheduling.engine.candidates import Candidates, resolve_candidates
-from scheduling.engine.capacity import Pool
-from scheduling.engine.core import DEFAULT_CONFIG, Placement, _line_order, decide
-from scheduling.engine.decision import Decision, PendingReason
-from scheduling.engine.fairshare import ShareBook
-from scheduling.engine.quota import COHORT_SHORT, QuotaBook
-from scheduling.engine.reasons import count, fmt_wait
-from scheduling.engine.snapshot import (
+from rules.engine.candidates import Candidates, resolve_candidates
+from rules.engine.capacity import Pool
+from rules.engine.core import DEFAULT_CONFIG, Placement, _line_order, decide
+from rules.engine.decision import Decision, PendingReason
+from rules.engine.fairshare import ShareBook
+from rules.engine.quota import COHORT_SHORT, QuotaBook
+from rules.engine.reasons import count, fmt_wait
+from rules.engine.snapshot import (
     Cluster,
     ClusterState,
     EngineConfig,

@@ -8,9 +8,9 @@ preemption; and explains every admission and every wait. See ``docs/scheduling.m
 
 from __future__ import annotations
 
-from scheduling.engine.candidates import Candidates, requirement_failures, resolve_candidates
-from scheduling.engine.core import DEFAULT_CONFIG, decide
-from scheduling.engine.decision import (
+from rules.engine.candidates import Candidates, requirement_failures, resolve_candidates
+from rules.engine.core import DEFAULT_CONFIG, decide
+from rules.engine.decision import (
     Admission,
     CandidateNote,
     CapacityHold,
@@ -22,9 +22,9 @@ from scheduling.engine.decision import (
     Preemption,
     TeamShare,
 )
-from scheduling.engine.quota import quota_reach
-from scheduling.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
-from scheduling.engine.snapshot import (
+from rules.engine.quota import quota_reach
+from rules.engine.reasons import ClusterNoteCode, PreemptionCode, ReasonCode, SkipCode
+from rules.engine.snapshot import (
     ANY_GPU,
     Backlog,
     Cluster,

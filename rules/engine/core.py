@@ -37,10 +37,10 @@ from itertools import groupby
 from operator import attrgetter
 from typing import TypeVar
 
-from scheduling.engine import reasons
-from scheduling.engine.candidates import Candidates, resolve_candidates
-from scheduling.engine.capacity import PLAIN, Pool, ask_of, host_rows, pool_of
-from scheduling.engine.decision import (
+from rules.engine import reasons
+from rules.engine.candidates import Candidates, resolve_candidates
+from rules.engine.capacity import PLAIN, Pool, ask_of, host_rows, pool_of
+from rules.engine.decision import (
     Admission,
     CandidateNote,
     CapacityHold,
@@ -53,13 +53,13 @@ from scheduling.engine.decision import (
     TeamShare,
     pending_reason,
 )
-from scheduling.engine.fairshare import ShareBook
-from scheduling.engine.holds import try_hold
-from scheduling.engine.placement import Fragmentation, fragmentation_for
-from scheduling.engine.preemption import try_preempt
-from scheduling.engine.quota import COHORT_SHORT, QuotaBook
-from scheduling.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
-from scheduling.engine.snapshot import (
+from rules.engine.fairshare import ShareBook
+from rules.engine.holds import try_hold
+from rules.engine.placement import Fragmentation, fragmentation_for
+from rules.engine.preemption import try_preempt
+from rules.engine.quota import COHORT_SHORT, QuotaBook
+from rules.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
+from rules.engine.snapshot import (
     ClusterState,
     EngineConfig,
     GpuModel,
@@ -71,8 +71,8 @@ from scheduling.engine.snapshot import (
     Snapshot,
     Team,
 )
-from scheduling.engine.state import Failure, Memos, Signature, Victim, Waiting, Words
-from scheduling.engine.wording import (
+from rules.engine.state import Failure, Memos, Signature, Victim, Waiting, Words
+from rules.engine.wording import (
     candidate_note,
     fallback_note,
     not_tried_note,

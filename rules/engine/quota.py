@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from scheduling.engine.snapshot import CohortQuota, Quota
+from rules.engine.snapshot import CohortQuota, Quota
 
 OVER_LIMIT = -1
 """``QuotaBook.fits``: the team's nominal + borrowing limit would be exceeded."""

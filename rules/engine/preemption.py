@@ -7,15 +7,15 @@ gang fit is applied to the placement's state.
 
 from __future__ import annotations
 
-from scheduling.engine import reasons
-from scheduling.engine.capacity import Pool
-from scheduling.engine.decision import (
+from rules.engine import reasons
+from rules.engine.capacity import Pool
+from rules.engine.decision import (
     Preemption,
 )
-from scheduling.engine.placement import UNBOUNDED
-from scheduling.engine.reasons import PreemptionCode, ReasonCode
-from scheduling.engine.snapshot import GpuModel, PendingJob, RunningAllocation
-from scheduling.engine.state import EngineState, Victim
+from rules.engine.placement import UNBOUNDED
+from rules.engine.reasons import PreemptionCode, ReasonCode
+from rules.engine.snapshot import GpuModel, PendingJob, RunningAllocation
+from rules.engine.state import EngineState, Victim
 
 
 def try_preempt(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:

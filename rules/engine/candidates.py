@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rules.engine import reasons
+from rules.engine.decision import CandidateNote
+from rules.engine.reasons import SkipCode
+from rules.engine.snapshot import GpuModel, Policy, Requirement
 from rules.jobspec import requirement_shortfalls
-from scheduling.engine import reasons
-from scheduling.engine.decision import CandidateNote
-from scheduling.engine.reasons import SkipCode
-from scheduling.engine.snapshot import GpuModel, Policy, Requirement
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,7 +1,7 @@
 """The engine's input: a frozen picture of the pool at one instant.
 
 The cycle's loaders (``scheduling/snapshot.py``) build one :class:`Snapshot` from the database in
-a handful of queries; the cycle hands it to :func:`scheduling.engine.decide`. Nothing here is
+a handful of queries; the cycle hands it to :func:`rules.engine.decide`. Nothing here is
 mutated by the engine; the engine copies what it needs into its own in-cycle state.
 
 Units are stated on every field: GPUs are whole devices (or whole MIG slices when a model is a
@@ -451,7 +451,7 @@ class EngineConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Demand:
     """One shape of the work the pool expects, and how often it comes: the reference the
-    placement rule measures fragmentation against (see ``scheduling.engine.placement``)."""
+    placement rule measures fragmentation against (see ``rules.engine.placement``)."""
 
     gpus_per_replica: int
     """Units one replica asks (GPUs, slices, or a shared pool's units); 0: a CPU-only pod,
