@@ -17,7 +17,8 @@ import pytest
 from django.db.models import F
 
 from portal.models import Job
-from scheduling import cycle, engine, snapshot
+from rules import engine
+from scheduling import cycle, snapshot
 from scheduling.snapshot import EpochMicroseconds, from_epoch_us, json_tuple
 from tests.factories import JobFactory
 

@@ -13,7 +13,8 @@ from django.utils import timezone
 from dashboards.live import LiveState
 from portal.jobs.services import job_submit
 from portal.models import Job, JobState, PendingNotes
-from scheduling import cycle, engine, snapshot
+from rules import engine
+from scheduling import cycle, snapshot
 from scheduling.cycle import run_cycle
 from scheduling.models import GpuModel
 from tests.conftest import job_body
