@@ -245,22 +245,10 @@ START_NOW_TTL = 15
 
 def _start_now(job: Job, now: dt.datetime) -> SimulatedStart:
     snapshot, config = pool_now()
-    job_id = str(job.public_id)
-    if all(p.id != job_id for p in snapshot.pending):
+    pending = _pending_of(job, snapshot)
+    if pending is None:
         return SimulatedStart(at=None, basis=_beyond_lookback(), source="none", now=now)
-    inputs = inputs_for(snapshot)
-    result = forecast(
-        snapshot,
-        config,
-        until=job_id,
-        ends=inputs.ends,
-        durations=inputs.durations,
-        default=inputs.default,
-        **_limits(),
-    )
-    f = result.jobs.get(job_id)
-    if f is None:  # pragma: no cover - the simulation answers every job it was given
-        return SimulatedStart(at=None, basis="no estimate", source="none", now=now)
+    f = _forecast_until(snapshot, config, pending.id, inputs_for(snapshot))
     return SimulatedStart(
         at=f.start,
         basis=f.why,
@@ -269,6 +257,32 @@ def _start_now(job: Job, now: dt.datetime) -> SimulatedStart:
         range=StartRange(f.earliest, f.latest, f.runs, f.unknown),
         now=now,
     )
+
+
+def _pending_of(job: Job, snapshot: engine.Snapshot) -> engine.PendingJob | None:
+    """``job`` as the engine sees it; None when it is beyond the lookback, so not simulated."""
+    job_id = str(job.public_id)
+    return next((p for p in snapshot.pending if p.id == job_id), None)
+
+
+def _forecast_until(
+    snapshot: engine.Snapshot,
+    config: engine.EngineConfig,
+    job_id: str,
+    inputs: Inputs,
+    durations: Mapping[str, Duration] | None = None,
+) -> JobForecast:
+    """The refresh's simulation stopped once ``job_id`` starts: the page's answer and the
+    stored estimate come from the same run, so they cannot disagree."""
+    return forecast(
+        snapshot,
+        config,
+        until=job_id,
+        ends=inputs.ends,
+        durations=inputs.durations if durations is None else durations,
+        default=inputs.default,
+        **_limits(),
+    ).jobs[job_id]
 
 
 class Estimate(NamedTuple):
@@ -414,7 +428,7 @@ def _answer(
         **_limits(),
     }
     labels = dict(GpuModel.objects.values_list("key", "display_name"))
-    mine = forecast(snapshot, config, until=job.id, **common).jobs[job.id]
+    mine = _forecast_until(snapshot, config, job.id, inputs, durations)
     alts = alternatives(snapshot, job, config, **common)
     return {
         "estimate": forecast_dict(mine, now, labels),
@@ -436,12 +450,11 @@ def job_estimate(
             "why": f"no estimate: the job is {job.state.lower()}, not queued",
             "alternatives": [],
         }
-    job_id = str(job.public_id)
-    pending = next((p for p in snapshot.pending if p.id == job_id), None)
+    pending = _pending_of(job, snapshot)
     if pending is None:
         return {"estimate": None, "why": _beyond_lookback(), "alternatives": []}
     inputs = inputs_for(snapshot)
-    duration = inputs.durations.get(job_id, inputs.default)
+    duration = inputs.durations.get(pending.id, inputs.default)
     return {"why": "", **_answer(snapshot, config, pending, duration, inputs)}
 
 
