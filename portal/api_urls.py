@@ -11,7 +11,8 @@ class JobId:
     """A job's id in a path: anything but a word another app's ``jobs/`` route names
     (scheduling's ``jobs/estimate/``), so these routes can be tried first."""
 
-    regex = r"(?!estimate/)(?!estimate$)[^/]+"
+    regex = r"(?!estimate/)[^/]+"
+    """Every route here has a ``/`` after the id, so the word is refused only before one."""
 
     def to_python(self, value: str) -> str:
         return value
