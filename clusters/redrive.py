@@ -23,10 +23,10 @@ import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
+from celery import Celery
 from django.db.models import Q
 from django.utils import timezone
 
-from config.celery import app
 from portal.jobs.rowlock import jobs_update
 from portal.models import Job, JobState, WorkerBeat
 from portal.workers import live_workers
@@ -60,9 +60,10 @@ class RedriveResult:
         )
 
 
-def clusters_queue_length() -> int | None:
+def clusters_queue_length(app: Celery) -> int | None:
     """Messages waiting in the broker for the clusters' workers; None when unknown (a broker
-    that is not Redis, or one that does not answer)."""
+    that is not Redis, or one that does not answer). ``app`` is the Celery app the redrive
+    task runs in (``self.app``): its routes name the queue, its broker holds it."""
     try:
         queue = app.amqp.router.route({}, "clusters.dispatch_job")["queue"].name
     except Exception:  # an unusual route: unknown

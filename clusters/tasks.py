@@ -17,7 +17,7 @@ import logging
 import random
 from collections.abc import Iterable
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -251,11 +251,12 @@ def reconcile_all_clusters() -> int:
     return len(ids)
 
 
-@shared_task(name="clusters.redrive", ignore_result=True)
-def redrive_lost_handoffs() -> str:
+@shared_task(name="clusters.redrive", bind=True, ignore_result=True)
+def redrive_lost_handoffs(self: Task) -> str:
     """Send again, within seconds, the dispatches, cancels and evictions whose message was
-    lost (``clusters.redrive``); the reconcile's minute stays the backstop."""
-    result = redrive.lost_handoffs_redrive(queued=redrive.clusters_queue_length())
+    lost (``clusters.redrive``); the reconcile's minute stays the backstop. The queue is
+    counted through the app this task is bound to, the project's (``config.celery``)."""
+    result = redrive.lost_handoffs_redrive(queued=redrive.clusters_queue_length(self.app))
     dispatch_job_enqueue(result.dispatch)
     for job_id in result.cancel:
         cancel_job_enqueue(job_id)
