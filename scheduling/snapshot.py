@@ -54,6 +54,7 @@ from rules.capacity import (
     planned_gpus_by_node,
     pool_free,
 )
+from rules.jobspec import CONSTRAINT_FIELDS
 from scheduling.catalog import mig_whole_gpu
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,
@@ -544,10 +545,7 @@ _JOB_FIELDS = (
     "gpus_per_replica",
     "counted_priority",
     "gpu_models_text",
-    "min_gpu_memory_gib",
-    "min_fp16_tflops",
-    "requires_bf16",
-    "requires_fp8",
+    *CONSTRAINT_FIELDS,
     "gpu_memory_gib",
     "gpu_cores_percent",
     "selection_policy",
@@ -583,7 +581,8 @@ _POLICIES = {p.value: p for p in engine.Policy}  # an Enum call per job costs mo
 def _pending_job(columns: tuple[Any, ...]) -> engine.PendingJob:
     """A queued job as the engine sees it, from its row's ``_JOB_FIELDS``."""
     _, public_id, team, submitted_us, replicas, gpus, priority, *rest = columns
-    models_text, memory, tflops, bf16, fp8, share_gib, cores, policy, fallback, *more = rest
+    # memory, bf16, fp8, tflops: CONSTRAINT_FIELDS' order (a test builds each from its row)
+    models_text, memory, bf16, fp8, tflops, share_gib, cores, policy, fallback, *more = rest
     cpu, host_mib = more
     needs = (models_text, memory, tflops, bf16, fp8, share_gib is not None)
     requirements = _pending_memo.requirements

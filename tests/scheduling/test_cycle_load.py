@@ -56,6 +56,26 @@ def test_the_snapshot_keeps_submit_order_and_model_lists(bob, vision):
     assert pending[str(first.public_id)].requirement == engine.Requirement(models=())
 
 
+@pytest.mark.django_db
+def test_each_constraint_a_job_stored_reaches_the_engine_as_that_constraint(bob, vision):
+    """The load reads the constraints by position: a swapped pair would run a job needing
+    FP8 on a card without it. Each constraint alone, so a swap cannot pass unseen."""
+    rows = {
+        "memory": JobFactory(team=vision, owner=bob, min_gpu_memory_gib=40),
+        "tflops": JobFactory(team=vision, owner=bob, min_fp16_tflops=300),
+        "bf16": JobFactory(team=vision, owner=bob, requires_bf16=True),
+        "fp8": JobFactory(team=vision, owner=bob, requires_fp8=True),
+    }
+    loaded = snapshot.snapshot_load(now=TIMES[3], config=snapshot.engine_config())
+    got = {p.id: p.requirement for p in loaded.snapshot.pending}
+    assert {k: got[str(job.public_id)] for k, job in rows.items()} == {
+        "memory": engine.Requirement(models=(), min_memory_gib=40.0),
+        "tflops": engine.Requirement(models=(), min_tflops_fp16=300.0),
+        "bf16": engine.Requirement(models=(), bf16=True),
+        "fp8": engine.Requirement(models=(), fp8=True),
+    }
+
+
 def test_json_tuple_parses_lists_and_treats_empty_text_as_empty():
     assert json_tuple('["a100-80gb", "t4"]') == ("a100-80gb", "t4")
     assert json_tuple("[]") == () == json_tuple(None) == json_tuple("")
