@@ -19,11 +19,11 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from clusters.models import Node
 from portal.errors import ApplicationError
 from portal.models import HOLDING_STATES, Job, JobState, Priority, Team
 from rules import engine
 from scheduling.catalog import catalog_forget, mig_whole_gpu, shared_pool_create
+from scheduling.inventory import Node
 from scheduling.models import GpuModel, Quota, QuotaChange, TeamPolicy, UsageRecord
 from scheduling.preview import KEEP, Proposal, TeamProposal, preview_changes
 from scheduling.snapshot import engine_model

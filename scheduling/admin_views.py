@@ -22,7 +22,6 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 
-from clusters.models import Node
 from portal.errors import ApplicationError
 from portal.models import Job, JobState, Priority, Team
 from scheduling.admin_edits import (
@@ -37,6 +36,7 @@ from scheduling.admin_edits import (
 )
 from scheduling.api import TeamPolicySerializer
 from scheduling.catalog import mig_whole_gpu
+from scheduling.inventory import Node
 from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, GpuModel, QuotaChange, TeamPolicy
 from scheduling.services import TEAM_POLICY_FIELDS, team_policy_set
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusters.models import Cluster, ClusterState, Node
 from portal.models import HOLDING_STATES, Job, JobState
 from rules import engine
+from scheduling.inventory import Cluster, ClusterState, Node
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.snapshot import engine_catalog
 

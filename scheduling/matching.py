@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clusters.models import Cluster, ClusterState, Node
 from portal.cache import ProcessView
 from portal.jobs.spec import SpecError
 from rules import engine
 from rules.engine.capacity import Pool
 from rules.jobspec import REQUIREMENT_FIELDS as REQUIREMENT_FIELDS  # read them, then requirement_of
+from scheduling.inventory import Cluster, ClusterState, Node
 from scheduling.snapshot import clusters_now, engine_catalog
 
 # How long a process reuses its view of the clusters for previews (seconds): the preview

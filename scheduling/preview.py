@@ -20,9 +20,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from clusters.models import Cluster
 from portal.models import Job
 from rules import engine
+from scheduling.inventory import Cluster
 from scheduling.models import DEFAULT_COHORT_SLUG
 from scheduling.snapshot import engine_config, snapshot_load
 

@@ -16,13 +16,13 @@ from django.db.models import Count, F, Q, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from clusters.models import Node
 from portal import db, hooks
 from portal.access import teams_visible_to
 from portal.errors import ApplicationError
 from portal.jobs.waits import queue_positions_fill
 from portal.models import HOLDING_STATES, Job, JobState, Priority, Team
 from rules.capacity import pool_capacity
+from scheduling.inventory import Node
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,
     Cohort,
