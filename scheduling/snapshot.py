@@ -36,7 +36,6 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Least, RowNumber, TruncDay
 from django.utils import timezone
 
-from clusters.models import Cluster, Node
 from portal import hooks
 from portal.models import (
     HOLDING_STATES,
@@ -56,6 +55,7 @@ from rules.capacity import (
 )
 from rules.jobspec import CONSTRAINT_FIELDS
 from scheduling.catalog import mig_whole_gpu
+from scheduling.inventory import Cluster, Node
 from scheduling.models import (
     DEFAULT_COHORT_SLUG,
     CohortQuota,
