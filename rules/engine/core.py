@@ -31,11 +31,12 @@ from __future__ import annotations
 import functools
 import heapq
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 from operator import attrgetter
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from rules.engine import reasons
 from rules.engine.candidates import Candidates, resolve_candidates
@@ -100,6 +101,80 @@ def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decisio
     return Placement(snapshot, config).run()
 
 
+def index_pools(snapshot: Snapshot) -> Pools:
+    """The pools of ``snapshot``'s nodes, one per (cluster, model, node group), and each
+    model's GPUs in them (the share book's capacity)."""
+    pools: dict[tuple[str, str, str], Pool] = {}
+    enabled: dict[str, list[Pool]] = {}
+    unavailable: dict[str, list[Pool]] = {}
+    capacity: dict[str, int] = {}
+    shared = {m.key: int(m.memory_gib) for m in snapshot.models if m.shared_of}
+    for cluster in sorted(snapshot.clusters, key=lambda c: c.id):
+        by_model: dict[tuple[str, str], list[Node]] = {}
+        # Runs of one (model, group) in one step: a cluster's nodes mostly come grouped.
+        for key, run in groupby(cluster.nodes, key=_model_group):
+            nodes = by_model.get(key)
+            if nodes is None:
+                by_model[key] = list(run)
+            else:
+                nodes.extend(run)
+        for model, group in sorted(by_model):
+            pool = pool_of(
+                cluster.id,
+                cluster.state,
+                model,
+                by_model[(model, group)],
+                group,
+                shared=model in shared,
+                device_size=shared.get(model, 0),
+            )
+            pools[pool.key] = pool
+            capacity[model] = capacity.get(model, 0) + pool.total_gpus
+            target = enabled if cluster.state is ClusterState.ENABLED else unavailable
+            target.setdefault(model, []).append(pool)
+    return Pools(pools, enabled, unavailable, capacity)
+
+
+def node_pools(pools: dict[tuple[str, str, str], Pool]) -> NodePools:
+    """Which pool each node is in, for finding a running job's pool from its nodes."""
+    return {
+        (pool.cluster, pool.model, name): key for key, pool in pools.items() for name in pool.names
+    }
+
+
+def books_of(snapshot: Snapshot, config: EngineConfig, capacity: dict[str, int]) -> Books:
+    """The books of ``snapshot`` with its running jobs charged.
+
+    Charged once per (team, model), not per job: both books only add up, and a cycle sees
+    thousands of running jobs for a few hundred pairs."""
+    quota = QuotaBook(
+        {t.id: t.cohort for t in snapshot.teams}, snapshot.quotas, snapshot.cohort_quotas
+    )
+    usage: dict[str, float] = {}
+    for u in snapshot.usage:
+        usage[u.team] = usage.get(u.team, 0.0) + max(0.0, u.weighted_gpu_hours)
+    shares = ShareBook(
+        capacity,
+        {m.key: m.cost_factor for m in snapshot.models},
+        {t.id: t.weight for t in snapshot.teams},
+        usage,
+        config.usage_half_life,
+        config.usage_weight,
+    )
+    charged: dict[tuple[str, str], int] = {}
+    preempting = 0
+    for a in snapshot.running:
+        key = (a.team, a.model)
+        gpus = a.replicas * a.gpus_per_replica
+        charged[key] = charged.get(key, 0) + gpus
+        if a.preempting:
+            preempting += gpus
+    for (team, model), gpus in charged.items():
+        quota.add(team, model, gpus)
+        shares.add(team, model, gpus)
+    return Books(quota, shares, preempting)
+
+
 _Blocked = tuple[PendingJob, "tuple[Failure, ...]", Candidates, int, int, int]
 """A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
 admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
@@ -116,6 +191,79 @@ class _Forgetful(dict[_K, _V]):
         pass
 
 
+NodePools = dict[tuple[str, str, str], tuple[str, str, str]]
+"""(cluster, model, node name) -> ``Pool.key``."""
+
+RunningOf = Callable[[str], list[tuple[str, list[RunningAllocation]]]]
+"""Model -> each team's running allocations on it (what a reclaim sorts into victims)."""
+
+
+@dataclass(slots=True)
+class Pools:
+    """The free GPUs of one decision, by pool: what :func:`index_pools` makes of a snapshot's
+    nodes, or what a caller that keeps them from decision to decision (the forecast) hands
+    in instead of indexing the nodes again."""
+
+    pools: dict[tuple[str, str, str], Pool]
+    """By ``Pool.key``: (cluster, model, node group)."""
+    enabled: dict[str, list[Pool]]
+    """Model -> its pools in clusters that take new work."""
+    unavailable: dict[str, list[Pool]]
+    """Model -> its pools in draining, disabled or unreachable clusters."""
+    capacity: dict[str, int]
+    """Model -> its GPUs in all pools (the share book's capacity)."""
+    node_pools: NodePools | None = None
+    """Made when first needed (see ``Placement.pool_of_node``); None until then."""
+
+
+@dataclass(frozen=True, slots=True)
+class Books:
+    """The quota and share books with the running jobs charged, and the GPUs of preemptions
+    under way (they count against a cycle's preemption budget)."""
+
+    quota: QuotaBook
+    shares: ShareBook
+    preempting: int
+
+
+class Skip(Protocol):
+    """Which jobs of a line an unworded decision visits: one that needs no words may pass
+    over the jobs that can admit, reclaim and hold nothing (see ``Placement.worded``)."""
+
+    def prune(self) -> None:
+        """Drop from the placement's lines, once they are cut, the jobs that cannot act."""
+
+    def next_in_line(
+        self,
+        team: str,
+        line: list[PendingJob],
+        i: int,
+        nominal_only: bool,
+        deferred: dict[str, list[PendingJob]],
+    ) -> int:
+        """The index of the next job of ``line`` (from ``i``) worth visiting, ``len(line)``
+        when none is; a job passed over that would only be deferred is added to
+        ``deferred[team]`` (only when ``nominal_only``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inputs:
+    """What a caller hands a :class:`Placement` instead of it deriving it from the snapshot:
+    the forecast decides step after step over state it keeps itself, and indexing the nodes,
+    charging the running jobs and wording every wait again each step would cost more than
+    the steps. ``decide`` passes none."""
+
+    pools: Pools
+    books: Books
+    running_of: RunningOf
+    line_order: Callable[[list[PendingJob]], list[PendingJob]]
+    """A team's pending jobs in line order (the forecast keeps most lines in order)."""
+    resolved: dict[tuple[object, ...], Candidates]
+    """The candidates memo: the models never change between a forecast's steps."""
+    skip: Callable[[Placement], Skip] | None = None
+    """Makes the :class:`Skip` of an unworded decision; None words every job."""
+
+
 class Placement:
     """The state of one decision over one snapshot, and the steps that fill it.
 
@@ -128,9 +276,12 @@ class Placement:
     (the reason memo): the straightforward path the tests compare the memoised one with. The
     signature memos stay: they decide when a job is looked at (see :meth:`_evaluate`)."""
 
-    def __init__(self, snapshot: Snapshot, config: EngineConfig) -> None:
+    def __init__(
+        self, snapshot: Snapshot, config: EngineConfig, inputs: Inputs | None = None
+    ) -> None:
         self.snap = snapshot
         self.config = config
+        self.inputs = inputs
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         # A wait is a Waiting (worded on the spot) or, on the hot path, a _Blocked tuple.
@@ -144,13 +295,32 @@ class Placement:
         # (cluster, node) -> (pool, index) of each row of a node that is a row of several
         # pools (one per MIG profile): they share the node's CPU and memory.
         self._host_rows: dict[tuple[str, str], list[tuple[Pool, int]]] | None = None
+        self.charged: list[tuple[str, str, int]] = []
+        """(team, model, GPUs) of each charge made, in order: what a caller whose books
+        outlive the decision takes back (the forecast)."""
+        self.line_order: Callable[[list[PendingJob]], list[PendingJob]] = _line_order
+        self.running_of: RunningOf = self._running_in_snapshot
+        self.skip: Skip | None = None
+        if inputs is not None:
+            self.line_order = inputs.line_order
+            self.running_of = inputs.running_of
+            self.memos.resolved = inputs.resolved
+            if inputs.skip is not None:
+                self.worded = False
+                self.skip = inputs.skip(self)
 
     # -- step 1 -------------------------------------------------------------------------------
 
     def _index(self) -> None:
         snap = self.snap
         self.teams: dict[str, Team] = {t.id: t for t in snap.teams}
-        capacity = self._index_pools()
+        inputs = self.inputs
+        given = inputs.pools if inputs is not None else index_pools(snap)
+        self.pools = given.pools
+        self.enabled = given.enabled
+        self.unavailable = given.unavailable
+        self._pools = given
+        capacity = given.capacity
         self.frag = fragmentation_for(snap.demand, capacity)
         self.initial_counts = {
             key: [len(b) for b in pool.buckets]
@@ -161,7 +331,8 @@ class Placement:
         self.initial_general = {
             key: pool.copy() for key, pool in self.pools.items() if pool.general
         }
-        self.quota, self.shares, self.preempted_gpus = self._books(capacity)
+        books = inputs.books if inputs is not None else books_of(snap, self.config, capacity)
+        self.quota, self.shares, self.preempted_gpus = books.quota, books.shares, books.preempting
         self._running_on: dict[str, list[tuple[str, list[RunningAllocation]]]] | None = None
         self.victims: dict[tuple[str, str, str], list[Victim]] = {}
         self.inflight: dict[tuple[str, str, str], list[Victim]] = {}
@@ -169,88 +340,13 @@ class Placement:
         self._reclaim_ready: set[str] = set()
         self.share_before = {t: self.shares.share(t) for t in self.teams}
 
-    def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
-        """The quota and share books with the running jobs charged, and the GPUs of
-        preemptions under way (they count against this cycle's preemption budget).
-
-        Charged once per (team, model), not per job: both books only add up, and a cycle
-        sees thousands of running jobs for a few hundred pairs."""
-        snap = self.snap
-        quota = QuotaBook({t.id: t.cohort for t in snap.teams}, snap.quotas, snap.cohort_quotas)
-        usage: dict[str, float] = {}
-        for u in snap.usage:
-            usage[u.team] = usage.get(u.team, 0.0) + max(0.0, u.weighted_gpu_hours)
-        shares = ShareBook(
-            capacity,
-            {m.key: m.cost_factor for m in snap.models},
-            {t.id: t.weight for t in snap.teams},
-            usage,
-            self.config.usage_half_life,
-            self.config.usage_weight,
-        )
-        charged: dict[tuple[str, str], int] = {}
-        preempting = 0
-        for a in snap.running:
-            key = (a.team, a.model)
-            gpus = a.replicas * a.gpus_per_replica
-            charged[key] = charged.get(key, 0) + gpus
-            if a.preempting:
-                preempting += gpus
-        for (team, model), gpus in charged.items():
-            quota.add(team, model, gpus)
-            shares.add(team, model, gpus)
-        return quota, shares, preempting
-
-    def _index_pools(self) -> dict[str, int]:
-        """Fill ``pools``, ``enabled``, ``unavailable`` and the node -> pool map from the
-        snapshot's nodes; returns each model's GPUs in the pool (the share book's capacity)."""
-        self.pools: dict[tuple[str, str, str], Pool] = {}
-        """By ``Pool.key``: (cluster, model, node group)."""
-        self._node_pools: dict[tuple[str, str, str], tuple[str, str, str]] | None = None
-        self.enabled: dict[str, list[Pool]] = {}
-        self.unavailable: dict[str, list[Pool]] = {}
-        capacity: dict[str, int] = {}
-        shared = {m.key: int(m.memory_gib) for m in self.snap.models if m.shared_of}
-        for cluster in sorted(self.snap.clusters, key=lambda c: c.id):
-            by_model: dict[tuple[str, str], list[Node]] = {}
-            # Runs of one (model, group) in one step: a cluster's nodes mostly come grouped.
-            for key, run in groupby(cluster.nodes, key=_model_group):
-                nodes = by_model.get(key)
-                if nodes is None:
-                    by_model[key] = list(run)
-                else:
-                    nodes.extend(run)
-            for model, group in sorted(by_model):
-                pool = pool_of(
-                    cluster.id,
-                    cluster.state,
-                    model,
-                    by_model[(model, group)],
-                    group,
-                    shared=model in shared,
-                    device_size=shared.get(model, 0),
-                )
-                self.pools[pool.key] = pool
-                capacity[model] = capacity.get(model, 0) + pool.total_gpus
-                target = self.enabled if cluster.state is ClusterState.ENABLED else self.unavailable
-                target.setdefault(model, []).append(pool)
-        return capacity
-
-    @property
-    def _pool_of_node(self) -> dict[tuple[str, str, str], tuple[str, str, str]]:
+    def pool_of_node(self) -> NodePools:
         """(cluster, model, node name) -> ``Pool.key``; built when first asked (a reclaim,
         a forecast), not on every decision."""
-        if self._node_pools is None:
-            self._node_pools = {
-                (pool.cluster, pool.model, name): key
-                for key, pool in self.pools.items()
-                for name in pool.names
-            }
-        return self._node_pools
-
-    @_pool_of_node.setter
-    def _pool_of_node(self, value: dict[tuple[str, str, str], tuple[str, str, str]]) -> None:
-        self._node_pools = value
+        given = self._pools
+        if given.node_pools is None:
+            given.node_pools = node_pools(given.pools)
+        return given.node_pools
 
     def reclaimable(self, model: str) -> None:
         """Sort the running jobs on ``model`` into ``victims`` (on borrowed quota),
@@ -267,7 +363,7 @@ class Placement:
         self._reclaim_ready.add(model)
         now = self.snap.now
         touched: set[tuple[str, str, str]] = set()
-        for team, allocs in self._running_of(model):
+        for team, allocs in self.running_of(model):
             nominal = self.quota.row(team, model).nominal
             allocs.sort(key=_by_start)
             cumulative = 0
@@ -294,7 +390,7 @@ class Placement:
                 if key in lists:
                     lists[key].sort(key=_by_victim_order)
 
-    def _running_of(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
+    def _running_in_snapshot(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
         """Each team's running allocations on ``model`` (grouped for every model at once,
         when a reclaim first needs one)."""
         if self._running_on is None:
@@ -310,7 +406,7 @@ class Placement:
         """The pool a running allocation's nodes are in (by its first planned node; every
         replica of a job is in one pool), else the cluster's only pool of the model."""
         for name in a.nodes:
-            key = self._pool_of_node.get((a.cluster, model, name))
+            key = self.pool_of_node().get((a.cluster, model, name))
             if key is not None:
                 return self.pools[key]
         return self.pools.get((a.cluster, model, ""))
@@ -336,7 +432,7 @@ class Placement:
         considered = 0
         ids: set[str] = set()
         for team in sorted(grouped):
-            jobs = self._team_line(grouped[team])
+            jobs = self.line_order(grouped[team])
             if len(jobs) > lookback:
                 if self.worded:  # only the words name the jobs not considered
                     self.beyond[team] = tuple(map(_job_id, jobs[lookback:]))
@@ -360,10 +456,8 @@ class Placement:
         # was already decided need skipping (a set lookup per job, so only then).
         self.duplicates = considered != len(ids)
         self.decided: set[str] = set()
-
-    def _team_line(self, jobs: list[PendingJob]) -> list[PendingJob]:
-        """A team's pending jobs in line order (see :func:`_line_order`)."""
-        return _line_order(jobs)
+        if self.skip is not None:
+            self.skip.prune()
 
     # -- step 3 -------------------------------------------------------------------------------
 
@@ -380,23 +474,10 @@ class Placement:
 
     worded = True
     """``decide`` words every decision: each admission's explanation and each pending job's
-    reason, so it visits every job. An unworded subclass (the forecast's steps, which need
-    only what starts and what is preempted) leaves the words out and has :meth:`_fill` ask
-    :meth:`_next_in_line` which job of a line to visit next, skipping those that can admit,
+    reason, so it visits every job. A placement given a :class:`Skip` (the forecast's steps,
+    which need only what starts and what is preempted) leaves the words out and has
+    :meth:`_fill` ask it which job of a line to visit next, skipping those that can admit,
     reclaim and hold nothing in this cycle."""
-
-    def _next_in_line(
-        self,
-        team: str,
-        line: list[PendingJob],
-        i: int,
-        nominal_only: bool,
-        deferred: dict[str, list[PendingJob]],
-    ) -> int:
-        """The index of the next job of ``line`` (from ``i``) worth visiting, ``len(line)``
-        when none is; a job passed over that would only be deferred is added to
-        ``deferred[team]`` (only when ``nominal_only``). See ``worded``."""
-        return i
 
     def _fill(
         self, lines: dict[str, list[PendingJob]], *, nominal_only: bool
@@ -426,7 +507,7 @@ class Placement:
         candidates = self._candidates
         wait = self.waiting.append
         admissions = self.admissions
-        skip = None if self.worded or dups else self._next_in_line
+        skip = None if self.skip is None or dups else self.skip.next_in_line
         for team, line in lines.items():
             i = 0
             while i < len(line) and line[i].id in decided:
@@ -747,7 +828,7 @@ class Placement:
         out.sort(key=lambda c: c[0])
         return out
 
-    def _ever_fits(self, model: str, g: int, r: int, ask: tuple[int, ...] = ()) -> bool:
+    def ever_fits(self, model: str, g: int, r: int, ask: tuple[int, ...] = ()) -> bool:
         """Whether the gang could fit on an enabled pool of ``model`` were it empty (static
         within a cycle, so memoised)."""
         key = (model, g, r, ask)
@@ -765,7 +846,7 @@ class Placement:
     ) -> Failure:
         key = (model.key, g, r)
         pools = self.enabled[model.key]
-        if not self._ever_fits(model.key, g, r, ask):
+        if not self.ever_fits(model.key, g, r, ask):
             return Failure(SkipCode.TOO_LARGE, model)
         if self.memos.held_by:
             for pool in pools:
@@ -800,6 +881,7 @@ class Placement:
         return now
 
     def charge(self, team: str, model: str, need: int) -> None:
+        self.charged.append((team, model, need))
         self.quota.add(team, model, need)
         self.shares.add(team, model, need)
 
@@ -939,6 +1021,8 @@ class Placement:
         return notes
 
     def _assemble(self) -> Decision:
+        if not self.worded:  # what starts and what is preempted, no more (see ``worded``)
+            return Decision(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions))
         self.final = True
         self.memos.frames = {}
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.

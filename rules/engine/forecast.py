@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rules.engine.candidates import resolve_candidates
-from rules.engine.core import DEFAULT_CONFIG, Placement, decide
+from rules.engine.core import DEFAULT_CONFIG, books_of, decide
 from rules.engine.decision import Decision
 from rules.engine.durations import (
     MIN_RUNS,
@@ -38,7 +38,7 @@ from rules.engine.durations import (
     running_expected,
     shape_of,
 )
-from rules.engine.forecast_step import Step, quota_asks
+from rules.engine.forecast_step import decide_step, quota_asks
 from rules.engine.reasons import count, fmt_wait
 from rules.engine.simulation import (
     MAY_MOVE,
@@ -147,16 +147,16 @@ def forecast(
     ``horizon`` or after ``max_steps`` decisions; jobs left say which.
     """
     now = snapshot.now
-    free = FreeGpus(snapshot, config)
+    free = FreeGpus(snapshot)
     # Books with no job running yet: each running job is charged as the simulation starts it.
-    quota, shares, _ = Placement(replace(snapshot, running=()), config)._books(free.capacity)
+    books = books_of(replace(snapshot, running=()), config, free.capacity)
     sim = Sim(
         free=free,
         running={},
         ends=[],
         pending=in_lines(snapshot.pending),
-        quota=quota,
-        shares=shares,
+        quota=books.quota,
+        shares=books.shares,
     )
     for a in snapshot.running:
         exp = ends.get(a.job_id)
@@ -198,9 +198,7 @@ def forecast(
             decision = decide(state_at(snapshot, sim, t), config)
         else:
             state = state_at(snapshot, sim, t, whole=False)
-            step = Step(state, config, *asks, sim)
-            decision = step.run()
-            step.give_back()
+            decision = decide_step(state, config, *asks, sim)
         steps += 1
         start_admitted(sim, decision, t, durations, default, opened, rules)
         sim.reasons.update((r.job_id, r) for r in decision.pending)

@@ -1,5 +1,5 @@
 """One simulated step of a forecast: the engine's decision over the jobs that could act in it,
-unworded (see :class:`Step`).
+unworded (see :func:`decide_step`).
 """
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 
 from rules.engine.candidates import resolve_candidates
-from rules.engine.core import Placement, _line_order
+from rules.engine.core import Books, Inputs, Placement, _line_order
 from rules.engine.decision import Decision
-from rules.engine.fairshare import ShareBook
-from rules.engine.quota import COHORT_SHORT, QuotaBook
+from rules.engine.quota import COHORT_SHORT
 from rules.engine.simulation import Sim
 from rules.engine.snapshot import (
     EngineConfig,
@@ -23,9 +22,15 @@ _ANY = 1 << 62
 """More GPUs than any job asks."""
 
 
-class Step(Placement):
+def decide_step(
+    snapshot: Snapshot,
+    config: EngineConfig,
+    asks: Mapping[str, tuple[int, int]],
+    wants: Sequence[tuple[str, tuple[str, ...]]],
+    sim: Sim,
+) -> Decision:
     """One simulated step: ``decide()`` over the jobs that could do anything in it, less the
-    wording of every pending job's reason.
+    wording of every pending job's reason, on the simulation's pools and books.
 
     - Unworded: a simulated step needs only what starts and what is preempted, and the words
       were about 40 % of a step over a deep queue. Only the jobs left at the end get their
@@ -40,75 +45,77 @@ class Step(Placement):
       the admissions and preemptions are the plain engine's. In a deep queue most jobs are
       such (their team is at its quota and the cohort has nothing to lend).
     """
+    step = Placement(snapshot, config, _inputs(sim, asks, wants))
+    decision = step.run()
+    _give_back(step)
+    return decision
+
+
+def _inputs(
+    sim: Sim, asks: Mapping[str, tuple[int, int]], wants: Sequence[tuple[str, tuple[str, ...]]]
+) -> Inputs:
+    """The simulation's pools and books, instead of made again from the snapshot."""
+    requeued = sim.requeued_teams
+
+    def line_order(jobs: list[PendingJob]) -> list[PendingJob]:
+        # The simulation keeps its pending jobs in line order (in_lines) but for the jobs
+        # that come back after a preemption.
+        return _line_order(jobs) if jobs[0].team in requeued else jobs
+
+    def running_of(model: str) -> list[tuple[str, list[RunningAllocation]]]:
+        return [(team, list(jobs.values())) for team, jobs in sim.on.get(model, {}).items()]
+
+    return Inputs(
+        pools=sim.free.step_pools(),
+        books=Books(sim.quota, sim.shares, sim.preempting),
+        running_of=running_of,
+        line_order=line_order,
+        resolved=sim.resolved,  # the models never change: resolve once per forecast
+        skip=lambda pl: QuotaSkip(pl, asks, wants),
+    )
+
+
+def _give_back(pl: Placement) -> None:
+    """Take back from the simulation's books what a step charged and held on them: the next
+    step starts from the running jobs alone, as a cycle does."""
+    quota, shares = pl.quota, pl.shares
+    for team, model, gpus in pl.charged:
+        quota.add(team, model, -gpus)
+        shares.add(team, model, -gpus)
+    for hold in pl.holds:
+        if hold.cohort_gpus:
+            quota.hold(hold.team, hold.model, -hold.cohort_gpus)
+
+
+class QuotaSkip:
+    """The jobs a step passes over: those whose quota fails on every model they may try (see
+    :func:`decide_step`), read through the step's placement (a :class:`Skip`)."""
 
     def __init__(
         self,
-        snapshot: Snapshot,
-        config: EngineConfig,
+        pl: Placement,
         asks: Mapping[str, tuple[int, int]],
         wants: Sequence[tuple[str, tuple[str, ...]]],
-        sim: Sim,
     ) -> None:
-        self.sim = sim
-        """The simulation the step decides in: its pools and books are read from there
-        rather than made again from the snapshot."""
-        self._charged: list[tuple[str, str, int]] = []
-        """What this step charged on the simulation's books (for :meth:`give_back`)."""
-        super().__init__(snapshot, config)
-        self.memos.resolved = sim.resolved  # the models never change: resolve once per forecast
+        self.pl = pl
         self.asks = asks
         """Job id -> (what it wants: an index into ``wants``, the GPUs it asks), from
         :func:`quota_asks`."""
         self.wants = wants
         """(team, the models its jobs may try), for the quota check of many jobs at once."""
-
-    def _index_pools(self) -> dict[str, int]:
-        return self.sim.free.step_pools(self)
-
-    def _team_line(self, jobs: list[PendingJob]) -> list[PendingJob]:
-        # The simulation keeps its pending jobs in line order (in_lines) but for the jobs
-        # that come back after a preemption.
-        return _line_order(jobs) if jobs[0].team in self.sim.requeued_teams else jobs
-
-    def _books(self, capacity: dict[str, int]) -> tuple[QuotaBook, ShareBook, int]:
-        return self.sim.quota, self.sim.shares, self.sim.preempting
-
-    def charge(self, team: str, model: str, need: int) -> None:
-        self._charged.append((team, model, need))
-        super().charge(team, model, need)
-
-    def give_back(self) -> None:
-        """Take back from the simulation's books what this step charged and held on them:
-        the next step starts from the running jobs alone, as a cycle does."""
-        quota, shares = self.quota, self.shares
-        for team, model, gpus in self._charged:
-            quota.add(team, model, -gpus)
-            shares.add(team, model, -gpus)
-        for hold in self.holds:
-            if hold.cohort_gpus:
-                quota.hold(hold.team, hold.model, -hold.cohort_gpus)
-
-    def _running_of(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
-        return [(team, list(jobs.values())) for team, jobs in self.sim.on.get(model, {}).items()]
-
-    worded = False
-
-    def _lines(self) -> None:
-        super()._lines()
         self._version = 0
         self._per_model: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._bounds: dict[int, tuple[int, int, int]] = {}
-        self._drop_quota_bound()
 
-    def _drop_quota_bound(self) -> None:
+    def prune(self) -> None:
         """Leave out of every line the jobs whose quota fails on every model they may try
-        (what :meth:`_next_in_line` would pass over, in one tighter loop: most jobs of a deep
+        (what :meth:`next_in_line` would pass over, in one tighter loop: most jobs of a deep
         queue are such)."""
-        starving = self.starving
+        starving = self.pl.starving
         bounds = self._bounds
         bounds_of = self._bounds_of
         asks = self.asks
-        for band in self.bands.values():
+        for band in self.pl.bands.values():
             for team, line in band.items():
                 kept = []
                 for job in line:
@@ -134,7 +141,7 @@ class Step(Placement):
         team, models = self.wants[want]
         version = self._version
         per_model = self._per_model
-        quota = self.quota
+        quota = self.pl.quota
         room = reach = -_ANY  # no enabled cluster has any of the models: nothing fits
         oldest = version
         for m in models:
@@ -159,17 +166,17 @@ class Step(Placement):
         use and holds only grow within a cycle."""
         team, models = self.wants[want]
         g, r = job.gpus_per_replica, job.replicas
-        quota = self.quota
-        holds_left = len(self.holds) < self.config.max_capacity_holds
-        held = self.memos.held_models
+        quota = self.pl.quota
+        holds_left = len(self.pl.holds) < self.pl.config.max_capacity_holds
+        held = self.pl.memos.held_models
         for m in models:
             fits = quota.fits(team, m, need)
             may_act = fits >= 0 or (fits == COHORT_SHORT and holds_left and m not in held)
-            if may_act and self._ever_fits(m, g, r):
+            if may_act and self.pl.ever_fits(m, g, r):
                 return False
         return True
 
-    def _next_in_line(
+    def next_in_line(
         self,
         team: str,
         line: list[PendingJob],
@@ -186,10 +193,10 @@ class Step(Placement):
         deferred the same way when its turn came, and its turn changes nothing else: the fill
         order is by share."""
         # Every admission and reclaim is charged, every hold held: what moves quota or room.
-        self._version = version = len(self._charged) + len(self.holds)
+        self._version = version = len(self.pl.charged) + len(self.pl.holds)
         bounds = self._bounds
         asks = self.asks
-        starving = self.starving
+        starving = self.pl.starving
         n = len(line)
         later: list[PendingJob] | None = None
         while i < n:
@@ -218,7 +225,7 @@ class Step(Placement):
                     # its gang any more (capacity only shrinks within a cycle) or no quota for
                     # it (``_bounds_of`` just read every model's bound afresh).
                     g, r = job.gpus_per_replica, job.replicas
-                    cap_failed = self.memos.cap_failed
+                    cap_failed = self.pl.memos.cap_failed
                     per_model = self._per_model
                     wteam, models = self.wants[want]
                     for m in models:
@@ -232,14 +239,11 @@ class Step(Placement):
             i += 1
         return i
 
-    def _assemble(self) -> Decision:
-        return Decision(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions))
-
 
 def quota_asks(
     snapshot: Snapshot, jobs: Sequence[PendingJob], enabled: Container[str]
 ) -> tuple[dict[str, tuple[int, int]], list[tuple[str, tuple[str, ...]]]]:
-    """Each job's quota ask for :class:`Step`: (index of its team and the models it may try
+    """Each job's quota ask for :class:`QuotaSkip`: (index of its team and the models it may try
     in enabled clusters in the list returned, GPUs). Invalid jobs (no GPUs, unknown or held
     team, no model matches) are left out: the engine words them itself."""
     teams = {t.id: t for t in snapshot.teams}

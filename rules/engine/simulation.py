@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from rules.engine.candidates import Candidates
 from rules.engine.capacity import Pool
-from rules.engine.core import Placement, _line_order
+from rules.engine.core import Pools, _line_order, index_pools, node_pools
 from rules.engine.decision import Decision, PendingReason
 from rules.engine.durations import Duration
 from rules.engine.fairshare import ShareBook
@@ -22,7 +22,6 @@ from rules.engine.quota import QuotaBook
 from rules.engine.reasons import count
 from rules.engine.snapshot import (
     Cluster,
-    EngineConfig,
     PendingJob,
     RunningAllocation,
     Snapshot,
@@ -101,9 +100,9 @@ class Sim:
     pending: dict[str, PendingJob]
     quota: QuotaBook
     shares: ShareBook
-    """The books as the next step starts from them (``Placement._books``), charged as jobs
+    """The books as the next step starts from them (``core.books_of``), charged as jobs
     start and stop instead of summed again over every running job. A step charges them
-    further as it decides and gives that back when it is done (:meth:`Step.give_back`)."""
+    further as it decides and gives that back when it is done (``forecast_step._give_back``)."""
     requeue: Mapping[str, PendingJob] = field(default_factory=dict)
     """The jobs queued at the start: one the simulation starts and then preempts goes back
     in line, with its submit time, once its grace period is over."""
@@ -122,10 +121,10 @@ class Sim:
     from, and whether it has outlived them (what a start it opens inherits)."""
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     resolved: dict[tuple[object, ...], Candidates] = field(default_factory=dict)
-    """``Placement._resolved`` shared by every step."""
+    """``Memos.resolved`` shared by every step."""
     on: dict[str, dict[str, dict[str, RunningAllocation]]] = field(default_factory=dict)
     """Model -> team -> job id -> its running allocation on the model: what a step's reclaim
-    reads (``Placement._running_of``)."""
+    reads (``Inputs.running_of``)."""
 
     def run(self, alloc: RunningAllocation, end: datetime, basis: str) -> None:
         """``alloc`` runs until ``end`` (its GPUs are already off the nodes' free count)."""
@@ -190,7 +189,7 @@ class FreeGpus:
     - the snapshot's clusters with replaced nodes, for a worded ``decide``.
     """
 
-    def __init__(self, snapshot: Snapshot, config: EngineConfig) -> None:
+    def __init__(self, snapshot: Snapshot) -> None:
         self.free = {
             (c.id, n.name, n.model): n.free_gpus for c in snapshot.clusters for n in c.nodes
         }
@@ -202,10 +201,10 @@ class FreeGpus:
             for ni, n in enumerate(c.nodes):
                 self.at.setdefault((c.id, n.name, n.model), []).append((ci, ni))
         self.moved_nodes: set[tuple[str, str, str]] = set()
-        index = Placement(snapshot, config)
-        self.capacity = index._index_pools()
+        index = index_pools(snapshot)
+        self.capacity = index.capacity
         self.pools = index.pools
-        self.pool_of_node = index._pool_of_node
+        self.pool_of_node = node_pools(index.pools)
         self.enabled = {m: [p.key for p in ps] for m, ps in index.enabled.items()}
         self.unavailable = {m: [p.key for p in ps] for m, ps in index.unavailable.items()}
         self.slots: dict[tuple[str, str, str], list[tuple[Pool, int]]] = {}
@@ -221,8 +220,8 @@ class FreeGpus:
             self.moved_nodes.add(key)
             self.moved_slots.add(key)
 
-    def step_pools(self, pl: Placement) -> dict[str, int]:
-        """Give ``pl`` copies of the pools as they are now (``Placement._index_pools``)."""
+    def step_pools(self) -> Pools:
+        """Copies of the pools as they are now, for a step to take and charge."""
         moved: dict[tuple[str, str, str], dict[int, int]] = {}
         for key in self.moved_slots:
             f = self.free[key]
@@ -231,11 +230,14 @@ class FreeGpus:
         self.moved_slots.clear()
         for key, free in moved.items():
             self.pools[key].reset_free(free)
-        pl.pools = {key: pool.copy() for key, pool in self.pools.items()}
-        pl._pool_of_node = self.pool_of_node
-        pl.enabled = {m: [pl.pools[k] for k in keys] for m, keys in self.enabled.items()}
-        pl.unavailable = {m: [pl.pools[k] for k in keys] for m, keys in self.unavailable.items()}
-        return self.capacity
+        pools = {key: pool.copy() for key, pool in self.pools.items()}
+        return Pools(
+            pools,
+            {m: [pools[k] for k in keys] for m, keys in self.enabled.items()},
+            {m: [pools[k] for k in keys] for m, keys in self.unavailable.items()},
+            self.capacity,
+            self.pool_of_node,
+        )
 
     def now(self) -> tuple[Cluster, ...]:
         """The clusters with every node's free GPUs as they are now."""
@@ -322,7 +324,7 @@ def start_admitted(
 
 def in_lines(jobs: Iterable[PendingJob]) -> dict[str, PendingJob]:
     """Pending jobs by id, team by team and each team's in line order, as a step reads them
-    (``Step._team_line``): a step then need not check the order of every line again."""
+    (``Placement.line_order``): a step then need not check the order of every line again."""
     by_team: dict[str, list[PendingJob]] = {}
     for job in jobs:
         by_team.setdefault(job.team, []).append(job)
@@ -405,8 +407,8 @@ class Opened:
 
 def state_at(snapshot: Snapshot, sim: Sim, t: datetime, *, whole: bool = True) -> Snapshot:
     """The snapshot as the simulation has the pool at ``t``. Not ``whole``: the clusters
-    and running jobs are left as the first snapshot has them, for a :class:`Step`, which
-    reads both from ``sim`` instead."""
+    and running jobs are left as the first snapshot has them, for a step
+    (``forecast_step.decide_step``), which reads both from ``sim`` instead."""
     if not whole:
         return replace(snapshot, now=t, pending=tuple(sim.pending.values()))
     return replace(
