@@ -46,7 +46,7 @@ from clusters.outcome import job_event_record, jobs_for_tasks
 from portal.jobs.rowlock import conflicts_retried, jobs_update
 from portal.jobs.state import Change, jobs_transition_bulk
 from portal.models import Job, JobState
-from rules import volcano
+from rules import jobspec, volcano
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,12 @@ log = logging.getLogger(__name__)
 # Columns a batch dispatch never reads. Leaving them out spares their converters (four
 # timestamps, two JSON documents) on every row, the largest part of loading a batch. The
 # batch touches only what job_manifest, submission_uid and the transition need; anything
-# unusual goes to the one-job path, which loads the job whole.
+# unusual goes to the one-job path, which loads the job whole. The admission has chosen the
+# model already, so the fields that choose one are not read again, but for the share's size.
+_MODEL_CHOSEN = tuple(f for f in jobspec.REQUIREMENT_FIELDS if f != "gpu_memory_gib")
 _NOT_FOR_THE_BATCH = (
     "owner",
-    "gpu_models",
-    "min_gpu_memory_gib",
-    "requires_bf16",
-    "requires_fp8",
-    "min_fp16_tflops",
-    "selection_policy",
+    *_MODEL_CHOSEN,
     "allow_fallback",
     "priority",
     "state_changed_at",
