@@ -24,6 +24,7 @@ from portal.models import HOLDING_STATES, Job, JobState, Priority, Team
 from rules import engine
 from scheduling.catalog import catalog_forget, mig_whole_gpu, shared_pool_create
 from scheduling.inventory import Node
+from scheduling.matching import REQUIREMENT_FIELDS, requirement_of
 from scheduling.models import GpuModel, Quota, QuotaChange, TeamPolicy, UsageRecord
 from scheduling.preview import KEEP, Proposal, TeamProposal, preview_changes
 from scheduling.snapshot import engine_model
@@ -72,17 +73,7 @@ def _queued_groups() -> list[dict[str, Any]]:
     """Queued jobs grouped by team and by what they ask for, with their number."""
     return list(
         Job.objects.filter(state=JobState.QUEUED)
-        .values(
-            "team__slug",
-            "gpu_models",
-            "min_gpu_memory_gib",
-            "min_fp16_tflops",
-            "requires_bf16",
-            "requires_fp8",
-            "gpu_memory_gib",
-            "selection_policy",
-            "allow_fallback",
-        )
+        .values("team__slug", *REQUIREMENT_FIELDS, "allow_fallback")
         .annotate(n=Count("id"))
         .order_by()
     )
@@ -91,17 +82,8 @@ def _queued_groups() -> list[dict[str, Any]]:
 def _tried(group: dict[str, Any], catalog: tuple[engine.GpuModel, ...]) -> list[str]:
     """The models a group's jobs may run on, in the order tried (the first alone without
     fallback)."""
-    requirement = engine.Requirement(
-        models=tuple(group["gpu_models"] or ()),
-        min_memory_gib=float(group["min_gpu_memory_gib"] or 0),
-        min_tflops_fp16=float(group["min_fp16_tflops"] or 0),
-        bf16=bool(group["requires_bf16"]),
-        fp8=bool(group["requires_fp8"]),
-        shared=group["gpu_memory_gib"] is not None,
-    )
-    matched = engine.resolve_candidates(
-        requirement, engine.Policy(group["selection_policy"]), catalog
-    ).matched
+    requirement, policy = requirement_of(group)
+    matched = engine.resolve_candidates(requirement, policy, catalog).matched
     keys = [m.key for m in matched]
     return keys if group["allow_fallback"] else keys[:1]
 

@@ -32,6 +32,7 @@ from portal.models import Job, Team
 from portal.web.forms import JobSubmitForm
 from rules import engine
 from rules.engine.reasons import fmt_wait
+from rules.jobspec import CONSTRAINT_FIELDS
 from scheduling.catalog import catalog_entries
 from scheduling.estimates import job_estimate, spec_estimate
 from scheduling.matching import REQUIREMENT_FIELDS, requirement_of, requirement_preview
@@ -478,7 +479,7 @@ def match_preview(request: HttpRequest) -> HttpResponse:
     pool has, in the order they are tried, which is first and which are full now."""
     params = request.GET.copy()
     if params.get("requirement") == "models":
-        for name in ("min_gpu_memory_gib", "requires_bf16", "requires_fp8", "min_fp16_tflops"):
+        for name in CONSTRAINT_FIELDS:
             params.pop(name, None)
     else:
         params.pop("gpu_models", None)
