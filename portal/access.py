@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import QuerySet
 
+from portal.catalog import TeamPolicy
 from portal.errors import Forbidden, NotFound
 from portal.models import Job, JobState, Membership, Role, Team
-from scheduling.models import TeamPolicy
 
 AnyUser = AbstractBaseUser | AnonymousUser
 

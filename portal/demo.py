@@ -6,8 +6,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from portal.catalog import catalog_seed
 from portal.models import Membership, Role, Team
-from scheduling.catalog import catalog_seed
 
 DEMO_PASSWORD = "gpupool-demo"
 

@@ -9,6 +9,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
+from portal.catalog import GpuModel
 from portal.jobs import spec
 from portal.jobs.blocker import blocker_of
 from portal.jobs.spec import PRIORITY_BY_NAME
@@ -24,7 +25,6 @@ from portal.models import (
     TemplateScope,
 )
 from rules.jobspec import REQUEST_FIELDS
-from scheduling.models import GpuModel
 
 PRIORITY_NAMES = {v: k for k, v in PRIORITY_BY_NAME.items()}
 _AFTER_GPU_SIZES = REQUEST_FIELDS.index("cpu_per_replica")

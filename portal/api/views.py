@@ -46,6 +46,7 @@ from portal.api.serializers import (
     TeamSerializer,
 )
 from portal.api.throttles import SubmitThrottle
+from portal.catalog import GpuModel
 from portal.errors import NotFound
 from portal.jobs.attempts import AttemptView, job_attempt, job_attempts
 from portal.jobs.blocker import estimate_dict, start_estimate
@@ -53,7 +54,6 @@ from portal.jobs.resubmit import resolve_from_job, resubmit_note
 from portal.jobs.services import job_cancel, job_submit, job_submit_batch
 from portal.jobs.waits import queue_positions_fill
 from portal.models import Job, Team
-from scheduling.models import GpuModel
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",

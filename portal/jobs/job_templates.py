@@ -26,13 +26,13 @@ from django.db.models import Q, QuerySet
 from django.utils.text import slugify
 
 from portal.access import SUBMIT_ROLES, AnyUser, team_roles_of
+from portal.catalog import catalog_entries
 from portal.errors import ApplicationError, Conflict, Forbidden, NotFound
 from portal.jobs.resubmit import job_request_data
 from portal.jobs.services import submit_limits
 from portal.jobs.spec import SpecError, parse_job_spec
 from portal.models import Job, JobTemplate, Role, Team, TemplateScope
 from portal.team_audit import changed_fields, team_change_record
-from scheduling.catalog import catalog_entries
 
 BUILTIN_TEMPLATES_PATH = Path(__file__).resolve().parent.parent / "data" / "job-templates.json"
 MAX_DESCRIPTION = 2000

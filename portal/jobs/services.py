@@ -13,15 +13,15 @@ from django.conf import settings
 from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
-from clusters.selectors import largest_node_gpus
 from portal import db, hooks
 from portal.access import AnyUser, require_cancel, team_for_submit
 from portal.cache import ProcessView
+from portal.catalog import catalog_entries
 from portal.errors import ApplicationError, Conflict, Forbidden, TooManyQueued
+from portal.inventory import largest_node_gpus
 from portal.jobs.spec import JobSpec, SpecError, SpecLimits, parse_job_spec
 from portal.jobs.state import job_transition
 from portal.models import TERMINAL_STATES, Job, JobEvent, JobState, Priority, Team
-from scheduling.catalog import catalog_entries
 
 
 def _notify_jobs_changed() -> None:

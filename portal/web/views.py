@@ -29,7 +29,9 @@ from portal.access import (
     teams_visible_to,
 )
 from portal.api.throttles import SubmitThrottle
+from portal.catalog import GpuModel, TeamPolicy, catalog_entries
 from portal.errors import ApplicationError, NotFound
+from portal.inventory import models_unavailable
 from portal.jobs.attempts import attempt_events, job_attempt, job_attempts
 from portal.jobs.blocker import blocker_of, blocker_sentence, start_estimate
 from portal.jobs.bulk import admin_team_ids, jobs_cancel_bulk
@@ -56,9 +58,6 @@ from portal.models import (
 )
 from portal.tokens import api_token_create, api_token_revoke
 from portal.web.forms import JobSubmitForm, error_list, initial_from_request
-from scheduling.catalog import catalog_entries
-from scheduling.matching import models_unavailable
-from scheduling.models import GpuModel, TeamPolicy
 
 PAGE_SIZE = 50
 
