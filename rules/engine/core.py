@@ -1,8 +1,10 @@
 """One scheduling decision over a snapshot: ``decide(snapshot) -> Decision``.
 
-The steps, in order (methods of :class:`Placement`, the state of one decision; preemption,
-the starvation holds and the wording of reasons are functions of that state in their own
-modules: ``preemption``, ``holds``, ``wording``):
+The steps, in order (methods of :class:`Placement`, the state of one decision; what a
+snapshot indexes into is ``index``, a team's line order ``lines``, where a gang fits ``fit``,
+and preemption, the starvation holds, the wording of reasons and the assembled Decision are
+functions of that state in their own modules: ``preemption``, ``holds``, ``wording``,
+``assemble``):
 
 1. Index the snapshot into in-cycle state: pools of free GPUs per (cluster, model), the quota
    book, the share book; charge running allocations; mark which of them run on borrowed quota.
@@ -28,43 +30,39 @@ of the cycle, and the numbers at the end of the cycle explain every failure seen
 
 from __future__ import annotations
 
-import functools
 import heapq
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 from operator import attrgetter
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from rules.engine import reasons
+from rules.engine.assemble import assemble, notes_on_clusters
 from rules.engine.candidates import Candidates, resolve_candidates
-from rules.engine.capacity import PLAIN, Pool, ask_of, host_rows, pool_of
+from rules.engine.capacity import PLAIN, Pool, ask_of, host_rows
 from rules.engine.decision import (
     Admission,
     CandidateNote,
     CapacityHold,
-    ClusterNote,
     Decision,
     Explanation,
-    NotConsidered,
-    PendingReason,
     Preemption,
-    TeamShare,
-    pending_reason,
 )
-from rules.engine.fairshare import ShareBook
+from rules.engine.fit import best_of_ties, capacity_failure, fits_now, fitting_pools, still_held
 from rules.engine.holds import try_hold
+from rules.engine.index import Books, NodePools, Pools, RunningOf, books_of, index_pools, node_pools
+from rules.engine.lines import line_order
 from rules.engine.placement import Fragmentation, fragmentation_for
 from rules.engine.preemption import try_preempt
-from rules.engine.quota import COHORT_SHORT, QuotaBook
-from rules.engine.reasons import ClusterNoteCode, ReasonCode, SkipCode
+from rules.engine.quota import COHORT_SHORT
+from rules.engine.reasons import ReasonCode, SkipCode
 from rules.engine.snapshot import (
     ClusterState,
     EngineConfig,
     GpuModel,
-    Node,
     PendingJob,
     Policy,
     Requirement,
@@ -72,23 +70,16 @@ from rules.engine.snapshot import (
     Snapshot,
     Team,
 )
-from rules.engine.state import Failure, Memos, Signature, Victim, Waiting, Words
+from rules.engine.state import Blocked, Failure, Memos, Signature, Victim, Waiting
 from rules.engine.wording import (
     candidate_note,
     fallback_note,
     not_tried_note,
-    pending_reason_of,
-    reason_words,
 )
 
 DEFAULT_CONFIG = EngineConfig()
 
 # What a cluster that takes nothing new is noted as, by its state.
-_NOTE_OF_STATE = {
-    ClusterState.DRAINING: ClusterNoteCode.DRAINING,
-    ClusterState.DISABLED: ClusterNoteCode.DISABLED,
-    ClusterState.UNREACHABLE: ClusterNoteCode.UNREACHABLE,
-}
 
 
 def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decision:
@@ -99,131 +90,6 @@ def decide(snapshot: Snapshot, config: EngineConfig = DEFAULT_CONFIG) -> Decisio
     environment, nothing is mutated.
     """
     return Placement(snapshot, config).run()
-
-
-def index_pools(snapshot: Snapshot) -> Pools:
-    """The pools of ``snapshot``'s nodes, one per (cluster, model, node group), and each
-    model's GPUs in them (the share book's capacity)."""
-    pools: dict[tuple[str, str, str], Pool] = {}
-    enabled: dict[str, list[Pool]] = {}
-    unavailable: dict[str, list[Pool]] = {}
-    capacity: dict[str, int] = {}
-    shared = {m.key: int(m.memory_gib) for m in snapshot.models if m.shared_of}
-    for cluster in sorted(snapshot.clusters, key=lambda c: c.id):
-        by_model: dict[tuple[str, str], list[Node]] = {}
-        # Runs of one (model, group) in one step: a cluster's nodes mostly come grouped.
-        for key, run in groupby(cluster.nodes, key=_model_group):
-            nodes = by_model.get(key)
-            if nodes is None:
-                by_model[key] = list(run)
-            else:
-                nodes.extend(run)
-        for model, group in sorted(by_model):
-            pool = pool_of(
-                cluster.id,
-                cluster.state,
-                model,
-                by_model[(model, group)],
-                group,
-                shared=model in shared,
-                device_size=shared.get(model, 0),
-            )
-            pools[pool.key] = pool
-            capacity[model] = capacity.get(model, 0) + pool.total_gpus
-            target = enabled if cluster.state is ClusterState.ENABLED else unavailable
-            target.setdefault(model, []).append(pool)
-    return Pools(pools, enabled, unavailable, capacity)
-
-
-def node_pools(pools: dict[tuple[str, str, str], Pool]) -> NodePools:
-    """Which pool each node is in, for finding a running job's pool from its nodes."""
-    return {
-        (pool.cluster, pool.model, name): key for key, pool in pools.items() for name in pool.names
-    }
-
-
-def books_of(snapshot: Snapshot, config: EngineConfig, capacity: dict[str, int]) -> Books:
-    """The books of ``snapshot`` with its running jobs charged.
-
-    Charged once per (team, model), not per job: both books only add up, and a cycle sees
-    thousands of running jobs for a few hundred pairs."""
-    quota = QuotaBook(
-        {t.id: t.cohort for t in snapshot.teams}, snapshot.quotas, snapshot.cohort_quotas
-    )
-    usage: dict[str, float] = {}
-    for u in snapshot.usage:
-        usage[u.team] = usage.get(u.team, 0.0) + max(0.0, u.weighted_gpu_hours)
-    shares = ShareBook(
-        capacity,
-        {m.key: m.cost_factor for m in snapshot.models},
-        {t.id: t.weight for t in snapshot.teams},
-        usage,
-        config.usage_half_life,
-        config.usage_weight,
-    )
-    charged: dict[tuple[str, str], int] = {}
-    preempting = 0
-    for a in snapshot.running:
-        key = (a.team, a.model)
-        gpus = a.replicas * a.gpus_per_replica
-        charged[key] = charged.get(key, 0) + gpus
-        if a.preempting:
-            preempting += gpus
-    for (team, model), gpus in charged.items():
-        quota.add(team, model, gpus)
-        shares.add(team, model, gpus)
-    return Books(quota, shares, preempting)
-
-
-_Blocked = tuple[PendingJob, "tuple[Failure, ...]", Candidates, int, int, int]
-"""A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
-admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class _Forgetful(dict[_K, _V]):
-    """A memo that remembers nothing (``Placement.reuse_words = False``)."""
-
-    def __setitem__(self, key: _K, value: _V) -> None:
-        pass
-
-
-NodePools = dict[tuple[str, str, str], tuple[str, str, str]]
-"""(cluster, model, node name) -> ``Pool.key``."""
-
-RunningOf = Callable[[str], list[tuple[str, list[RunningAllocation]]]]
-"""Model -> each team's running allocations on it (what a reclaim sorts into victims)."""
-
-
-@dataclass(slots=True)
-class Pools:
-    """The free GPUs of one decision, by pool: what :func:`index_pools` makes of a snapshot's
-    nodes, or what a caller that keeps them from decision to decision (the forecast) hands
-    in instead of indexing the nodes again."""
-
-    pools: dict[tuple[str, str, str], Pool]
-    """By ``Pool.key``: (cluster, model, node group)."""
-    enabled: dict[str, list[Pool]]
-    """Model -> its pools in clusters that take new work."""
-    unavailable: dict[str, list[Pool]]
-    """Model -> its pools in draining, disabled or unreachable clusters."""
-    capacity: dict[str, int]
-    """Model -> its GPUs in all pools (the share book's capacity)."""
-    node_pools: NodePools | None = None
-    """Made when first needed (see ``Placement.pool_of_node``); None until then."""
-
-
-@dataclass(frozen=True, slots=True)
-class Books:
-    """The quota and share books with the running jobs charged, and the GPUs of preemptions
-    under way (they count against a cycle's preemption budget)."""
-
-    quota: QuotaBook
-    shares: ShareBook
-    preempting: int
 
 
 class Skip(Protocol):
@@ -284,8 +150,8 @@ class Placement:
         self.inputs = inputs
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        # A wait is a Waiting (worded on the spot) or, on the hot path, a _Blocked tuple.
-        self.waiting: list[Waiting | _Blocked] = []
+        # A wait is a Waiting (worded on the spot) or, on the hot path, a Blocked tuple.
+        self.waiting: list[Waiting | Blocked] = []
         self.holds: list[CapacityHold] = []
         self.visited = 0
         self.claimed: set[str] = set()  # running jobs preempted (or waited for) this cycle
@@ -298,7 +164,7 @@ class Placement:
         self.charged: list[tuple[str, str, int]] = []
         """(team, model, GPUs) of each charge made, in order: what a caller whose books
         outlive the decision takes back (the forecast)."""
-        self.line_order: Callable[[list[PendingJob]], list[PendingJob]] = _line_order
+        self.line_order: Callable[[list[PendingJob]], list[PendingJob]] = line_order
         self.running_of: RunningOf = self._running_in_snapshot
         self.skip: Skip | None = None
         if inputs is not None:
@@ -692,25 +558,25 @@ class Placement:
             cf = cap_failed.get(ckey)
             if cf is not None:
                 if cf.code is SkipCode.HELD_FOR_OTHER_JOB:
-                    cf = self._still_held(cf, g, r, ask)
+                    cf = still_held(self, cf, g, r, ask)
                 failures.append(cf)
                 continue
             if nominal_only and borrowed:
-                if any(p.free_total >= need and _fits(p, g, r, ask) for p in pools):
+                if any(p.free_total >= need and fits_now(p, g, r, ask) for p in pools):
                     self.memos.deferred_sig.add(signature)
                     return False  # would borrow: wait for the borrowing pass of this band
-                cf = cap_failed[ckey] = self._capacity_failure(model, g, r, ask)
+                cf = cap_failed[ckey] = capacity_failure(self, model, g, r, ask)
                 failures.append(cf)
                 continue
-            fitting = self._fitting(pools, g, r, need, ask)
+            fitting = fitting_pools(self, pools, g, r, need, ask)
             if not fitting:
-                cf = cap_failed[ckey] = self._capacity_failure(model, g, r, ask)
+                cf = cap_failed[ckey] = capacity_failure(self, model, g, r, ask)
                 failures.append(cf)
                 continue
             if self.frag is not None:
                 # With a demand, candidates the policy ranks equal go to the best placement.
-                model, fitting, borrowed = self._best_of_ties(
-                    job, model, fitting, borrowed, tried, need, ask, nominal_only
+                model, fitting, borrowed = best_of_ties(
+                    self, job, model, fitting, borrowed, tried, need, ask, nominal_only
                 )
             self._admit(job, model, fitting, borrowed, cands, failures, starving, ask)
             return True
@@ -738,47 +604,6 @@ class Placement:
         self.waiting.append((job, known, cands, n_tried, self.visited, len(self.admissions)))
         return True
 
-    def _best_of_ties(
-        self,
-        job: PendingJob,
-        model: GpuModel,
-        fitting: list[tuple[tuple[int, int, str], Pool, list[int]]],
-        borrowed: int,
-        tried: Sequence[GpuModel],
-        need: int,
-        ask: tuple[int, ...],
-        nominal_only: bool,
-    ) -> tuple[GpuModel, list[tuple[tuple[int, int, str], Pool, list[int]]], int]:
-        """The first fitting candidate, or a later one the job's policy ranks equal to it
-        (same cost, memory and TFLOPS under ``cheapest``; same TFLOPS and cost under
-        ``fastest``; never under ``ordered``) whose placement grows the expected
-        fragmentation less (then leaves less free on its nodes). Used only with a demand:
-        the policy's order says which models a job prefers; among those it does not prefer
-        apart, the placement rule decides, as it does between nodes."""
-        tie = _tie_key(model, job.policy)
-        if tie is None:
-            return model, fitting, borrowed
-        g, r = job.gpus_per_replica, job.replicas
-
-        def score(f: list[tuple[tuple[int, int, str], Pool, list[int]]]) -> tuple[float, int]:
-            pool = f[0][1]
-            return (self.memos.growth_of.get(id(pool), 0.0), f[0][0][0])
-
-        best = (score(fitting), model, fitting, borrowed)
-        for other in tried[tried.index(model) + 1 :]:
-            if _tie_key(other, job.policy) != tie:
-                continue
-            pools = self.enabled.get(other.key)
-            if not pools:
-                continue
-            lent = self.quota.fits(job.team, other.key, need)
-            if lent < 0 or (nominal_only and lent):
-                continue
-            alt = self._fitting(pools, g, r, need, ask)
-            if alt and score(alt) < best[0]:
-                best = (score(alt), other, alt, lent)
-        return best[1], best[2], best[3]
-
     def _candidates(self, req: Requirement, policy: Policy) -> Candidates:
         """resolve_candidates, memoised per cycle by value (a plain tuple key: hashing and
         comparing the frozen dataclass itself runs Python code per lookup)."""
@@ -795,90 +620,6 @@ class Placement:
         if cands is None:
             cands = self.memos.resolved[key] = resolve_candidates(req, policy, self.snap.models)
         return cands
-
-    def _fitting(
-        self, pools: Sequence[Pool], g: int, r: int, need: int, ask: tuple[int, ...] = ()
-    ) -> list[tuple[tuple[int, int, str], Pool, list[int]]]:
-        """Every enabled cluster the gang fits, best fit first: least leftover on the nodes
-        used, then least free left in the cluster, then cluster id. A pool booked per device
-        (``Pool.general``) places by its own rule and keeps the devices it planned in
-        ``self.memos.devices_of[id(pool)]``."""
-        out: list[tuple[tuple[int, int, str], Pool, list[int]]] = []
-        for pool in pools:
-            if pool.max_total < g or pool.free_total < need:
-                continue
-            if pool.general and ask:
-                if not pool.fits_ask(ask, r):  # type: ignore[arg-type]
-                    continue
-                placed = pool.plan_ask(ask, r, self.frag)  # type: ignore[arg-type]
-                if placed is None:  # pragma: no cover - fits_ask() said yes
-                    continue
-                plan, devices, leftover, growth = placed
-                self.memos.devices_of[id(pool)] = devices
-                self.memos.growth_of[id(pool)] = growth
-                out.append(((leftover, pool.free_total - need, pool.cluster), pool, plan))
-                continue
-            if not pool.fits(g, r):
-                continue
-            planned = pool.plan(g, r)
-            if planned is None:  # pragma: no cover - fits() said yes
-                continue
-            plan, leftover = planned
-            out.append(((leftover, pool.free_total - need, pool.cluster), pool, plan))
-        out.sort(key=lambda c: c[0])
-        return out
-
-    def ever_fits(self, model: str, g: int, r: int, ask: tuple[int, ...] = ()) -> bool:
-        """Whether the gang could fit on an enabled pool of ``model`` were it empty (static
-        within a cycle, so memoised)."""
-        key = (model, g, r, ask)
-        ever = self.memos.ever.get(key)
-        if ever is None:
-            pools = self.enabled.get(model, ())
-            ever = self.memos.ever[key] = any(
-                p.could_ever_fit_ask(ask, r) if p.general and ask else p.could_ever_fit(g, r)  # type: ignore[arg-type]
-                for p in pools
-            )
-        return ever
-
-    def _capacity_failure(
-        self, model: GpuModel, g: int, r: int, ask: tuple[int, ...] = ()
-    ) -> Failure:
-        key = (model.key, g, r)
-        pools = self.enabled[model.key]
-        if not self.ever_fits(model.key, g, r, ask):
-            return Failure(SkipCode.TOO_LARGE, model)
-        if self.memos.held_by:
-            for pool in pools:
-                holder = self.memos.held_by.get(id(pool))
-                if holder is not None and pool.fits_without_holds(g, r):
-                    return Failure(SkipCode.HELD_FOR_OTHER_JOB, model, holder=holder)
-        if ask and any(p.general for p in pools):
-            key = (model.key, g, r, ask)  # type: ignore[assignment]
-        fit0 = self.memos.fit0.get(key)
-        if fit0 is None:
-            fit0 = self.memos.fit0[key] = any(
-                self.initial_general[p.key].fits_ask(ask, r)  # type: ignore[arg-type]
-                if p.general and ask
-                else _fits_counts(self.initial_counts[p.key], g, r)
-                for p in pools
-            )
-        return Failure(SkipCode.NO_NODE_FITS, model, fit_at_start=fit0)
-
-    def _still_held(self, failure: Failure, g: int, r: int, ask: tuple[int, ...] = ()) -> Failure:
-        """A "held for another job" failure as it stands now. Room only shrinks within a
-        cycle: once the gang would not fit even without the holds, what stops it is no room,
-        which a job within its nominal quota may reclaim. Read again where it is used, so
-        that how a failure is worded, and whether a later job reclaims, does not depend on
-        which job of that shape the cycle happened to ask first."""
-        now = self._capacity_failure(failure.model, g, r, ask)
-        if now.code is failure.code:
-            return failure
-        tail = tuple(ask[1:]) if ask else PLAIN
-        self.memos.cap_failed[
-            (failure.model.key, g, r) if tail == PLAIN else (failure.model.key, g, r, tail)
-        ] = now
-        return now
 
     def charge(self, team: str, model: str, need: int) -> None:
         self.charged.append((team, model, need))
@@ -899,7 +640,7 @@ class Placement:
         g = job.gpus_per_replica
         (leftover, _, _), pool, plan = fitting[0]
         # Computed before charging; an unworded step needs no explanation at all.
-        cluster_notes = self._cluster_notes(model, fitting) if self.worded else None
+        cluster_notes = notes_on_clusters(self, model, fitting) if self.worded else None
         device_plan: tuple[str, ...] = ()
         if pool.general and ask:
             devices = self.memos.devices_of[id(pool)]
@@ -979,47 +720,6 @@ class Placement:
                 if other is not pool:
                     other.charge_host(j, cpu, mem)
 
-    def _cluster_notes(
-        self, model: GpuModel, fitting: list[tuple[tuple[int, int, str], Pool, list[int]]]
-    ) -> list[ClusterNote]:
-        """Why the other clusters with this model lost (computed before charging)."""
-        (leftover, cluster_left, _), pool, _ = fitting[0]
-        notes: list[ClusterNote] = []
-        memo = self.memos.cluster_notes
-        others = {id(p): rank for rank, p, _ in fitting[1:]}
-        for other in self.enabled.get(model.key, ()):
-            if other is pool:
-                continue
-            rank = others.get(id(other))
-            # Notes are equal for equal numbers: made once per cycle, then shared.
-            if rank is None:
-                key: tuple[object, ...] = (other.cluster, other.max_block())
-            else:
-                key = (other.cluster, rank[0], rank[1], leftover, cluster_left)
-            note = memo.get(key)
-            if note is None:
-                if rank is None:
-                    code = ClusterNoteCode.NO_ROOM
-                    detail = reasons.msg_cluster_no_room(other.max_block())
-                else:
-                    code = ClusterNoteCode.WORSE_FIT
-                    detail = reasons.msg_cluster_worse_fit(rank[0], rank[1], leftover, cluster_left)
-                note = memo[key] = ClusterNote(
-                    cluster=other.cluster, code=code, message=reasons.note(other.cluster, detail)
-                )
-            notes.append(note)
-        for other in self.unavailable.get(model.key, ()):
-            note = memo.get(other.cluster)
-            if note is None:
-                code = _NOTE_OF_STATE.get(other.state, ClusterNoteCode.DISABLED)
-                note = memo[other.cluster] = ClusterNote(
-                    cluster=other.cluster,
-                    code=code,
-                    message=reasons.note(other.cluster, reasons.msg_cluster_state(other.state)),
-                )
-            notes.append(note)
-        return notes
-
     def _assemble(self) -> Decision:
         if not self.worded:  # what starts and what is preempted, no more (see ``worded``)
             return Decision(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions))
@@ -1027,145 +727,14 @@ class Placement:
         self.memos.frames = {}
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
         self.memos.reasons = {}
-        # The loop below is the one place that runs once per pending job: kept flat.
-        memo = self.memos.reasons if self.reuse_words else _Forgetful[int, Words]()
-        words = functools.partial(reason_words, self)
-        worded = functools.partial(pending_reason_of, self)
-        waiting_behind = ReasonCode.WAITING_BEHIND
-        detail_waiting = reasons.detail_waiting_behind
-        new = pending_reason
-        pending: list[PendingReason] = []
-        append = pending.append
-        position = 0
-        for w in self.waiting:
-            position += 1
-            if isinstance(w, Waiting):
-                append(worded(w, position))
-                continue
-            job, failures, cands, n_tried, ahead, admitted_ahead = w
-            cached = memo.get(id(failures))
-            if cached is None:
-                cached = memo[id(failures)] = words(job, failures, cands, n_tried)
-            code, message, candidates, head, tail = cached
-            if code is waiting_behind:  # the one message with per-job numbers
-                message = f"{head}{detail_waiting(ahead, admitted_ahead)}{tail}"
-            append(new(job.id, job.team, code, message, position, candidates))
-        position_from = len(pending) + 1
-        backlog: dict[str, int] = {}
-        for b in self.snap.backlog:
-            backlog[b.team] = backlog.get(b.team, 0) + max(0, b.count)
-        not_considered = [
-            NotConsidered(
-                team=team,
-                job_ids=self.beyond.get(team, ()),
-                unloaded=backlog.get(team, 0),
-                position_from=position_from,
-                message=reasons.msg_not_considered(
-                    self.config.lookback_per_team, position_from, backlog.get(team, 0)
-                ),
-            )
-            for team in sorted(set(self.beyond) | {t for t, n in backlog.items() if n})
-        ]
-        shares = []
-        for team in sorted(self.teams):
-            alloc, dominant = self.shares.allocation_share(team)
-            shares.append(
-                TeamShare(
-                    team=team,
-                    weight=self.teams[team].weight,
-                    dominant_model=dominant,
-                    allocation_share=alloc,
-                    usage_share=self.shares.usage_share(team),
-                    share_before=self.share_before[team],
-                    share_after=self.shares.share(team),
-                )
-            )
-        return Decision(
-            admissions=tuple(self.admissions),
-            preemptions=tuple(self.preemptions),
-            pending=tuple(pending),
-            holds=tuple(self.holds),
-            not_considered=tuple(not_considered),
-            shares=tuple(shares),
-            considered=self.visited,
-        )
+        return assemble(self)
 
 
-_by_submit = attrgetter("submitted_at", "id")
 _by_start = attrgetter("started_at", "job_id")
 _by_victim_order = attrgetter("sort_key")
-_by_priority = attrgetter("priority")
 _job_id = attrgetter("id")
 _team = attrgetter("team")
-_model_group = attrgetter("model", "group")
 
 
 def _minus_priority(job: PendingJob) -> int:
     return -job.priority
-
-
-def _in_line_order(jobs: list[PendingJob]) -> bool:
-    """Whether ``jobs`` already are in line order (cheaper to check than to sort again)."""
-    prev = jobs[0]
-    for job in jobs[1:]:
-        if job.priority != prev.priority:
-            if job.priority > prev.priority:
-                return False
-        elif job.submitted_at != prev.submitted_at:
-            if job.submitted_at < prev.submitted_at:
-                return False
-        elif job.id < prev.id:
-            return False
-        prev = job
-    return True
-
-
-def _line_order(jobs: list[PendingJob]) -> list[PendingJob]:
-    """A team's line: priority desc, then submit time, then id.
-
-    Input already in line order (the cycle's ORDER BY gives it for free) is only checked.
-    Otherwise C-level sorts: by priority, then each equal-priority run by submit time and id.
-    """
-    if _in_line_order(jobs):
-        return jobs
-    jobs.sort(key=_by_priority, reverse=True)  # stable, so equal priorities keep input order
-    out: list[PendingJob] = []
-    start = 0
-    n = len(jobs)
-    while start < n:
-        p = jobs[start].priority
-        end = start + 1
-        while end < n and jobs[end].priority == p:
-            end += 1
-        run = jobs[start:end]
-        run.sort(key=_by_submit)
-        out.extend(run)
-        start = end
-    return out
-
-
-def _tie_key(model: GpuModel, policy: Policy) -> tuple[float, ...] | None:
-    """What a policy orders candidate models by, bar the key: equal tuples are models the
-    policy does not prefer apart (None: every model is its own rank)."""
-    if policy is Policy.CHEAPEST:
-        return (model.cost_factor, model.memory_gib, model.tflops_fp16)
-    if policy is Policy.FASTEST:
-        return (model.tflops_fp16, model.cost_factor)
-    return None
-
-
-def _fits(pool: Pool, g: int, r: int, ask: tuple[int, ...]) -> bool:
-    """Whether the gang fits the pool now: by its devices, CPU and memory where it books them."""
-    if pool.general and ask:
-        return pool.fits_ask(ask, r)  # type: ignore[arg-type]
-    return pool.fits(g, r)
-
-
-def _fits_counts(counts: list[int], g: int, r: int) -> bool:
-    slots = 0
-    for f in range(len(counts) - 1, g - 1, -1):
-        if counts[f]:
-            slots += counts[f] * (f // g)
-            if slots >= r:
-                return True
-    return False

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rules.engine.candidates import resolve_candidates
-from rules.engine.core import DEFAULT_CONFIG, books_of, decide
+from rules.engine.core import DEFAULT_CONFIG, decide
 from rules.engine.decision import Decision
 from rules.engine.durations import (
     MIN_RUNS,
@@ -39,6 +39,7 @@ from rules.engine.durations import (
     shape_of,
 )
 from rules.engine.forecast_step import decide_step, quota_asks
+from rules.engine.index import books_of
 from rules.engine.reasons import count, fmt_wait
 from rules.engine.simulation import (
     MAY_MOVE,

@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 
 from rules.engine.candidates import resolve_candidates
-from rules.engine.core import Books, Inputs, Placement, _line_order
+from rules.engine.core import Inputs, Placement
 from rules.engine.decision import Decision
+from rules.engine.fit import ever_fits
+from rules.engine.index import Books
+from rules.engine.lines import line_order
 from rules.engine.quota import COHORT_SHORT
 from rules.engine.simulation import Sim
 from rules.engine.snapshot import (
@@ -57,10 +60,10 @@ def _inputs(
     """The simulation's pools and books, instead of made again from the snapshot."""
     requeued = sim.requeued_teams
 
-    def line_order(jobs: list[PendingJob]) -> list[PendingJob]:
+    def sorted_if_requeued(jobs: list[PendingJob]) -> list[PendingJob]:
         # The simulation keeps its pending jobs in line order (in_lines) but for the jobs
         # that come back after a preemption.
-        return _line_order(jobs) if jobs[0].team in requeued else jobs
+        return line_order(jobs) if jobs[0].team in requeued else jobs
 
     def running_of(model: str) -> list[tuple[str, list[RunningAllocation]]]:
         return [(team, list(jobs.values())) for team, jobs in sim.on.get(model, {}).items()]
@@ -69,7 +72,7 @@ def _inputs(
         pools=sim.free.step_pools(),
         books=Books(sim.quota, sim.shares, sim.preempting),
         running_of=running_of,
-        line_order=line_order,
+        line_order=sorted_if_requeued,
         resolved=sim.resolved,  # the models never change: resolve once per forecast
         skip=lambda pl: QuotaSkip(pl, asks, wants),
     )
@@ -172,7 +175,7 @@ class QuotaSkip:
         for m in models:
             fits = quota.fits(team, m, need)
             may_act = fits >= 0 or (fits == COHORT_SHORT and holds_left and m not in held)
-            if may_act and self.pl.ever_fits(m, g, r):
+            if may_act and ever_fits(self.pl, m, g, r):
                 return False
         return True
 

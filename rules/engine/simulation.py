@@ -14,10 +14,11 @@ from datetime import datetime, timedelta
 
 from rules.engine.candidates import Candidates
 from rules.engine.capacity import Pool
-from rules.engine.core import Pools, _line_order, index_pools, node_pools
 from rules.engine.decision import Decision, PendingReason
 from rules.engine.durations import Duration
 from rules.engine.fairshare import ShareBook
+from rules.engine.index import Pools, index_pools, node_pools
+from rules.engine.lines import line_order
 from rules.engine.quota import QuotaBook
 from rules.engine.reasons import count
 from rules.engine.snapshot import (
@@ -328,7 +329,7 @@ def in_lines(jobs: Iterable[PendingJob]) -> dict[str, PendingJob]:
     by_team: dict[str, list[PendingJob]] = {}
     for job in jobs:
         by_team.setdefault(job.team, []).append(job)
-    return {job.id: job for line in by_team.values() for job in _line_order(line)}
+    return {job.id: job for line in by_team.values() for job in line_order(line)}
 
 
 @dataclass(frozen=True)

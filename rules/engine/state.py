@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rules.engine.decision import CandidateNote, CapacityHold, ClusterNote, Preemption
+from rules.engine.decision import Admission, CandidateNote, CapacityHold, ClusterNote, Preemption
 from rules.engine.reasons import ReasonCode, SkipCode
 from rules.engine.snapshot import (
     EngineConfig,
@@ -21,11 +21,14 @@ from rules.engine.snapshot import (
     PendingJob,
     RunningAllocation,
     Snapshot,
+    Team,
 )
 
 if TYPE_CHECKING:
     from rules.engine.candidates import Candidates
     from rules.engine.capacity import Pool
+    from rules.engine.fairshare import ShareBook
+    from rules.engine.placement import Fragmentation
     from rules.engine.quota import QuotaBook
 
 
@@ -88,6 +91,10 @@ Signature = tuple[object, ...]
 devices, compute, CPU, memory, when not plain]): jobs with equal signatures are decided
 alike, so the memos are per signature."""
 
+Blocked = tuple[PendingJob, "tuple[Failure, ...]", "Candidates", int, int, int]
+"""A job blocked by quota or capacity: (job, failures, candidates, candidates tried, jobs ahead,
+admitted ahead). A tuple because it is made once per pending job: tens of thousands a cycle."""
+
 Words = tuple[ReasonCode, str, tuple[CandidateNote, ...], str, str]
 """A blocked job's reason: code, message (empty for WAITING_BEHIND), candidate notes, and the
 frame its message has around the detail."""
@@ -144,7 +151,8 @@ class Memos:
 
 
 class EngineState(Protocol):
-    """What the helpers beside ``core`` (holds, preemption, wording) see of a decision."""
+    """What the helpers beside ``core`` (fit, holds, preemption, wording, assemble) see of a
+    decision."""
 
     snap: Snapshot
     config: EngineConfig
@@ -160,6 +168,21 @@ class EngineState(Protocol):
     preempted_gpus: int
     memos: Memos
     final: bool
+    frag: Fragmentation | None
+    initial_counts: dict[tuple[str, str, str], list[int]]
+    """Per pool booked by counts, its nodes per free-GPU bucket as the decision began."""
+    initial_general: dict[tuple[str, str, str], Pool]
+    """Per pool booked per device, a copy of it as the decision began."""
+    # What assembling the Decision reads (``assemble``):
+    admissions: list[Admission]
+    waiting: list[Waiting | Blocked]
+    """A wait worded on the spot, or, on the hot path, a :data:`Blocked` tuple."""
+    visited: int
+    teams: dict[str, Team]
+    shares: ShareBook
+    share_before: dict[str, float]
+    beyond: dict[str, tuple[str, ...]]
+    reuse_words: bool
 
     def wait(
         self,
