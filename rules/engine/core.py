@@ -52,11 +52,11 @@ from rules.engine.decision import (
     Preemption,
 )
 from rules.engine.fit import best_of_ties, capacity_failure, fits_now, fitting_pools, still_held
-from rules.engine.holds import try_hold
+from rules.engine.holds import HoldPlan, plan_hold
 from rules.engine.index import Books, NodePools, Pools, RunningOf, books_of, index_pools, node_pools
 from rules.engine.lines import line_order
 from rules.engine.placement import Fragmentation, fragmentation_for
-from rules.engine.preemption import try_preempt
+from rules.engine.preemption import PreemptionPlan, plan_preemption
 from rules.engine.quota import COHORT_SHORT
 from rules.engine.reasons import ReasonCode, SkipCode
 from rules.engine.snapshot import (
@@ -583,18 +583,24 @@ class Placement:
         # Reclaim: a team within nominal takes back what borrowers hold.
         if self.config.preemption:
             for f in failures:
-                if f.code is SkipCode.NO_NODE_FITS and try_preempt(self, job, f.model):
-                    return True
+                if f.code is SkipCode.NO_NODE_FITS:
+                    reclaim = plan_preemption(self, job, f.model)
+                    if reclaim is not None:
+                        self._preempt(reclaim)
+                        return True
         if starving:
             for f in failures:
                 if f.code is SkipCode.NO_NODE_FITS:
-                    if try_hold(self, job, f.model, quota_short=False):
-                        return True
+                    hold = plan_hold(self, job, f.model, quota_short=False)
                 elif (
                     f.code is SkipCode.QUOTA_FULL
                     and self.quota.fits(team_id, f.model.key, need) == COHORT_SHORT
-                    and try_hold(self, job, f.model, quota_short=True)
                 ):
+                    hold = plan_hold(self, job, f.model, quota_short=True)
+                else:
+                    continue
+                if hold is not None:
+                    self._hold(hold)
                     return True
         known = tuple(failures)
         if not starving and all(f.code is not SkipCode.HELD_FOR_OTHER_JOB for f in known):
@@ -625,6 +631,48 @@ class Placement:
         self.charged.append((team, model, need))
         self.quota.add(team, model, need)
         self.shares.add(team, model, need)
+
+    def _preempt(self, plan: PreemptionPlan) -> None:
+        """Apply a reclaim: the victims leave the candidate lists, the job's share of the GPUs
+        free now on its future nodes is reserved, its quota and share are charged, and it
+        waits for the victims to go (or only waits, for a wait-only plan)."""
+        job, model, pool = plan.job, plan.model, plan.pool
+        if pool is not None:
+            for i, gpus in plan.reserve:
+                pool.take(i, gpus)
+            key = pool.key
+            for v in plan.inflight:
+                self.inflight[key].remove(v)
+                self.claimed.add(v.alloc.job_id)
+            for v in plan.victims:
+                self.victims[key].remove(v)
+                self.claimed.add(v.alloc.job_id)
+            self.charge(job.team, model.key, job.gpus)
+            self.preempted_gpus += sum(v.alloc.gpus for v in plan.victims)
+            self.preemptions.extend(plan.preemptions)
+        self.wait(job, plan.code, label=model.label, detail=plan.detail)
+
+    def _hold(self, plan: HoldPlan) -> None:
+        """Apply a starvation hold: the cohort's lending and the free GPUs of the nodes the job
+        would use are held against every job visited after it."""
+        job, model, pool, hold = plan.job, plan.model, plan.pool, plan.hold
+        if hold.cohort_gpus:
+            self.quota.hold(job.team, model.key, hold.cohort_gpus)
+            cohort = self.quota.row(job.team, model.key).cohort
+            self.memos.quota_held_by.setdefault((cohort, model.key), job.id)
+        if pool is not None:
+            for i, h in plan.picks:
+                if h:
+                    pool.hold(i, h)
+            self.memos.held_by.setdefault(id(pool), job.id)
+        # A failure may now be "held for another job": classify afresh.
+        self.memos.cap_failed = {
+            k: f for k, f in self.memos.cap_failed.items() if k[0] != model.key
+        }
+        self.memos.failed_sig.clear()
+        self.memos.held_models.add(model.key)
+        self.holds.append(hold)
+        self.wait(job, ReasonCode.HOLDING_CAPACITY, label=model.label, detail=plan.detail)
 
     def _admit(
         self,

@@ -1,11 +1,14 @@
 """Preemption: reclaiming nominal quota from other teams' borrowed jobs so that a job fits.
 
-Kept apart from the placement loop, as Kueue and Armada keep theirs: :func:`try_preempt` works
-out the victims on a copy (a what-if over the pool's free GPUs), and only a set that makes the
-gang fit is applied to the placement's state.
+Kept apart from the placement loop, as Kueue and Armada keep theirs: :func:`plan_preemption`
+works out the victims on a copy (a what-if over the pool's free GPUs) and returns a
+:class:`PreemptionPlan`; only a set that makes the gang fit is planned, and ``core`` applies
+it to the placement's state.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rules.engine import reasons
 from rules.engine.capacity import Pool
@@ -18,8 +21,30 @@ from rules.engine.snapshot import GpuModel, PendingJob, RunningAllocation
 from rules.engine.state import EngineState, Victim
 
 
-def try_preempt(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:
-    """Reclaim nominal quota from borrowers so that ``job`` fits; True when it does.
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    """What a reclaim does for a job: the victims it preempts, the GPUs it reserves now on the
+    nodes the job will use, and the words of the job's wait. Only a wait (no pool) when
+    the reclaim must wait for a minimum runtime or for the preemption budget."""
+
+    job: PendingJob
+    model: GpuModel
+    code: ReasonCode
+    detail: str
+    pool: Pool | None = None
+    reserve: tuple[tuple[int, int], ...] = ()
+    """(node index in ``pool``, GPUs free there now taken for the job)."""
+    inflight: tuple[Victim, ...] = ()
+    """Jobs already being preempted whose GPUs the job counts on (no new preemption)."""
+    victims: tuple[Victim, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    """One per victim, worded."""
+
+
+def plan_preemption(pl: EngineState, job: PendingJob, model: GpuModel) -> PreemptionPlan | None:
+    """How to reclaim nominal quota from borrowers so that ``job`` fits; None when no reclaim
+    can. Reads the state (and fills the memos of what cannot be reclaimed); ``core``
+    applies the plan.
 
     Rule: only for a job whose team stays within nominal on this model with it; victims are
     other teams' jobs on borrowed quota in one enabled cluster (jobs already being preempted
@@ -29,15 +54,75 @@ def try_preempt(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:
     g, r, need = job.gpus_per_replica, job.replicas, job.gpus
     row = pl.quota.row(job.team, model.key)
     if row.used + need > row.nominal:
-        return False
+        return None
     host = (max(1, job.cpu_milli), job.memory_mib)
     memo_key = (model.key, g, r, host)
     if memo_key in pl.memos.preempt_failed:
-        return False
+        return None
     pl.reclaimable(model.key)
-    # Rank across clusters: fewest victims, lowest sum of their priorities, least leftover
-    # on the nodes used, cluster id. The placement (for the leftover) is worked out only
-    # for the clusters tied on the first two.
+    best = _best_reclaim(pl, model, g, r, host)
+    if best is None:
+        waiting = _wait_for_protected(pl, job, model)
+        if waiting is None:
+            pl.memos.preempt_failed.add(memo_key)
+        return waiting
+    pool, used_inflight, used_victims, plan = best
+    over = _over_budget(pl, job, model, used_victims)
+    if over is not None:
+        return over
+    used = row.used + need  # the team's use once the job is charged
+    preemptions = tuple(
+        Preemption(
+            job_id=v.alloc.job_id,
+            team=v.alloc.team,
+            cluster=v.alloc.cluster,
+            model=v.alloc.model,
+            for_job=job.id,
+            for_team=job.team,
+            code=PreemptionCode.RECLAIM_NOMINAL,
+            message=reasons.msg_preempted(
+                v.alloc.team,
+                model.label,
+                v.alloc.gpus,
+                v.alloc.cluster,
+                job.team,
+                used,
+                row.nominal,
+                shared=job.requirement.shared,
+            ),
+        )
+        for v in used_victims
+    )
+    detail = reasons.detail_preempting(
+        len(used_victims),
+        len(used_inflight),
+        pool.cluster,
+        used,
+        row.nominal,
+        " GiB" if job.requirement.shared else "",
+    )
+    return PreemptionPlan(
+        job,
+        model,
+        ReasonCode.PREEMPTING,
+        detail,
+        pool,
+        _reserve(pool, plan, g),
+        tuple(used_inflight),
+        tuple(used_victims),
+        preemptions,
+    )
+
+
+def _best_reclaim(
+    pl: EngineState, model: GpuModel, g: int, r: int, host: Host
+) -> tuple[Pool, list[Victim], list[Victim], list[int]] | None:
+    """The cluster to reclaim in and how: (pool, in-flight preemptions used, victims, node
+    index per replica of the gang once they are gone).
+
+    Rank across clusters: fewest victims, lowest sum of their priorities, least leftover on
+    the nodes used, cluster id. The placement (for the leftover) is worked out only for the
+    clusters tied on the first two."""
     found: list[tuple[tuple[int, int], Pool, list[Victim], list[Victim], dict[int, int]]] = []
     for pool in pl.enabled.get(model.key, ()):
         if pool.max_total < g:
@@ -71,71 +156,27 @@ def try_preempt(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:
             tie = (leftover, pool.cluster)
             if best is None or tie < best[0]:
                 best = (tie, pool, used_inflight, used_victims, plan)
-    if best is None:
-        if _wait_for_protected(pl, job, model):
-            return True
-        pl.memos.preempt_failed.add(memo_key)
-        return False
-    _, pool, used_inflight, used_victims, plan = best
-    if _over_budget(pl, job, model, used_victims):
-        return True
-    # Apply: victims leave the candidate lists, the job's share of the currently free GPUs
-    # on its future nodes is reserved, and its quota and share are charged.
+    return None if best is None else best[1:]
+
+
+def _reserve(pool: Pool, plan: list[int], g: int) -> tuple[tuple[int, int], ...]:
+    """The job's share of the GPUs free now on its future nodes: taken at once, so that no
+    later job of the cycle is placed on what the victims' release is meant for."""
     per_node: dict[int, int] = {}
     for i in plan:
         per_node[i] = per_node.get(i, 0) + g
+    out = []
     for i, gpus in sorted(per_node.items()):
         reserve = min(gpus, pool.free[i])
         if reserve:
-            pool.take(i, reserve)
-    key = pool.key
-    for v in used_inflight:
-        pl.inflight[key].remove(v)
-        pl.claimed.add(v.alloc.job_id)
-    for v in used_victims:
-        pl.victims[key].remove(v)
-        pl.claimed.add(v.alloc.job_id)
-    pl.charge(job.team, model.key, need)
-    pl.preempted_gpus += sum(v.alloc.gpus for v in used_victims)
-    for v in used_victims:
-        a = v.alloc
-        pl.preemptions.append(
-            Preemption(
-                job_id=a.job_id,
-                team=a.team,
-                cluster=a.cluster,
-                model=a.model,
-                for_job=job.id,
-                for_team=job.team,
-                code=PreemptionCode.RECLAIM_NOMINAL,
-                message=reasons.msg_preempted(
-                    a.team,
-                    model.label,
-                    a.gpus,
-                    a.cluster,
-                    job.team,
-                    row.used,
-                    row.nominal,
-                    shared=job.requirement.shared,
-                ),
-            )
-        )
-    detail = reasons.detail_preempting(
-        len(used_victims),
-        len(used_inflight),
-        pool.cluster,
-        row.used,
-        row.nominal,
-        " GiB" if job.requirement.shared else "",
-    )
-    pl.wait(job, ReasonCode.PREEMPTING, label=model.label, detail=detail)
-    return True
+            out.append((i, reserve))
+    return tuple(out)
 
 
-def _wait_for_protected(pl: EngineState, job: PendingJob, model: GpuModel) -> bool:
-    """True (and the job waits ``MIN_RUNTIME``) when borrowed jobs still within their team's
-    minimum runtime would make room: the claimer is told when the last of them it needs may
-    go, instead of a bare "no capacity". Memoised per (model, gang shape), like the search."""
+def _wait_for_protected(pl: EngineState, job: PendingJob, model: GpuModel) -> PreemptionPlan | None:
+    """A MIN_RUNTIME wait when borrowed jobs still within their team's minimum runtime would
+    make room: the claimer is told when the last of them it needs may go, instead of a bare
+    "no capacity". Memoised per (model, gang shape), like the search."""
     g, r = job.gpus_per_replica, job.replicas
     host = (max(1, job.cpu_milli), job.memory_mib)
     key = (model.key, g, r, host)
@@ -160,15 +201,16 @@ def _wait_for_protected(pl: EngineState, job: PendingJob, model: GpuModel) -> bo
                 until = free_at
         pl.memos.protected[key] = until
     if until is None:
-        return False
+        return None
     detail = reasons.detail_min_runtime(until, until - pl.snap.now)
-    pl.wait(job, ReasonCode.MIN_RUNTIME, label=model.label, detail=detail)
-    return True
+    return PreemptionPlan(job, model, ReasonCode.MIN_RUNTIME, detail)
 
 
-def _over_budget(pl: EngineState, job: PendingJob, model: GpuModel, victims: list[Victim]) -> bool:
-    """True (and the job waits ``PREEMPTION_BUDGET``) when preempting ``victims`` would take
-    this cycle's preempted GPUs past ``EngineConfig.preemption_budget_gpus``.
+def _over_budget(
+    pl: EngineState, job: PendingJob, model: GpuModel, victims: list[Victim]
+) -> PreemptionPlan | None:
+    """A PREEMPTION_BUDGET wait when preempting ``victims`` would take this cycle's preempted
+    GPUs past ``EngineConfig.preemption_budget_gpus``.
 
     GPUs still being preempted from earlier cycles count, so a burst of cycles does not
     multiply the budget. A reclaim larger than the whole budget is let through when nothing
@@ -179,10 +221,9 @@ def _over_budget(pl: EngineState, job: PendingJob, model: GpuModel, victims: lis
     gpus = sum(v.alloc.gpus for v in victims)
     spent = pl.preempted_gpus
     if budget is None or not victims or spent + gpus <= budget or spent == 0:
-        return False
+        return None
     detail = reasons.detail_preemption_budget(len(victims), gpus, budget, spent)
-    pl.wait(job, ReasonCode.PREEMPTION_BUDGET, label=model.label, detail=detail)
-    return True
+    return PreemptionPlan(job, model, ReasonCode.PREEMPTION_BUDGET, detail)
 
 
 Host = tuple[int, int]

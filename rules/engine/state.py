@@ -1,10 +1,13 @@
 """The state of one decision, in one named place: what the steps of ``core.Placement`` read
-and write, and what the helpers beside it (holds, preemption, wording) may see of it.
+and write, and what the helpers beside it (fit, holds, preemption, wording, assemble) may see
+of it.
 
-``core.Placement`` owns the state and runs the steps; ``holds``, ``preemption`` and
-``wording`` take it as an :class:`EngineState`, which they import from here, not from
-``core``, so the engine's modules import in one direction (core → helpers → state). The
-memos are listed in :class:`Memos`, each with what it remembers and why it may.
+``core.Placement`` owns the state, runs the steps and is the one place that changes it: the
+helpers take it as an :class:`EngineState`, which they import from here, not from ``core``,
+so the engine's modules import in one direction (core → helpers → state). They read it and
+return what to do (``holds.HoldPlan``, ``preemption.PreemptionPlan``), which ``core``
+applies; they write only the memos, listed in :class:`Memos`, each with what it remembers
+and why it may (a memo only says again what the state already says).
 """
 
 from __future__ import annotations
@@ -164,7 +167,6 @@ class EngineState(Protocol):
     protected: dict[tuple[str, str, str], list[Victim]]
     holds: list[CapacityHold]
     preemptions: list[Preemption]
-    claimed: set[str]
     preempted_gpus: int
     memos: Memos
     final: bool
@@ -184,19 +186,6 @@ class EngineState(Protocol):
     beyond: dict[str, tuple[str, ...]]
     reuse_words: bool
 
-    def wait(
-        self,
-        job: PendingJob,
-        code: ReasonCode,
-        *,
-        label: str = "",
-        detail: str = "",
-        rejected: tuple[CandidateNote, ...] = (),
-    ) -> None:
-        """Leave ``job`` pending for ``code``, worded now."""
-
-    def charge(self, team: str, model: str, need: int) -> None:
-        """Charge ``need`` GPUs of ``model`` to ``team``'s quota and share."""
-
     def reclaimable(self, model: str) -> None:
-        """Sort the running jobs on ``model`` into victims, in flight and protected."""
+        """Sort the running jobs on ``model`` into victims, in flight and protected (an
+        index made when a reclaim first looks at the model, not a change of the state)."""
