@@ -1,4 +1,4 @@
-"""The simulated kubelet, as a mixin: container start-up, run time, exit, restarts, logs.
+"""The simulated kubelet, as a mixin: container start-up, run time, exit, restarts.
 
 A bound pod sits in ContainerCreating for ``podStartupSeconds``, then runs for its duration
 (``kubesim.gpupool.dev/duration-seconds``, a ``sleep N`` in the command, or the default) and
@@ -10,24 +10,23 @@ and becomes Ready ``readinessSeconds`` after its probe's ``initialDelaySeconds``
 a running pod is Ready at once.
 A container whose env names a Secret (or a key of one) that does not exist waits in
 ``CreateContainerConfigError`` until it does. Deletion is graceful: Terminating for
-``podTerminationSeconds``, then gone.
+``podTerminationSeconds``, then gone (:mod:`kubesim.pod_deletion`); the containers' logs are
+:mod:`kubesim.pod_logs`.
 """
 
 from __future__ import annotations
 
-import random
 import re
 from typing import Any
 
-from kubesim.clock import rfc3339, rfc3339_micro, wall_text
-from kubesim.gpuinfo import device_count, is_gpu_resource, is_nvidia_smi, nvidia_smi
+from kubesim.clock import rfc3339
+from kubesim.gpuinfo import device_count, is_gpu_resource, is_nvidia_smi
 from kubesim.objects import (
     DURATION,
     EXIT_CODE,
     FAIL,
     FAIL_AFTER,
     FAIL_ATTEMPTS,
-    LOG_LINES,
     annotation_float,
     image_pull_fails,
     sleep_seconds,
@@ -546,206 +545,3 @@ class Kubelet:
                 add_resources(queue.allocated, pod.req, -1)
                 self.dirty_queues.add(pod.queue)
             self._capacity_changed()
-
-    def delete_pod(
-        self,
-        pod: PodRuntime,
-        *,
-        grace: float | None = None,
-        by_controller: bool = False,
-        evicted: bool = False,
-    ) -> dict[str, Any] | None:
-        """Graceful deletion: Terminating now, gone after the (simulated) grace period."""
-        obj = self.store.get(self.types.pods, *pod.key)
-        if obj is None:
-            return None
-        pod.killed_by_controller = pod.killed_by_controller or by_controller
-        if grace is None:
-            grace = float(obj["spec"].get("terminationGracePeriodSeconds", 30))
-        if pod.node is None or pod.terminal or grace <= 0:
-            return self._remove_pod(pod, evicted=evicted)
-        if pod.deleting:
-            return obj
-        reach = self._node_reach(pod.node)
-        if reach == "gone":  # the pod GC force-deletes pods of a deleted Node
-            return self._remove_pod(pod, evicted=evicted)
-        pod.deleting = True
-        pod.gen += 1
-        if reach == "unreachable":
-            return self._delete_unconfirmed(pod, obj, grace, evicted=evicted)
-        delay = min(grace, self.settings.pod_termination_seconds)
-        new = self._replace_pod(
-            obj,
-            metadata={
-                **obj["metadata"],
-                "deletionTimestamp": wall_text(grace),
-                "deletionGracePeriodSeconds": int(grace),
-            },
-        )
-        self.record_event(
-            obj,
-            "Normal",
-            "Killing",
-            f"Stopping container {obj['spec']['containers'][0]['name']}",
-            component="kubelet",
-        )
-        self.after(delay, self._terminated, pod, pod.gen, evicted)
-        if pod.job is not None:
-            self.dirty_jobs[pod.job.key] = None
-        return new
-
-    def _delete_unconfirmed(
-        self, pod: PodRuntime, obj: dict[str, Any], grace: float, *, evicted: bool
-    ) -> dict[str, Any]:
-        """A pod deleted on an unreachable node: the API server sets its deletionTimestamp,
-        but no kubelet confirms the end, so it stays Terminating (and on its node's books)
-        until the node comes back, its Node is deleted, or it gets the out-of-service taint
-        (:meth:`unconfirmed_release`). Volcano reacts to the deletionTimestamp itself (its
-        pod update handler treats it as the delete), so the job hears PodEvicted now."""
-        pod.unconfirmed = True
-        new = self._replace_pod(
-            obj,
-            metadata={
-                **obj["metadata"],
-                "deletionTimestamp": wall_text(grace),
-                "deletionGracePeriodSeconds": int(grace),
-            },
-        )
-        if evicted:
-            self.record_event(
-                obj,
-                "Normal",
-                "TaintManagerEviction",
-                f"Marking for deletion Pod {pod.key[0]}/{pod.key[1]}",
-                component="taint-eviction-controller",
-            )
-        if pod.job is not None:
-            if not pod.killed_by_controller and not pod.terminal:
-                pod.job.inbox.append(("PodEvicted", pod))
-                pod.killed_by_controller = True  # told once: its later removal is not news
-            self.dirty_jobs[pod.job.key] = None
-        return new
-
-    def unconfirmed_release(self, node: str, *, force: bool) -> None:
-        """End the pods left Terminating on ``node``: after their grace period once its
-        kubelet reports again, or at once (``force``) when the pod GC takes them (the Node was
-        deleted, or it carries ``node.kubernetes.io/out-of-service``)."""
-        for pod in [p for p in self.pods.values() if p.unconfirmed and p.node == node]:
-            pod.unconfirmed = False
-            pod.gen += 1
-            if force:
-                self.after(0.0, self._terminated, pod, pod.gen, False)
-            else:
-                delay = self.settings.pod_termination_seconds
-                self.after(delay, self._terminated, pod, pod.gen, False)
-
-    def _terminated(self, pod: PodRuntime, gen: int, evicted: bool) -> None:
-        if pod.gen == gen and self.pods.get(pod.key) is pod:
-            self._remove_pod(pod, evicted=evicted)
-
-    def _remove_pod(self, pod: PodRuntime, *, evicted: bool = False) -> dict[str, Any] | None:
-        self._release(pod)
-        pod.gen += 1
-        self.pods.pop(pod.key, None)
-        final = self.store.delete(self.types.pods, *pod.key)
-        job = pod.job
-        if job is not None and job.pods.get(pod.key[1]) is pod:
-            del job.pods[pod.key[1]]
-            if not pod.killed_by_controller and not pod.terminal:
-                job.inbox.append(("PodEvicted", pod))
-            self.dirty_jobs[job.key] = None
-        if evicted:
-            self.record_event(
-                final,
-                "Normal",
-                "TaintManagerEviction",
-                f"Marking for deletion Pod {pod.key[0]}/{pod.key[1]}",
-                component="taint-eviction-controller",
-            )
-        if pod.key[0] in self.terminating_ns:
-            self.ns_dirty = True
-        return final
-
-    # ==================================================================================
-    # logs
-    # ==================================================================================
-    def pod_log(
-        self,
-        pod: PodRuntime,
-        obj: dict[str, Any],
-        container: str,
-        *,
-        previous: bool = False,
-        timestamps: bool = False,
-        since: float | None = None,
-    ) -> list[str]:
-        """A few plausible log lines for the container, derived from its simulated run; with
-        ``since`` (simulated epoch seconds) only those written at or after it, as the kubelet
-        answers ``sinceSeconds`` / ``sinceTime``."""
-        annotations = obj["metadata"].get("annotations") or {}
-        limit = int(annotation_float(annotations, LOG_LINES) or 40)
-        runs: list[tuple[float, float | None, int | None, str | None]]
-        if previous:
-            runs = pod.history[-1:] if pod.restarts else []
-        elif pod.state == "running" and pod.started_at is not None:
-            runs = [(pod.started_at, None, None, None)]
-        else:
-            runs = pod.history[-1:]
-        if not runs:
-            return []
-        start, end, code, reason = runs[0]
-        end_time = end if end is not None else self.now()
-        node = self.store.get(self.types.nodes, "", pod.node or "")
-        spec = next(
-            (c for c in obj["spec"].get("containers") or [] if c.get("name") == container), {}
-        )
-        if is_nvidia_smi(spec):
-            printed = [
-                (start, text)
-                for text in nvidia_smi(node or {"metadata": {"name": ""}}, pod.devices, spec)
-            ]
-            if since is not None:
-                printed = [(t, text) for t, text in printed if t >= since - 5e-7]
-            if timestamps:
-                return [f"{rfc3339_micro(t)} {text}" for t, text in printed]
-            return [text for _, text in printed]
-        labels = (node or {}).get("metadata", {}).get("labels") or {}
-        product = labels.get("nvidia.com/gpu.product", "no GPU")
-        gpus = sum(v for k, v in pod.req.items() if k.startswith(("nvidia.com/", "amd.com/")))
-        interval = max(self.settings.log_line_interval_seconds, 0.001)
-        lines = [
-            (
-                start,
-                f"kubesim: container {container} started on {pod.node} "
-                f"({gpus // 1000} x {product})",
-            ),
-            (start, f"task {pod.task} index {pod.index}, job {pod.job.key[1] if pod.job else '-'}"),
-        ]
-        steps = int((end_time - start) // interval)
-        rng = random.Random(f"{pod.uid}-{len(pod.history)}")  # noqa: S311 - fake loss curve
-        loss = 2.5 + rng.random()
-        for step in range(1, steps + 1):
-            loss *= 0.97 + rng.random() * 0.02
-            lines.append(
-                (
-                    start + step * interval,
-                    f"step {step}: loss={loss:.4f} throughput={900 + rng.randint(0, 200)} "
-                    "samples/s",
-                )
-            )
-        if end is not None:
-            if code == 0:
-                lines.append((end, "training finished, saving checkpoint; exit 0"))
-            elif reason == "OOMKilled":
-                lines.append((end, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"))
-            else:
-                lines.append((end, f"error: process exited with code {code}"))
-        if len(lines) > limit:
-            lines = lines[:2] + lines[-(limit - 2) :]
-        if since is not None:
-            # Stamps are printed to the microsecond: a line's own printed stamp must select it,
-            # whichever way its float time rounded.
-            lines = [(t, text) for t, text in lines if t >= since - 5e-7]
-        if timestamps:
-            return [f"{rfc3339_micro(t)} {text}" for t, text in lines]
-        return [text for _, text in lines]

@@ -14,7 +14,7 @@ them; deliberate simplifications are listed in ``docs/kubesim.md``.
 This module holds the state and the bootstrap; each concern is a mixin of its own: the loop
 (:mod:`kubesim.loop`), reactions to store writes (:mod:`kubesim.reactions`), the public
 operations (:mod:`kubesim.operations`), the job controller, the Volcano scheduler, the kubelet
-and the Command controllers.
+(with pod deletion and logs) and the Command controllers.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from kubesim.kubelet import Kubelet
 from kubesim.loop import SimLoop
 from kubesim.objects import clone, object_reference
 from kubesim.operations import ClusterOperations
+from kubesim.pod_deletion import PodDeletion
+from kubesim.pod_logs import PodLogs
 from kubesim.reactions import StoreReactions
 from kubesim.resources import Types
 from kubesim.runtime import (
@@ -56,6 +58,8 @@ class Simulation(
     JobController,
     VolcanoScheduler,
     Kubelet,
+    PodDeletion,
+    PodLogs,
     CommandController,
 ):
     """Controllers, scheduler and kubelet of one simulated cluster."""
