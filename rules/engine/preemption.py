@@ -8,6 +8,7 @@ it to the placement's state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rules.engine import reasons
@@ -304,16 +305,20 @@ def _plan_released(
     gives them: (node index per replica, leftover GPUs on the nodes used).
 
     The same order as :meth:`Pool.plan` over a plain copy: fewest free GPUs that still take a
-    replica first, then node index; the pool's buckets are walked, not its nodes.
+    replica first, then node index.
     """
+    return _best_fit(_room_released(pool, released, g), g, r)
+
+
+def _room_released(pool: Pool, released: dict[int, int], g: int) -> Iterator[tuple[int, int, int]]:
+    """(free GPUs, node index, replicas it takes) of each node that takes one once
+    ``released`` is given back, in best-fit order; the pool's buckets are walked, not its
+    nodes, and only as far as the gang needs."""
     extra: dict[int, list[int]] = {}
     for i, f in released.items():
         if f >= g:
             extra.setdefault(f, []).append(i)
     buckets = pool.buckets
-    remaining = r
-    chosen: list[int] = []
-    leftover = 0
     for f in range(g, len(buckets)):
         bucket = buckets[f]
         more = extra.get(f)
@@ -325,12 +330,24 @@ def _plan_released(
         nodes.sort()
         per_node = f // g
         for i in nodes:
-            k = per_node if per_node < remaining else remaining
-            chosen.extend([i] * k)
-            leftover += f - k * g
-            remaining -= k
-            if remaining == 0:
-                return chosen, leftover
+            yield f, i, per_node
+
+
+def _best_fit(room: Iterable[tuple[int, int, int]], g: int, r: int) -> tuple[list[int], int] | None:
+    """The gang placed over ``room`` ((free GPUs, node index, replicas it takes), in best-fit
+    order), as many replicas on each node as it takes: (node index per replica, leftover
+    GPUs on the nodes used); None when the room is too little. The one walk of both
+    :func:`_plan_released` and :func:`_plan_released_host`, so that they place alike."""
+    chosen: list[int] = []
+    leftover = 0
+    remaining = r
+    for f, i, n in room:
+        k = n if n < remaining else remaining
+        chosen.extend([i] * k)
+        leftover += f - k * g
+        remaining -= k
+        if remaining == 0:
+            return chosen, leftover
     return None
 
 
@@ -438,14 +455,4 @@ def _plan_released_host(
             f = pool.free[i] + rel[0]
             room.append((f if f < pool.total[i] else pool.total[i], i, n))
     room.sort()
-    chosen: list[int] = []
-    leftover = 0
-    remaining = r
-    for f, i, n in room:
-        k = n if n < remaining else remaining
-        chosen.extend([i] * k)
-        leftover += f - k * g
-        remaining -= k
-        if remaining == 0:
-            return chosen, leftover
-    return None
+    return _best_fit(room, g, r)
