@@ -12,7 +12,9 @@ Three rules make a chart tell the truth about time (``docs/decisions.md``, "Char
   the viewer's own teams are drawn by name whenever they have data in the window, however
   small; "Other teams" gathers the rest.
 
-Every chart runs a fixed number of queries, whatever the number of teams or points.
+Every chart runs a fixed number of queries, whatever the number of teams or points. The time
+axis (the ranges, their steps, the steps of a window that have data) is
+:mod:`dashboards.chart_window`.
 """
 
 from __future__ import annotations
@@ -25,15 +27,21 @@ from typing import Any, Literal
 
 from django.core.cache import cache
 from django.db import connection, models
-from django.db.models import Count, F, FloatField, Func, Max, Sum
+from django.db.models import F, FloatField, Max, Sum
 
+from dashboards.chart_window import (
+    ChartRange,
+    EpochBucket,
+    Steps,
+    chart_range,
+    tail_since,
+    utc,
+    window_steps,
+)
 from dashboards.colours import OTHER_COLOUR, PEAK_COLOUR, key_colour, team_colour
 from dashboards.live import LiveState, ModelInfo, TeamInfo, TeamStanding
 from dashboards.models import (
     HourRun,
-    PoolHour,
-    PoolMinute,
-    SnapshotRun,
     TeamHour,
     TeamMinute,
     TeamModelHour,
@@ -42,89 +50,6 @@ from dashboards.models import (
 from dashboards.selectors.scope import OTHER_TEAMS, TeamScope
 from dashboards.selectors.times import Epoch
 from scheduling.snapshot import engine_config
-
-
-# ---------------------------------------------------------------------------------------------
-# Ranges and steps
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ChartRange:
-    """A chart's window, where its points come from and how long each point's step is."""
-
-    key: str
-    label: str
-    span: dt.timedelta
-    resolution: Literal["minute", "hour"]
-    step: int
-    """Seconds per point: one point is the aggregate of the snapshots in its step."""
-    note: str
-
-
-RANGES = {
-    r.key: r
-    for r in (
-        ChartRange("1h", "last hour", dt.timedelta(hours=1), "minute", 60, "one point a minute"),
-        ChartRange(
-            "24h",
-            "last 24 hours",
-            dt.timedelta(hours=24),
-            "minute",
-            600,
-            "10-minute means; the peak line is each step's highest minute",
-        ),
-        ChartRange(
-            "7d",
-            "last 7 days",
-            dt.timedelta(days=7),
-            "hour",
-            3600,
-            "hourly means; the peak line is each hour's highest minute",
-        ),
-        ChartRange(
-            "30d",
-            "last 30 days",
-            dt.timedelta(days=30),
-            "hour",
-            3600,
-            "hourly means; the peak line is each hour's highest minute",
-        ),
-    )
-}
-DEFAULT_RANGE = "24h"
-PEAK_LABEL = "Highest minute, all teams"
-
-
-def chart_range(key: str | None, default: str = DEFAULT_RANGE) -> ChartRange:
-    return RANGES.get(key or default, RANGES[default])
-
-
-class EpochBucket(Func):
-    """The start of the ``step``-second step an instant falls in, as epoch seconds, in SQL.
-
-    Steps count from the Unix epoch, so they are the same on every page and every load.
-    """
-
-    output_field = models.BigIntegerField()
-
-    def __init__(self, expression: str, *, step: int) -> None:
-        super().__init__(expression)
-        self.step = int(step)
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        template = (
-            f"(FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / {self.step}) * {self.step})::bigint"
-        )
-        return self.as_sql(compiler, connection, template=template, **extra)
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        epoch = "CAST(ROUND((julianday(%(expressions)s) - 2440587.5) * 86400) AS INTEGER)"
-        template = f"(({epoch} / {self.step}) * {self.step})"
-        return self.as_sql(compiler, connection, template=template, **extra)
-
-
-def _utc(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
-
 
 # ---------------------------------------------------------------------------------------------
 # What a chart holds
@@ -237,120 +162,6 @@ def with_gaps(times: list[int], step: int, columns: Sequence[list[Value]]) -> li
 
 
 # ---------------------------------------------------------------------------------------------
-# Steps with data, and the pool's totals per step
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Steps:
-    """The steps of a window that have snapshots: per step start, how many runs (minutes, or
-    hours) went into it, and the pool's mean and highest minute of allocated GPUs."""
-
-    start: int
-    end: int
-    step: int
-    runs: dict[int, int] = field(default_factory=dict)
-    pool_mean: dict[int, float] = field(default_factory=dict)
-    pool_peak: dict[int, float] = field(default_factory=dict)
-    hours_end: dt.datetime | None = None
-    """Hour-resolution windows: where the hourly rows end and minute rows take over (the
-    current hour, not downsampled yet)."""
-    hour_keys: tuple[int, int] = (0, 0)
-    """(first, last) hourly row in the window, epoch seconds (0, 0: none)."""
-    hour_ids: tuple[int, int] = (0, 0)
-    """Their ids: with the times, the ranking's cache key."""
-
-    def times(self) -> list[int]:
-        return sorted(self.runs)
-
-    def x(self, bucket: int) -> int:
-        """Where a step's point is drawn: its start, or the window's start for the first."""
-        return max(bucket, self.start)
-
-
-def _minute_steps(
-    steps: Steps, since: dt.datetime, until: dt.datetime, step: int, model: ModelInfo | None
-) -> None:
-    """Add minute snapshots in ``(since, until]`` to ``steps``, aggregated per ``step``."""
-    runs = (
-        SnapshotRun.objects.filter(at__gt=since, at__lte=until)
-        .annotate(b=EpochBucket("at", step=step))
-        .values("b")
-        .annotate(n=Count("id"), s=Sum("gpus_allocated"), p=Max("gpus_allocated"))
-        .order_by()
-    )
-    sums: dict[int, float] = {}
-    for r in runs:
-        steps.runs[r["b"]] = r["n"]
-        sums[r["b"]] = float(r["s"] or 0)
-        steps.pool_peak[r["b"]] = float(r["p"] or 0)
-    if model is not None:  # the pool's totals of one model: summed per minute here
-        sums, peaks = defaultdict(float), defaultdict(float)
-        per_minute = (
-            PoolMinute.objects.filter(at__gt=since, at__lte=until, gpu_model_id=model.id)
-            .values("at")
-            .annotate(ts=Epoch("at"), s=Sum("gpus_allocated"))
-            .values_list("ts", "s")
-        )
-        for ts, s in per_minute:
-            bucket = ts // step * step
-            sums[bucket] += float(s or 0)
-            peaks[bucket] = max(peaks[bucket], float(s or 0))
-        steps.pool_peak.update(peaks)
-    for bucket, total in sums.items():
-        if bucket in steps.runs:
-            steps.pool_mean[bucket] = total / steps.runs[bucket]
-
-
-def window_steps(rng: ChartRange, now: dt.datetime, model: ModelInfo | None = None) -> Steps:
-    """The steps of ``[now - span, now]`` that have data (a few queries)."""
-    start = now - rng.span
-    steps = Steps(start=int(start.timestamp()), end=int(now.timestamp()), step=rng.step)
-    if rng.resolution == "minute":
-        _minute_steps(steps, start, now, rng.step, model)
-        return steps
-    # An hour counts when any of it lies in the window; then the minutes after the last hour.
-    hours = list(
-        HourRun.objects.filter(at__gt=start - dt.timedelta(hours=1), at__lte=now)
-        .annotate(ts=Epoch("at"))
-        .order_by("at")
-        .values_list("ts", "gpus_allocated", "gpus_allocated_peak", "id")
-    )
-    for ts, mean, peak, _id in hours:
-        bucket = ts // rng.step * rng.step
-        steps.runs[bucket] = 1
-        steps.pool_mean[bucket] = float(mean)
-        steps.pool_peak[bucket] = float(peak)
-    if hours:
-        steps.hour_keys = (hours[0][0], hours[-1][0])
-        steps.hour_ids = (hours[0][3], hours[-1][3])
-    steps.hours_end = _utc(hours[-1][0] + 3600) if hours else start
-    if model is not None:
-        steps.pool_mean.clear()
-        steps.pool_peak.clear()
-        # Per (cluster, model) peaks added up: an upper bound on the model's highest minute.
-        for ts, mean, peak in (
-            PoolHour.objects.filter(
-                at__gt=start - dt.timedelta(hours=1), at__lte=now, gpu_model_id=model.id
-            )
-            .values("at")
-            .annotate(ts=Epoch("at"), s=Sum("gpus_allocated"), p=Sum("gpus_allocated_peak"))
-            .values_list("ts", "s", "p")
-        ):
-            steps.pool_mean[ts] = float(mean or 0)
-            steps.pool_peak[ts] = float(peak or 0)
-    _minute_steps(steps, _tail_since(steps), now, rng.step, model)
-    return steps
-
-
-def _tail_since(steps: Steps) -> dt.datetime:
-    """Minute rows after this instant belong to the window's tail (the hours not
-    downsampled yet): the last hourly row's end, or the window's start."""
-    start = _utc(steps.start)
-    if steps.hours_end is None or steps.hours_end <= start:
-        return start
-    return steps.hours_end - dt.timedelta(microseconds=1)
-
-
-# ---------------------------------------------------------------------------------------------
 # Teams over a window
 # ---------------------------------------------------------------------------------------------
 TEAM_SOURCES: dict[tuple[str, bool], type[models.Model]] = {
@@ -361,12 +172,13 @@ TEAM_SOURCES: dict[tuple[str, bool], type[models.Model]] = {
 }
 
 RANKING_CACHE_SECONDS = 3 * 3600
+PEAK_LABEL = "Highest minute, all teams"
 
 
 def _hour_keys_within(steps: Steps) -> tuple[tuple[int, int], tuple[int, int]]:
     """Times and ids of the (first, last) hourly row of a minute-resolution window."""
     found = list(
-        HourRun.objects.filter(at__gt=_utc(steps.start) - dt.timedelta(hours=1))
+        HourRun.objects.filter(at__gt=utc(steps.start) - dt.timedelta(hours=1))
         .annotate(ts=Epoch("at"))
         .order_by("at")
         .values_list("ts", "id")
@@ -406,11 +218,11 @@ def _ranking(
         if cached is not None:
             return list(cached)
         rows = TEAM_SOURCES[("hour", model is not None)].objects.filter(
-            at__gte=_utc(hour_keys[0]), at__lte=_utc(hour_keys[1])
+            at__gte=utc(hour_keys[0]), at__lte=utc(hour_keys[1])
         )
     else:
         rows = TEAM_SOURCES[("minute", model is not None)].objects.filter(
-            at__gt=_utc(steps.start), at__lte=_utc(steps.end)
+            at__gt=utc(steps.start), at__lte=utc(steps.end)
         )
     if model is not None:
         rows = rows.filter(gpu_model_id=model.id)
@@ -441,7 +253,7 @@ def _team_values(
 
     def from_minutes(since: dt.datetime) -> None:
         rows = TEAM_SOURCES[("minute", model is not None)].objects.filter(
-            at__gt=since, at__lte=_utc(steps.end), team_id__in=chosen
+            at__gt=since, at__lte=utc(steps.end), team_id__in=chosen
         )
         if model is not None:
             rows = rows.filter(gpu_model_id=model.id)
@@ -461,10 +273,10 @@ def _team_values(
                     peaks[r["team_id"]][r["b"]] = float(r["p"] or 0)
 
     if rng.resolution == "minute":
-        from_minutes(_utc(steps.start))
+        from_minutes(utc(steps.start))
         return means, peaks
     rows = TEAM_SOURCES[("hour", model is not None)].objects.filter(
-        at__gte=_utc(steps.hour_keys[0]), at__lte=_utc(steps.hour_keys[1]), team_id__in=chosen
+        at__gte=utc(steps.hour_keys[0]), at__lte=utc(steps.hour_keys[1]), team_id__in=chosen
     )
     if steps.hour_keys == (0, 0):
         rows = rows.none()
@@ -480,7 +292,7 @@ def _team_values(
         if peak is not None:
             peaks[team_id][ts] = float(row[3] or 0)
     if steps.hours_end is not None and steps.hours_end.timestamp() <= steps.end:
-        from_minutes(_tail_since(steps))
+        from_minutes(tail_since(steps))
     return means, peaks
 
 

@@ -26,7 +26,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from dashboards import charts
+from dashboards import chart_window, charts
 from dashboards.estimates import estimate_calibration
 from dashboards.live import LiveState, ModelInfo
 from dashboards.metrics import metrics_exposition
@@ -56,13 +56,13 @@ def _model_param(request: HttpRequest, live: LiveState) -> ModelInfo | None:
 
 
 def _chart_context(request: HttpRequest, live: LiveState, scope: TeamScope) -> dict[str, Any]:
-    range_key = charts.chart_range(request.GET.get("range")).key
+    range_key = chart_window.chart_range(request.GET.get("range")).key
     model = _model_param(request, live)
     return {
         "chart": charts.team_allocation_chart(
             scope=scope, live=live, range_key=range_key, model=model
         ),
-        "ranges": charts.RANGES.values(),
+        "ranges": chart_window.RANGES.values(),
         "range_key": range_key,
         "chart_model": model,
     }
@@ -139,13 +139,13 @@ def fair_share_page(request: HttpRequest) -> HttpResponse:
     live = LiveState()
     scope = team_scope(user=request.user)
     standings, hidden = fair_share_standings(scope=scope, live=live)
-    range_key = charts.chart_range(request.GET.get("range"), default="7d").key
+    range_key = chart_window.chart_range(request.GET.get("range"), default="7d").key
     chart = charts.share_history_chart(scope=scope, live=live, range_key=range_key)
     context = {
         "standings": standings,
         "hidden": hidden,
         "chart": chart,
-        "ranges": charts.RANGES.values(),
+        "ranges": chart_window.RANGES.values(),
         "range_key": range_key,
         "half_life_hours": settings.GPUPOOL_USAGE_HALF_LIFE_HOURS,
         "horizon_days": round(8 * settings.GPUPOOL_USAGE_HALF_LIFE_HOURS / 24),
