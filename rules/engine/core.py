@@ -53,24 +53,32 @@ from rules.engine.decision import (
 )
 from rules.engine.fit import best_of_ties, capacity_failure, fits_now, fitting_pools, still_held
 from rules.engine.holds import HoldPlan, plan_hold
-from rules.engine.index import Books, NodePools, Pools, RunningOf, books_of, index_pools, node_pools
+from rules.engine.index import (
+    Books,
+    NodePools,
+    Pools,
+    RunningOf,
+    books_of,
+    index_pools,
+    node_pools,
+    running_in,
+)
 from rules.engine.lines import line_order
 from rules.engine.placement import Fragmentation, fragmentation_for
 from rules.engine.preemption import PreemptionPlan, plan_preemption
 from rules.engine.quota import COHORT_SHORT
 from rules.engine.reasons import ReasonCode, SkipCode
 from rules.engine.snapshot import (
-    ClusterState,
     EngineConfig,
     GpuModel,
     PendingJob,
     Policy,
     Requirement,
-    RunningAllocation,
     Snapshot,
     Team,
 )
 from rules.engine.state import Blocked, Failure, Memos, Signature, Victim, Waiting
+from rules.engine.victims import sort_reclaimable
 from rules.engine.wording import (
     candidate_note,
     fallback_note,
@@ -165,7 +173,7 @@ class Placement:
         """(team, model, GPUs) of each charge made, in order: what a caller whose books
         outlive the decision takes back (the forecast)."""
         self.line_order: Callable[[list[PendingJob]], list[PendingJob]] = line_order
-        self.running_of: RunningOf = self._running_in_snapshot
+        self.running_of: RunningOf = running_in(snapshot)
         self.skip: Skip | None = None
         if inputs is not None:
             self.line_order = inputs.line_order
@@ -199,7 +207,6 @@ class Placement:
         }
         books = inputs.books if inputs is not None else books_of(snap, self.config, capacity)
         self.quota, self.shares, self.preempted_gpus = books.quota, books.shares, books.preempting
-        self._running_on: dict[str, list[tuple[str, list[RunningAllocation]]]] | None = None
         self.victims: dict[tuple[str, str, str], list[Victim]] = {}
         self.inflight: dict[tuple[str, str, str], list[Victim]] = {}
         self.protected: dict[tuple[str, str, str], list[Victim]] = {}
@@ -215,67 +222,16 @@ class Placement:
         return given.node_pools
 
     def reclaimable(self, model: str) -> None:
-        """Sort the running jobs on ``model`` into ``victims`` (on borrowed quota),
-        ``inflight`` (being preempted) and ``protected`` (borrowed, within their minimum
-        runtime), per pool; once per model and cycle, when a reclaim first looks at it.
-
-        Borrowed: count each team's jobs on the model in start order; a job any of whose
-        GPUs lies above nominal is borrowed (the newest are). Only the cycle's start counts
-        (nominal quotas and the snapshot's jobs), so computing it late changes nothing; most
-        cycles reclaim on few models or none, and this walks every running job of one.
-        """
+        """Sort the running jobs on ``model`` into ``victims``, ``inflight`` and ``protected``
+        (see :func:`~rules.engine.victims.sort_reclaimable`); once per model and cycle, when a
+        reclaim first looks at it."""
         if model in self._reclaim_ready:
             return
         self._reclaim_ready.add(model)
-        now = self.snap.now
-        touched: set[tuple[str, str, str]] = set()
-        for team, allocs in self.running_of(model):
-            nominal = self.quota.row(team, model).nominal
-            allocs.sort(key=_by_start)
-            cumulative = 0
-            for a in allocs:
-                cumulative += a.replicas * a.gpus_per_replica
-                home = self._home_pool(a, model)
-                if home is None or home.state is not ClusterState.ENABLED or not a.nodes:
-                    continue
-                if a.preempting:
-                    nodes = [home.index[n] for n in a.nodes if n in home.index]
-                    self.inflight.setdefault(home.key, []).append(Victim(a, nodes))
-                    touched.add(home.key)
-                elif cumulative > nominal:
-                    nodes = [home.index[n] for n in a.nodes if n in home.index]
-                    if a.protected_until is not None and a.protected_until > now:
-                        # Within its team's minimum runtime: not a victim yet, but a claimer
-                        # it would make room for is told until when.
-                        self.protected.setdefault(home.key, []).append(Victim(a, nodes))
-                        continue
-                    self.victims.setdefault(home.key, []).append(Victim(a, nodes))
-                    touched.add(home.key)
-        for key in touched:
-            for lists in (self.victims, self.inflight):
-                if key in lists:
-                    lists[key].sort(key=_by_victim_order)
-
-    def _running_in_snapshot(self, model: str) -> list[tuple[str, list[RunningAllocation]]]:
-        """Each team's running allocations on ``model`` (grouped for every model at once,
-        when a reclaim first needs one)."""
-        if self._running_on is None:
-            by_team_model: dict[tuple[str, str], list[RunningAllocation]] = {}
-            for a in self.snap.running:
-                by_team_model.setdefault((a.team, a.model), []).append(a)
-            self._running_on = {}
-            for (team, on), allocs in by_team_model.items():
-                self._running_on.setdefault(on, []).append((team, allocs))
-        return self._running_on.get(model, [])
-
-    def _home_pool(self, a: RunningAllocation, model: str) -> Pool | None:
-        """The pool a running allocation's nodes are in (by its first planned node; every
-        replica of a job is in one pool), else the cluster's only pool of the model."""
-        for name in a.nodes:
-            key = self.pool_of_node().get((a.cluster, model, name))
-            if key is not None:
-                return self.pools[key]
-        return self.pools.get((a.cluster, model, ""))
+        found = sort_reclaimable(self, model)
+        self.victims.update(found.victims)
+        self.inflight.update(found.inflight)
+        self.protected.update(found.protected)
 
     # -- step 2 -------------------------------------------------------------------------------
 
@@ -778,8 +734,6 @@ class Placement:
         return assemble(self)
 
 
-_by_start = attrgetter("started_at", "job_id")
-_by_victim_order = attrgetter("sort_key")
 _job_id = attrgetter("id")
 _team = attrgetter("team")
 

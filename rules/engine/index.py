@@ -134,3 +134,23 @@ def books_of(snapshot: Snapshot, config: EngineConfig, capacity: dict[str, int])
 
 
 _model_group = attrgetter("model", "group")
+
+
+def running_in(snapshot: Snapshot) -> RunningOf:
+    """Each team's running allocations on a model, from ``snapshot`` (grouped for every model
+    at once, when a reclaim first needs one: most decisions reclaim nothing)."""
+    running_on: dict[str, list[tuple[str, list[RunningAllocation]]]] = {}
+    grouped = False
+
+    def running_of(model: str) -> list[tuple[str, list[RunningAllocation]]]:
+        nonlocal grouped
+        if not grouped:
+            grouped = True
+            by_team_model: dict[tuple[str, str], list[RunningAllocation]] = {}
+            for a in snapshot.running:
+                by_team_model.setdefault((a.team, a.model), []).append(a)
+            for (team, on), allocs in by_team_model.items():
+                running_on.setdefault(on, []).append((team, allocs))
+        return running_on.get(model, [])
+
+    return running_of

@@ -12,6 +12,7 @@ and why it may (a memo only says again what the state already says).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -185,6 +186,12 @@ class EngineState(Protocol):
     share_before: dict[str, float]
     beyond: dict[str, tuple[str, ...]]
     reuse_words: bool
+    # What sorting a model's running jobs into victims reads (``victims``):
+    pools: dict[tuple[str, str, str], Pool]
+    running_of: Callable[[str], list[tuple[str, list[RunningAllocation]]]]
+
+    def pool_of_node(self) -> dict[tuple[str, str, str], tuple[str, str, str]]:
+        """(cluster, model, node name) -> ``Pool.key``."""
 
     def reclaimable(self, model: str) -> None:
         """Sort the running jobs on ``model`` into victims, in flight and protected (an
