@@ -31,12 +31,9 @@ of the cycle, and the numbers at the end of the cycle explain every failure seen
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import groupby
-from operator import attrgetter
 from typing import Protocol
 
 from rules.engine import reasons
@@ -63,7 +60,7 @@ from rules.engine.index import (
     node_pools,
     running_in,
 )
-from rules.engine.lines import line_order
+from rules.engine.lines import cut_lines, line_order
 from rules.engine.placement import Fragmentation, fragmentation_for
 from rules.engine.preemption import PreemptionPlan, plan_preemption
 from rules.engine.quota import COHORT_SHORT
@@ -236,47 +233,19 @@ class Placement:
     # -- step 2 -------------------------------------------------------------------------------
 
     def _lines(self) -> None:
-        lookback = max(0, self.config.lookback_per_team)
-        grouped: dict[str, list[PendingJob]] = {}
-        # Runs of one team (the whole team when the input is in line order) in one C call.
-        for team, run in groupby(self.snap.pending, key=_team):
-            line = grouped.get(team)
-            if line is None:
-                grouped[team] = list(run)
-            else:
-                line.extend(run)
-        # bands[priority][team] = that team's considered jobs of that priority, in line order.
-        self.bands: dict[int, dict[str, list[PendingJob]]] = {}
-        self.beyond: dict[str, tuple[str, ...]] = {}
-        self.starving: set[str] = set()
-        guard = self.config.starvation_wait
-        now = self.snap.now
-        considered = 0
-        ids: set[str] = set()
-        for team in sorted(grouped):
-            jobs = self.line_order(grouped[team])
-            if len(jobs) > lookback:
-                if self.worded:  # only the words name the jobs not considered
-                    self.beyond[team] = tuple(map(_job_id, jobs[lookback:]))
-                del jobs[lookback:]
-            n = len(jobs)
-            considered += n
-            ids.update(map(_job_id, jobs))
-            start = 0
-            while start < n:  # cut into priority bands: the line is sorted by priority first
-                head = jobs[start]
-                end = bisect_right(jobs, -head.priority, start, key=_minus_priority)
-                band = self.bands.get(head.priority)
-                if band is None:
-                    band = self.bands[head.priority] = {}
-                band[team] = jobs[start:end]
-                # The head of the team's line in this band: the starvation guard's subject.
-                if now - head.submitted_at >= guard:
-                    self.starving.add(head.id)
-                start = end
-        # Job ids are unique in any sane snapshot; only when they are not does a job whose id
-        # was already decided need skipping (a set lookup per job, so only then).
-        self.duplicates = considered != len(ids)
+        config = self.config
+        lines = cut_lines(
+            self.snap.pending,
+            self.line_order,
+            max(0, config.lookback_per_team),
+            config.starvation_wait,
+            self.snap.now,
+            name_beyond=self.worded,  # only the words name the jobs not considered
+        )
+        self.bands = lines.bands
+        self.beyond = lines.beyond
+        self.starving = lines.starving
+        self.duplicates = lines.duplicates
         self.decided: set[str] = set()
         if self.skip is not None:
             self.skip.prune()
@@ -732,11 +701,3 @@ class Placement:
         # id(failures tuple) -> words; the tuples live in self.waiting, so their ids stay unique.
         self.memos.reasons = {}
         return assemble(self)
-
-
-_job_id = attrgetter("id")
-_team = attrgetter("team")
-
-
-def _minus_priority(job: PendingJob) -> int:
-    return -job.priority
