@@ -15,7 +15,7 @@ from typing import Any, Literal
 from django.db import models
 from django.db.models import Count, Func, Max, Sum
 
-from dashboards.live import ModelInfo
+from dashboards.live_types import ModelInfo
 from dashboards.models import HourRun, PoolHour, PoolMinute, SnapshotRun
 from dashboards.selectors.times import Epoch
 

@@ -39,7 +39,8 @@ from dashboards.chart_window import (
     window_steps,
 )
 from dashboards.colours import OTHER_COLOUR, PEAK_COLOUR, key_colour, team_colour
-from dashboards.live import LiveState, ModelInfo, TeamInfo, TeamStanding
+from dashboards.live import LiveState
+from dashboards.live_types import ModelInfo, TeamInfo, TeamStanding
 from dashboards.models import (
     HourRun,
     TeamHour,

@@ -32,7 +32,8 @@ from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
 from dashboards.estimates import start_errors
-from dashboards.live import NO_MODEL, LiveState
+from dashboards.live import LiveState
+from dashboards.live_types import NO_MODEL
 from dashboards.models import JobUtilization, MetricsSource, SnapshotRun
 from portal.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from portal.telemetry import histograms_registry

@@ -26,7 +26,8 @@ from django.db import models, transaction
 from django.db.models import Avg, Max, Q, Sum
 from django.utils import timezone
 
-from dashboards.live import POOL_FIGURES, LiveState
+from dashboards.live import LiveState
+from dashboards.live_types import POOL_FIGURES
 from dashboards.models import (
     HourRun,
     JobUtilization,

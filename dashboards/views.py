@@ -28,7 +28,8 @@ from django.views.decorators.http import require_GET
 
 from dashboards import chart_window, charts
 from dashboards.estimates import estimate_calibration
-from dashboards.live import LiveState, ModelInfo
+from dashboards.live import LiveState
+from dashboards.live_types import ModelInfo
 from dashboards.metrics import metrics_exposition
 from dashboards.selectors.cluster import cluster_heatmap, idle_allocations
 from dashboards.selectors.fairshare import fair_share_standings

@@ -10,12 +10,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from dashboards.live import (
-    LiveState,
-    ModelInfo,
-    NodeState,
-    PoolCell,
-)
+from dashboards.live import LiveState
+from dashboards.live_types import ModelInfo, NodeState, PoolCell
 from dashboards.models import (
     JobUtilization,
     MetricsSource,

@@ -6,11 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from dashboards.colours import team_colour
-from dashboards.live import (
-    LiveState,
-    TeamInfo,
-    TeamStanding,
-)
+from dashboards.live import LiveState
+from dashboards.live_types import TeamInfo, TeamStanding
 from dashboards.selectors.scope import TeamScope
 
 

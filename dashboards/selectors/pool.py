@@ -19,12 +19,8 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from dashboards.live import (
-    NO_MODEL,
-    POOL_FIGURES,
-    LiveState,
-    ModelSummary,
-)
+from dashboards.live import LiveState
+from dashboards.live_types import NO_MODEL, POOL_FIGURES, ModelSummary
 from dashboards.models import (
     MetricsSource,
     PoolHour,

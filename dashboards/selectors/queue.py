@@ -19,12 +19,8 @@ from django.db.models import (
     Max,
 )
 
-from dashboards.live import (
-    NO_MODEL,
-    LiveState,
-    ModelInfo,
-    TeamInfo,
-)
+from dashboards.live import LiveState
+from dashboards.live_types import NO_MODEL, ModelInfo, TeamInfo
 from dashboards.models import (
     QueueWait,
 )

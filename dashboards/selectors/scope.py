@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from dashboards.live import (
-    TeamInfo,
-)
+from dashboards.live_types import TeamInfo
 from portal.access import team_roles_of
 
 AnyUser = AbstractBaseUser | AnonymousUser
