@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from rules.engine import reasons
 from rules.engine.assemble import assemble, notes_on_clusters
 from rules.engine.candidates import Candidates, resolve_candidates
 from rules.engine.capacity import PLAIN, Pool, ask_of, host_rows
@@ -77,9 +76,7 @@ from rules.engine.snapshot import (
 from rules.engine.state import Blocked, Failure, Memos, Signature, Victim, Waiting
 from rules.engine.victims import sort_reclaimable
 from rules.engine.wording import (
-    candidate_note,
-    fallback_note,
-    not_tried_note,
+    admission_explanation,
 )
 
 DEFAULT_CONFIG = EngineConfig()
@@ -628,38 +625,12 @@ class Placement:
         else:
             for i in plan:
                 pool.take(i, g)
-        row = self.quota.row(job.team, model.key)
         self.charge(job.team, model.key, job.gpus)
         if cluster_notes is None:
             explanation = Explanation(model=model.key, cluster=pool.cluster, message="")
-        else:
-            skipped = list(cands.rejected)
-            skipped.extend(candidate_note(self, f, job) for f in failures)
-            chosen_at = cands.matched.index(model)
-            for later in cands.matched[chosen_at + 1 :]:
-                skipped.append(
-                    not_tried_note(self, later) if job.fallback else fallback_note(self, later)
-                )
-            message = reasons.msg_admitted(
-                job.replicas,
-                g,
-                model.label,
-                pool.cluster,
-                chosen_at == 0,
-                job.policy.value,
-                leftover,
-                borrowed,
-                row.used,
-                row.nominal,
-                named_first=job.requirement.models[:1] == (model.key,),
-                shared=job.requirement.shared,
-            )
-            explanation = Explanation(
-                model=model.key,
-                cluster=pool.cluster,
-                message=message,
-                skipped=tuple(skipped),
-                clusters=tuple(cluster_notes),
+        else:  # worded after charging: the notes tell the numbers with this job in them
+            explanation = admission_explanation(
+                self, job, model, pool.cluster, leftover, borrowed, cands, failures, cluster_notes
             )
         self.admissions.append(
             Admission(

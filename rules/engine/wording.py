@@ -4,7 +4,12 @@ at the end of a cycle (all text itself lives in :mod:`rules.engine.reasons`).
 
 Functions of the placement's state, not methods, so that the placement reads as the steps of a
 cycle; the numbers they quote are the end-of-cycle ones (see ``core``'s docstring for why those
-explain a failure seen earlier in the cycle).
+explain a failure seen earlier in the cycle), but for an admission's explanation, worded as it
+is made.
+
+They only read the state. What they write is their own memos (``Memos.free``, ``frames``,
+``fallback_notes``, ``not_tried_notes`` and ``Failure.notes``), which spare wording an equal
+sentence twice and change no decision.
 """
 
 from __future__ import annotations
@@ -13,10 +18,7 @@ from typing import TYPE_CHECKING
 
 from rules.engine import reasons
 from rules.engine.candidates import Candidates
-from rules.engine.decision import (
-    CandidateNote,
-    PendingReason,
-)
+from rules.engine.decision import CandidateNote, ClusterNote, Explanation, PendingReason
 from rules.engine.quota import COHORT_SHORT
 from rules.engine.reasons import ReasonCode, SkipCode
 from rules.engine.snapshot import ClusterState, GpuModel, PendingJob
@@ -308,3 +310,45 @@ def fallback_note(pl: EngineState, model: GpuModel) -> CandidateNote:
             message=reasons.note(model.label, reasons.detail_fallback_not_allowed()),
         )
     return note
+
+
+def admission_explanation(
+    pl: EngineState,
+    job: PendingJob,
+    model: GpuModel,
+    cluster: str,
+    leftover: int,
+    borrowed: int,
+    cands: Candidates,
+    failures: list[Failure],
+    cluster_notes: list[ClusterNote],
+) -> Explanation:
+    """Why ``job`` was admitted where it was: the message, the candidates skipped (rejected,
+    failed, or not tried after this one) and the clusters that lost."""
+    skipped = list(cands.rejected)
+    skipped.extend(candidate_note(pl, f, job) for f in failures)
+    chosen_at = cands.matched.index(model)
+    for later in cands.matched[chosen_at + 1 :]:
+        skipped.append(not_tried_note(pl, later) if job.fallback else fallback_note(pl, later))
+    row = pl.quota.row(job.team, model.key)
+    message = reasons.msg_admitted(
+        job.replicas,
+        job.gpus_per_replica,
+        model.label,
+        cluster,
+        chosen_at == 0,
+        job.policy.value,
+        leftover,
+        borrowed,
+        row.used,
+        row.nominal,
+        named_first=job.requirement.models[:1] == (model.key,),
+        shared=job.requirement.shared,
+    )
+    return Explanation(
+        model=model.key,
+        cluster=cluster,
+        message=message,
+        skipped=tuple(skipped),
+        clusters=tuple(cluster_notes),
+    )
