@@ -17,6 +17,7 @@ assert _spec and _spec.loader
 eb = importlib.util.module_from_spec(_spec)
 sys.modules["estimate_bench"] = eb  # dataclasses look their module up by name
 _spec.loader.exec_module(eb)
+traces = sys.modules["estimate_traces"]  # its sibling module, imported through bench/ on sys.path
 
 ROW = re.compile(
     r"^    (forecast|history|slurm) +(nan|\d+\.\d) min +(nan|\d+) min +(-|\d+%) +\d+% +\d+$"
@@ -24,7 +25,7 @@ ROW = re.compile(
 
 
 @pytest.mark.skipif(
-    not (eb.TRACE_DIR / "openb_pod_list_default.csv").exists(), reason="no Alibaba trace here"
+    not (traces.TRACE_DIR / "openb_pod_list_default.csv").exists(), reason="no Alibaba trace here"
 )
 def test_the_estimate_bench_replays_both_traces_and_prints_both_baselines(capsys) -> None:
     assert eb.main(["--no-cost", "--hours", "1", "--days", "0.3", "--first-day", "140"]) == 0
