@@ -2,9 +2,9 @@
 
 ``BareInsertView`` runs through the same DRF stack as the real API (the default token and
 session authentication, ``IsAuthenticated``, the JSON parser and renderer) and then does exactly
-one INSERT of the request body, into a table that ``bench/submit_bench.py`` creates with raw
-SQL (``BARE_TABLE_DDL``), so no model or migration exists for it. It is mounted only when
-``GPUPOOL_BENCH_ENDPOINTS`` is true and is left out of the OpenAPI schema.
+one INSERT of the request body, into a table that ``bench/submit_server.py`` creates with raw
+SQL (``BARE_TABLE_DDL``, in ``setup_django_data``), so no model or migration exists for it. It
+is mounted only when ``GPUPOOL_BENCH_ENDPOINTS`` is true and is left out of the OpenAPI schema.
 """
 
 from __future__ import annotations
