@@ -13,8 +13,8 @@ them; deliberate simplifications are listed in ``docs/kubesim.md``.
 
 This module holds the state and the bootstrap; each concern is a mixin of its own: the loop
 (:mod:`kubesim.loop`), reactions to store writes (:mod:`kubesim.reactions`), the public
-operations (:mod:`kubesim.operations`), the job controller, the Volcano scheduler, the kubelet
-(with pod deletion and logs) and the Command controllers.
+operations (:mod:`kubesim.operations`), the job controller (and its pods), the Volcano scheduler,
+the kubelet (with pod deletion and logs) and the Command controllers.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from kubesim.clock import SimClock, wall_text
 from kubesim.commands import CommandController
 from kubesim.config import GPU_CATALOG, ClusterConfig, SimSettings, build_nodes
 from kubesim.controller import JobController
+from kubesim.job_pods import JobPods
 from kubesim.kubelet import Kubelet
 from kubesim.loop import SimLoop
 from kubesim.objects import clone, object_reference
@@ -56,6 +57,7 @@ class Simulation(
     StoreReactions,
     ClusterOperations,
     JobController,
+    JobPods,
     VolcanoScheduler,
     Kubelet,
     PodDeletion,
