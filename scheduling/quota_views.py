@@ -1,41 +1,22 @@
-"""Pages: the queue (what waits, why, in which order) and the quota grid."""
+"""The quota grid page: the team × model grid, its live check and what-if preview, the
+cohort-quota and team-policy forms."""
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Page, Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from portal import hooks
 from portal.access import (
-    SUBMIT_ROLES,
-    job_get_for_user,
-    jobs_visible_to,
-    team_for_submit,
-    team_roles_of,
     teams_visible_to,
 )
-from portal.errors import ApplicationError, NotFound
-from portal.jobs.blocker import Blocker, SimulatedStart, StartRange, blocker_of, stored_start
-from portal.jobs.services import submit_limits
-from portal.jobs.spec import SpecError, parse_job_spec
-from portal.jobs.waits import queue_positions_fill
-from portal.models import Job, Team
-from portal.web.forms import JobSubmitForm
-from rules import engine
-from rules.engine.reasons import fmt_wait
-from rules.jobspec import CONSTRAINT_FIELDS
-from scheduling.catalog import catalog_entries
-from scheduling.estimates import job_estimate, spec_estimate
-from scheduling.matching import REQUIREMENT_FIELDS, requirement_of, requirement_preview
+from portal.errors import ApplicationError
+from portal.models import Team
 from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, GpuModel, QuotaChange, TeamPolicy
 from scheduling.preview import (
     KEEP,
@@ -45,200 +26,18 @@ from scheduling.preview import (
     TeamProposal,
     preview_changes,
 )
-from scheduling.quota_check import beyond_quota_message
 from scheduling.services import (
-    QUEUE_SORTS,
     QuotaEdit,
     QuotaGrid,
     cohort_quota_set,
     cohort_quotas,
-    hidden_ahead,
     pool_cohort,
-    queue_models,
-    queue_oldest_by_team,
-    queue_ordered,
     quota_edit_key,
     quota_grid,
     quota_lowering_warning,
     quota_set_batch,
     team_policy_set,
-    visible_order_keys,
 )
-from scheduling.snapshot import engine_catalog, pool_now
-
-
-def _first_choices(jobs: list[Job]) -> dict[int, str]:
-    """Each job's first-choice model under its policy (memoised per distinct requirement)."""
-    catalog, _ = engine_catalog()
-    memo: dict[tuple[Any, ...], str] = {}
-    out = {}
-    for j in jobs:
-        row = {name: getattr(j, name) for name in REQUIREMENT_FIELDS}
-        key = tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
-        if key not in memo:
-            matched = engine.resolve_candidates(*requirement_of(row), catalog)
-            memo[key] = matched.matched[0].key if matched.matched else "—"
-        out[j.pk] = memo[key]
-    return out
-
-
-def _waits_for(jobs: list[Job]) -> dict[int, str]:
-    """The model each job waits for: the closest candidate the last cycle found, else the first
-    model the user named, else its first choice (before any cycle looked at it). The same rule
-    as the wait statistics (``dashboards.live.LiveState.queued``)."""
-    out = {j.pk: j.pending_model or (j.gpu_models[0] if j.gpu_models else "") for j in jobs}
-    unknown = [j for j in jobs if not out[j.pk]]
-    if unknown:
-        out.update(_first_choices(unknown))
-    return out
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    """One row of the queue page."""
-
-    job: Job
-    waits_for: str
-    waited: str
-    """Time since it entered the queue, e.g. "2h 5m"."""
-    hidden_ahead: int | None
-    """Jobs of other teams ahead of it, for a viewer who cannot see them (None: all visible)."""
-    blocker: Blocker | None
-    estimate: SimulatedStart | None = None
-    """Its stored estimate with its likely range (None: not estimated by the simulation)."""
-
-
-def _sort_links(request: HttpRequest, sort: str) -> dict[str, dict[str, str]]:
-    """Per sortable column: the link that sorts by it, and its aria-sort state."""
-    links = {}
-    for column, (first, other) in {
-        "position": ("position", "position"),
-        "waiting": ("waiting", "-waiting"),
-    }.items():
-        query = request.GET.copy()
-        query.pop("fragment", None)
-        query.pop("page", None)  # a new order starts at its first page
-        # A second click on the sorted column reverses it (waiting: longest, then shortest).
-        query["sort"] = other if sort == first else first
-        state = "none"
-        if sort == "position" and column == "position":
-            state = "ascending"
-        elif sort == "waiting" and column == "waiting":
-            state = "descending"
-        elif sort == "-waiting" and column == "waiting":
-            state = "ascending"
-        links[column] = {"href": f"?{query.urlencode()}", "aria_sort": state}
-    return links
-
-
-# Rows per page of the queue: a line of thousands is read a page at a time (and a page of 100
-# rows renders well within the pages' 150 ms budget; see bench/dashboard_bench.py).
-QUEUE_PAGE_SIZE = 100
-
-
-def _page_links(request: HttpRequest, page: Page[Job]) -> dict[str, str]:
-    """The previous and next pages' links, keeping the sort and filters."""
-    links = {}
-    for name, has, number in (
-        ("previous", page.has_previous, lambda: page.previous_page_number()),
-        ("next", page.has_next, lambda: page.next_page_number()),
-    ):
-        if has():
-            query = request.GET.copy()
-            query.pop("fragment", None)
-            query["page"] = str(number())
-            links[name] = f"?{query.urlencode()}"
-    return links
-
-
-def _stored_estimate(
-    job: Job, ranges: dict[int, StartRange], now: dt.datetime
-) -> SimulatedStart | None:
-    """A queued job's stored estimate with its recorded range, as the queue shows it."""
-    if job.estimate_updated_at is None or job.estimated_start_at is None:
-        return None
-    return stored_start(job, ranges, now)
-
-
-@login_required
-def queue_page(request: HttpRequest) -> HttpResponse:
-    """What waits, why, in which order, and for how long; the live part (``#queue-live``)
-    refreshes itself every few seconds (``?fragment=live``)."""
-    now = timezone.now()
-    visible = jobs_visible_to(request.user)
-    jobs = visible
-    teams = list(teams_visible_to(request.user).distinct())
-    team_slug = request.GET.get("team", "")
-    if team_slug:
-        jobs = jobs.filter(team__slug=team_slug)
-    sort = request.GET.get("sort", "position")
-    if sort not in QUEUE_SORTS:
-        sort = "position"
-    staff = request.user.is_staff
-    # Platform admins' cross-team view: each team's longest-waiting job, instead of the line.
-    view = "oldest" if staff and request.GET.get("view") == "oldest" else ""
-    model = request.GET.get("model", "")
-    page = (
-        None
-        if view
-        else Paginator(queue_ordered(jobs=jobs, sort=sort, model=model), QUEUE_PAGE_SIZE).get_page(
-            request.GET.get("page")
-        )
-    )
-    shown = list(page.object_list) if page else []
-    queue_positions_fill(shown)
-    waits_for = _waits_for(shown)
-    ahead: dict[int, int] = {}
-    if not staff and shown:
-        # Positions rank the whole queue; what the viewer cannot see is said in words.
-        ahead = hidden_ahead(shown, visible_order_keys(visible))
-    ranges = (hooks.estimate_ranges.ask([j.pk for j in shown]) or {}) if shown else {}
-    rows = [
-        QueueRow(
-            job=j,
-            waits_for=waits_for[j.pk],
-            waited=fmt_wait(max(dt.timedelta(0), now - j.state_changed_at)),
-            hidden_ahead=None if staff or j.queue_position is None else ahead.get(j.pk),
-            blocker=blocker_of(j),
-            estimate=_stored_estimate(j, ranges, now),
-        )
-        for j in shown
-    ]
-    oldest = (
-        [
-            QueueRow(
-                job=j,
-                waits_for=j.pending_model or "—",
-                waited=fmt_wait(max(dt.timedelta(0), now - j.state_changed_at)),
-                hidden_ahead=None,
-                blocker=blocker_of(j),
-            )
-            for j in queue_oldest_by_team()
-        ]
-        if view
-        else []
-    )
-    query = request.GET.copy()
-    query["fragment"] = "live"
-    context = {
-        "rows": rows,
-        "teams": teams,
-        "team_slug": team_slug,
-        "model": model,
-        "models": queue_models(jobs=jobs),
-        "page": page,
-        "pages": _page_links(request, page) if page else {},
-        "sort": sort,
-        "sort_links": _sort_links(request, sort),
-        "staff": staff,
-        "view": view,
-        "oldest": oldest,
-        "live_url": f"?{query.urlencode()}",
-        "now": now,
-    }
-    if request.GET.get("fragment") == "live":
-        return render(request, "scheduling/_queue_live.html", context)
-    return render(request, "scheduling/queue.html", context)
 
 
 @dataclass
@@ -473,49 +272,6 @@ def cohort_quota_save(request: HttpRequest) -> HttpResponse:
     return redirect("quotas")
 
 
-@login_required
-def match_preview(request: HttpRequest) -> HttpResponse:
-    """The submit form's live preview, next to the requirement: the models it matches that the
-    pool has, in the order they are tried, which is first and which are full now."""
-    params = request.GET.copy()
-    if params.get("requirement") == "models":
-        for name in CONSTRAINT_FIELDS:
-            params.pop(name, None)
-    else:
-        params.pop("gpu_models", None)
-        params.pop("gpu_models_order", None)
-    # The form sends the checkbox only when it is ticked.
-    allow_fallback = "allow_fallback" in params if "requirement" in params else True
-    try:
-        preview = requirement_preview(params, allow_fallback=allow_fallback)
-        error = None
-    except SpecError as exc:
-        preview, error = None, "; ".join(" ".join(v) for v in exc.fields.values())
-    quota = _quota_warning(request, params.get("team") or "", preview)
-    return render(
-        request, "scheduling/_match.html", {"preview": preview, "error": error, "quota": quota}
-    )
-
-
-def _quota_warning(request: HttpRequest, slug: str, preview: dict[str, Any] | None) -> str | None:
-    """What the submit would refuse for the team chosen on the form (one of the caller's), in
-    its own words, before the user fills in the rest."""
-    if preview is None or not slug:
-        return None
-    team = Team.objects.filter(slug=slug, memberships__user=request.user).first()
-    if team is None:
-        return None
-    matched = preview["matched"]
-    gang = preview["gang"]
-    return beyond_quota_message(
-        team,
-        matched if preview["allow_fallback"] else matched[:1],
-        replicas=gang["replicas"],
-        per_replica=gang["gpus_per_replica"],
-        shared=preview["shared"],
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # What-if before saving (scheduling.preview)
 # ---------------------------------------------------------------------------------------------
@@ -650,55 +406,3 @@ def team_policies_save(request: HttpRequest) -> HttpResponse:
     n = len(edits)
     messages.success(request, f"Saved {n} team polic{'ies' if n != 1 else 'y'}.")
     return redirect("quotas")
-
-
-@login_required
-def job_estimate_alternatives(request: HttpRequest, job_id: str) -> HttpResponse:
-    """A queued job's estimate and its alternatives (per model, fewer replicas), computed on
-    demand: a fragment the job page loads when asked (each alternative is a simulation)."""
-    try:
-        job = job_get_for_user(request.user, job_id)
-    except NotFound as exc:
-        raise Http404("Job not found.") from exc
-    snapshot, config = pool_now()
-    answer = job_estimate(job, snapshot=snapshot, config=config)
-    return render(request, "scheduling/_estimate.html", {"answer": answer})
-
-
-def _form_for_estimate(request: HttpRequest) -> JobSubmitForm:
-    """The submit form as typed so far; a name and image are not needed for an estimate, so
-    stand-ins fill them while they are empty."""
-    params = request.GET.copy()
-    for name, stand_in in (("name", "estimate"), ("image", "example/image:latest")):
-        if not params.get(name):
-            params[name] = stand_in
-    roles = team_roles_of(request.user)
-    teams = [t for t in Team.objects.filter(pk__in=roles) if roles[t.pk] in SUBMIT_ROLES]
-    catalog = list(GpuModel.objects.filter(active=True).values_list("key", "display_name"))
-    return JobSubmitForm(params, teams=teams, models=catalog, limits=submit_limits())
-
-
-@login_required
-def estimate_preview(request: HttpRequest) -> HttpResponse:
-    """The submit form's start estimate, next to the model preview: when the job would start
-    if submitted now, and per alternative; or what to fix before there can be one."""
-    form = _form_for_estimate(request)
-    answer, problem = None, ""
-    if not form.is_valid():
-        problem = "; ".join(f"{f}: {' '.join(e)}" for f, e in form.errors.items())
-    else:
-        try:
-            spec = parse_job_spec(
-                form.to_spec_data(), catalog=catalog_entries(), limits=submit_limits()
-            )
-            team = team_for_submit(request.user, spec.team)
-        except SpecError as exc:
-            problem = "; ".join(f"{f}: {' '.join(e)}" for f, e in exc.fields.items())
-        except NotFound:
-            problem = "you cannot submit to that team"
-        else:
-            snapshot, config = pool_now()
-            answer = spec_estimate(spec=spec, team=team, snapshot=snapshot, config=config)
-    return render(
-        request, "scheduling/_estimate.html", {"answer": answer, "problem": problem, "spec": True}
-    )
