@@ -34,10 +34,10 @@ from scheduling.admin_edits import (
     team_members_queued,
     team_policy_impact,
 )
-from scheduling.api import TeamPolicySerializer
 from scheduling.catalog import mig_whole_gpu
 from scheduling.inventory import Node
 from scheduling.models import DEFAULT_COHORT_SLUG, Cohort, GpuModel, QuotaChange, TeamPolicy
+from scheduling.quota_api import TeamPolicySerializer
 from scheduling.services import TEAM_POLICY_FIELDS, team_policy_set
 
 PLATFORM_ONLY = "Only platform admins change the catalog and team policies."

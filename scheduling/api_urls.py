@@ -3,7 +3,7 @@ estimates, the model match, the queue, quotas, cohort quotas, team policies, sha
 
 from django.urls import path
 
-from scheduling import admin_api, api
+from scheduling import admin_api, api, quota_api
 
 urlpatterns = [
     path("jobs/estimate/", api.SpecEstimateView.as_view(), name="api-jobs-estimate"),
@@ -15,19 +15,19 @@ urlpatterns = [
         name="api-gpu-model-shared-pool",
     ),
     path("queue/", api.QueueView.as_view(), name="api-queue"),
-    path("quotas/", api.QuotaListView.as_view(), name="api-quotas"),
-    path("quotas/preview/", api.QuotaPreviewView.as_view(), name="api-quotas-preview"),
-    path("quotas/<slug:team>/<str:model>/", api.QuotaDetailView.as_view(), name="api-quota"),
-    path("cohort-quotas/", api.CohortQuotaListView.as_view(), name="api-cohort-quotas"),
+    path("quotas/", quota_api.QuotaListView.as_view(), name="api-quotas"),
+    path("quotas/preview/", quota_api.QuotaPreviewView.as_view(), name="api-quotas-preview"),
+    path("quotas/<slug:team>/<str:model>/", quota_api.QuotaDetailView.as_view(), name="api-quota"),
+    path("cohort-quotas/", quota_api.CohortQuotaListView.as_view(), name="api-cohort-quotas"),
     path(
         "cohort-quotas/<slug:cohort>/<str:model>/",
-        api.CohortQuotaDetailView.as_view(),
+        quota_api.CohortQuotaDetailView.as_view(),
         name="api-cohort-quota",
     ),
-    path("team-policies/", api.TeamPolicyListView.as_view(), name="api-team-policies"),
+    path("team-policies/", quota_api.TeamPolicyListView.as_view(), name="api-team-policies"),
     path(
         "team-policies/<slug:team>/",
-        api.TeamPolicyDetailView.as_view(),
+        quota_api.TeamPolicyDetailView.as_view(),
         name="api-team-policy",
     ),
 ]
