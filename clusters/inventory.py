@@ -21,124 +21,54 @@ rewrites the cluster's rows in one transaction:
   or carries a NoSchedule/NoExecute taint that portal pods do not tolerate.
 
 Pure parsing (:func:`node_rows_from`) is separate from the database write so it can be read
-and tested on its own.
+and tested on its own; reading one node (its model, a shared node's devices, its health) is
+:mod:`clusters.nodes`, what other pods hold on it :mod:`clusters.foreign_use`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.bindings import job_uuid_of, node_plans_apply, pod_bindings, pod_devices
+from clusters.bindings import node_plans_apply, pod_bindings, pod_devices
 from clusters.checkup import cluster_checkup
 from clusters.clients import ClusterUnavailable, cluster_client
-from clusters.devices import allocated_devices, registered_devices
-from clusters.kube import KubeError, parse_quantity
+from clusters.foreign_use import (
+    _host_free,
+    foreign_device_use,
+    foreign_gpu_use,
+    foreign_host_use,
+    portal_pods_left_behind,
+)
+from clusters.kube import KubeError
 from clusters.models import Cluster, Node
-from portal.models import HOLDING_STATES, Job
-from rules import volcano
+from clusters.nodes import (
+    AMD_PRODUCT,
+    GFD_PRODUCT,
+    MIG_PREFIX,
+    Catalog,
+    _count,
+    _is_gpu_resource,
+    node_ready,
+    node_schedulable,
+    node_trouble,
+    shared_device_rows,
+    shared_memory_mib,
+)
 from rules.engine.sharing import memory_units
-from scheduling.models import GpuModel
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Catalog",
     "InventoryResult",
-    "hami_devices",
     "inventory_sync",
-    "node_ready",
     "node_rows_from",
-    "node_schedulable",
-    "node_trouble",
-    "shared_memory_mib",
 ]
-
-WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
-MIG_PREFIX = "nvidia.com/mig-"
-GFD_PRODUCT = "nvidia.com/gpu.product"
-AMD_PRODUCT = "amd.com/gpu.product-name"
-GPU_TAINT = "nvidia.com/gpu"
-VGPU_NUMBER = "volcano.sh/vgpu-number"
-VGPU_MEMORY = "volcano.sh/vgpu-memory"
-HAMI_MEMORY = "nvidia.com/gpumem"
-HAMI_REGISTER = "hami.io/node-nvidia-register"
-SHARED_MEMORY_RESOURCES = (VGPU_MEMORY, HAMI_MEMORY)
-"""Pod resources in MiB of device memory; a shared pool row counts them in whole GiB."""
-BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    pk: int
-    key: str
-    resource_name: str
-
-
-@dataclass
-class Catalog:
-    """The GPU model catalog, indexed the ways node labels name a model."""
-
-    by_key: dict[str, CatalogEntry] = field(default_factory=dict)
-    by_product: dict[str, CatalogEntry] = field(default_factory=dict)
-    by_resource: dict[str, list[CatalogEntry]] = field(default_factory=dict)
-    shared_of: dict[str, CatalogEntry] = field(default_factory=dict)
-    """Card key → the catalog's shared pool of that card."""
-
-    @classmethod
-    def load(cls) -> Catalog:
-        catalog = cls()
-        for pk, key, labels, resource, shares in GpuModel.objects.values_list(
-            "pk", "key", "product_labels", "resource_name", "shares__key"
-        ):
-            entry = CatalogEntry(pk, key, resource)
-            if shares:  # a shared pool is named by its card's nodes, never by labels of its own
-                catalog.shared_of.setdefault(shares, entry)
-                continue
-            catalog.by_key[key.lower()] = entry
-            for label in labels or []:
-                catalog.by_product.setdefault(str(label).lower(), entry)
-            catalog.by_resource.setdefault(resource, []).append(entry)
-        return catalog
-
-    def whole(self, labels: Mapping[str, str], gpu_label: str) -> CatalogEntry | None:
-        """The model of the node's ``nvidia.com/gpu``: the cluster's label first, GFD's product
-        second; on a MIG "single" node, a slice model only."""
-        value = labels.get(gpu_label)
-        product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT)
-        single = _mig_single(product or "")
-        if value:
-            entry = self.by_key.get(value.lower()) or self.by_product.get(value.lower())
-            # The cluster's label is set per node pool and names the card; partitioning the
-            # GPUs does not change it, so on a MIG single node it only counts if it names a
-            # slice model. Otherwise 10 GB slices would pass for whole 80 GB GPUs.
-            if entry is not None and (not single or entry.resource_name.startswith(MIG_PREFIX)):
-                return entry
-        if product:
-            return self.by_product.get(product.lower())
-        return None
-
-    def slice(
-        self, resource: str, parent: CatalogEntry | None, product: str
-    ) -> CatalogEntry | None:
-        """The catalog model of a MIG resource on a node whose whole GPUs are ``parent``."""
-        profile = resource.removeprefix(MIG_PREFIX)
-        candidates = self.by_resource.get(resource, [])
-        if parent is not None:
-            for entry in candidates:
-                if entry.key.startswith(f"{parent.key}-mig-"):
-                    return entry
-        if product:
-            return self.by_product.get(f"{product}-MIG-{profile}".lower())
-        return None
 
 
 @dataclass
@@ -165,270 +95,6 @@ class NodeRow:
     None when the node reports no CPU."""
     memory_free: int | None = None
     """MiB of memory the node allocates minus what foreign pods request; None when unknown."""
-
-
-def shared_device_rows(
-    node: str, annotations: Mapping[str, str], others: Mapping[tuple[str, str], tuple[int, int]]
-) -> list[dict[str, Any]]:
-    """The devices a shared node registered (``clusters.devices``): UUID, GiB, compute %, and
-    what foreign pods hold on each (``others``: (MiB, compute %) per (node, device UUID),
-    :func:`foreign_device_use`)."""
-    rows = []
-    for uuid, mib, cores in registered_devices(annotations):
-        used_mib, used_cores = others.get((node, uuid), (0, 0))
-        rows.append(
-            {
-                "id": uuid,
-                "gib": memory_units(mib),
-                "cores": cores,
-                "others": math.ceil(used_mib / 1024),
-                "others_cores": used_cores,
-            }
-        )
-    return rows
-
-
-def foreign_device_use(
-    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
-) -> dict[tuple[str, str], tuple[int, int]]:
-    """(MiB, compute %) per (node, device UUID) that foreign pods' shares hold, as their
-    schedulers wrote it on them (HAMi's and Volcano vGPU's allocation annotations); the same
-    pods as :func:`foreign_gpu_use` counts."""
-    used: dict[tuple[str, str], tuple[int, int]] = {}
-    for node, pod in foreign_pods(pods, left_behind):
-        annotations = (pod.get("metadata") or {}).get("annotations")
-        if not annotations:
-            continue
-        for uuid, mib, cores in allocated_devices(annotations):
-            before = used.get((node, uuid), (0, 0))
-            used[(node, uuid)] = (before[0] + mib, before[1] + cores)
-    return used
-
-
-def hami_devices(annotation: str) -> list[tuple[int, int]]:
-    """(memory MiB, split count) per device from HAMi's node registration annotation.
-
-    Two encodings exist: the JSON list of newer releases (``[{"id": …, "count": 10,
-    "devmem": 81920, "devcore": 100, "type": "NVIDIA-…", "health": true}, …]``) and the older
-    ``id,count,devmem,devcore,type,numa,health:`` records separated by colons. Unhealthy or
-    unreadable devices are left out.
-    """
-    text = (annotation or "").strip()
-    devices: list[tuple[int, int]] = []
-    if text.startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError:
-            return []
-        for item in items if isinstance(items, list) else []:
-            if isinstance(item, dict) and item.get("health", True) is not False:
-                devices.append((_count(item.get("devmem")), _count(item.get("count"))))
-        return [d for d in devices if d[0]]
-    for record in text.split(":"):
-        parts = record.split(",")
-        if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):
-            continue
-        devices.append((_count(parts[2]), _count(parts[1])))
-    return [d for d in devices if d[0]]
-
-
-def shared_memory_mib(
-    allocatable: Mapping[str, Any], annotations: Mapping[str, str]
-) -> tuple[str, int] | None:
-    """(resource, device memory in MiB on the node) when the node shares its GPUs, else None:
-    Volcano vGPU from allocatable ``volcano.sh/vgpu-memory``, HAMi from its registration."""
-    if VGPU_MEMORY in allocatable or VGPU_NUMBER in allocatable:
-        return VGPU_MEMORY, _count(allocatable.get(VGPU_MEMORY, 0))
-    register = annotations.get(HAMI_REGISTER)
-    if register:
-        return HAMI_MEMORY, sum(mem for mem, _ in hami_devices(register))
-    return None
-
-
-def _count(value: Any) -> int:
-    """A GPU quantity (always whole numbers; "8", 8)."""
-    try:
-        return max(0, int(str(value)))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _mig_single(product: str) -> bool:
-    """MIG strategy "single" with MIG on: every GPU is cut into one profile and each slice is
-    advertised as ``nvidia.com/gpu``; GFD then appends the profile to the product label.
-
-    GFD writes ``nvidia.com/mig.strategy`` on every node of a cluster configured for it,
-    GPUs with MIG off included, so that label alone says nothing about this node's GPUs.
-    """
-    return "-MIG-" in product
-
-
-def _is_gpu_resource(name: str) -> bool:
-    return name in WHOLE_GPU_RESOURCES or name.startswith(MIG_PREFIX)
-
-
-def node_ready(node: Mapping[str, Any]) -> bool:
-    """Whether the node's Ready condition is True (False for NotReady and for Unknown, the
-    kubelet silent)."""
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
-def node_schedulable(node: Mapping[str, Any], *, tolerate_gpu_taint: bool) -> bool:
-    """Whether the scheduler may place new replicas here: not cordoned, and no NoSchedule or
-    NoExecute taint the portal's pods do not tolerate."""
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return False
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") not in BLOCKING_EFFECTS:
-            continue
-        if tolerate_gpu_taint and taint.get("key") == GPU_TAINT:
-            continue
-        return False
-    return True
-
-
-def node_trouble(node: Mapping[str, Any], *, tolerate_gpu_taint: bool = True) -> str:
-    """Why a portal replica can no longer run on ``node``, or "" when it can
-    (``clusters.node_failure`` moves the jobs off such a node).
-
-    Its Ready condition is not True (NotReady, or Unknown when the kubelet stopped reporting),
-    or it carries a ``NoExecute`` taint the portal's pods do not tolerate (the node lifecycle
-    controller's ``node.kubernetes.io/unreachable``). A cordon (``spec.unschedulable``) or a
-    ``NoSchedule`` taint alone is not trouble: it keeps new pods away and evicts nothing, and
-    an admin cordons a node precisely so that its jobs may finish before maintenance. Such a
-    node is only left out of new placements (:func:`node_schedulable`); a job planned there
-    moves once its pods are evicted and its gang restarts
-    (``clusters.node_failure.restarting_job_replan``).
-    """
-    spec = node.get("spec") or {}
-    if not node_ready(node):
-        return "is NotReady"
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") != "NoExecute":
-            continue
-        if tolerate_gpu_taint and taint.get("key") == GPU_TAINT:
-            continue
-        return f"has the taint {taint.get('key')}:NoExecute"
-    return ""
-
-
-def _pod_gpu_requests(pod: dict[str, Any]) -> dict[str, int]:
-    """GPU resources a pod holds: per container max(request, limit), init containers' peak."""
-    spec = pod.get("spec") or {}
-
-    def of(container: dict[str, Any]) -> dict[str, int]:
-        resources = container.get("resources") or {}
-        out: dict[str, int] = {}
-        for section in ("limits", "requests"):
-            for name, value in (resources.get(section) or {}).items():
-                if name in SHARED_MEMORY_RESOURCES:  # MiB of a device: a shared row's GiB
-                    out[name] = max(out.get(name, 0), math.ceil(_count(value) / 1024))
-                elif _is_gpu_resource(name):
-                    out[name] = max(out.get(name, 0), _count(value))
-        return out
-
-    total: dict[str, int] = defaultdict(int)
-    for container in spec.get("containers") or []:
-        for name, count in of(container).items():
-            total[name] += count
-    for container in spec.get("initContainers") or []:
-        for name, count in of(container).items():
-            total[name] = max(total[name], count)
-    return dict(total)
-
-
-def _is_portal_pod(pod: dict[str, Any]) -> bool:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(volcano.LABEL_MANAGED_BY) == volcano.MANAGED_BY and bool(
-        labels.get(volcano.LABEL_JOB_ID)
-    )
-
-
-def foreign_pods(
-    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(node, pod) for every bound, unfinished pod the portal did not create, and the portal's
-    own pods whose uid is in ``left_behind`` (no job's books count them): what the node has
-    given away beyond the portal's books."""
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if not node or phase in ("Succeeded", "Failed"):
-            continue
-        if _is_portal_pod(pod) and _uid(pod) not in left_behind:
-            continue
-        yield str(node), pod
-
-
-def foreign_gpu_use(
-    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
-) -> dict[tuple[str, str], int]:
-    """GPUs per (node, resource) held by bound, unfinished pods the portal did not create, and
-    by the portal's own pods whose uid is in ``left_behind`` (no job's books count them)."""
-    used: dict[tuple[str, str], int] = defaultdict(int)
-    for node, pod in foreign_pods(pods, left_behind):
-        for resource, count in _pod_gpu_requests(pod).items():
-            used[(node, resource)] += count
-    return dict(used)
-
-
-def _pod_host_requests(pod: dict[str, Any]) -> tuple[int, int]:
-    """(milli-CPU, MiB) a pod asks the node for, as the scheduler counts it: the containers'
-    requests summed (a limit alone counts as the request), the init containers' peak."""
-    spec = pod.get("spec") or {}
-
-    def of(container: dict[str, Any]) -> tuple[int, int]:
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return _milli(asked.get("cpu")), _mib(asked.get("memory"))
-
-    running = [of(c) for c in spec.get("containers") or []]
-    cpu, mem = sum(c for c, _ in running), sum(m for _, m in running)
-    for c, m in (of(c) for c in spec.get("initContainers") or []):
-        cpu, mem = max(cpu, c), max(mem, m)
-    return cpu, mem
-
-
-def _milli(value: Any) -> int:
-    try:
-        return math.ceil(parse_quantity(value) * 1000) if value is not None else 0
-    except (ValueError, TypeError, ArithmeticError):
-        return 0
-
-
-def _mib(value: Any) -> int:
-    try:
-        return math.ceil(parse_quantity(value) / (1 << 20)) if value is not None else 0
-    except (ValueError, TypeError, ArithmeticError):
-        return 0
-
-
-def foreign_host_use(
-    pods: Iterable[dict[str, Any]], left_behind: Collection[str] = ()
-) -> dict[str, tuple[int, int]]:
-    """(milli-CPU, MiB) per node requested by the pods :func:`foreign_gpu_use` counts: what the
-    portal's books of its own jobs do not hold, so the snapshot takes it off the node."""
-    used: dict[str, tuple[int, int]] = {}
-    for node, pod in foreign_pods(pods, left_behind):
-        cpu, mem = _pod_host_requests(pod)
-        had_cpu, had_mem = used.get(node, (0, 0))
-        used[node] = (had_cpu + cpu, had_mem + mem)
-    return used
-
-
-def _host_free(
-    allocatable: Mapping[str, Any], used: tuple[int, int]
-) -> tuple[int | None, int | None]:
-    cpu = allocatable.get("cpu")
-    mem = allocatable.get("memory")
-    return (
-        max(0, _milli(cpu) - used[0]) if cpu is not None else None,
-        max(0, _mib(mem) - used[1]) if mem is not None else None,
-    )
 
 
 def node_rows_from(
@@ -597,38 +263,6 @@ def _store(cluster: Cluster, rows: list[NodeRow]) -> int:
             Node.objects.filter(pk__in=stale).delete()
         Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now, inventory_error="")
     return len(stale)
-
-
-def _uid(pod: dict[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
-
-
-def portal_pods_left_behind(pods: Iterable[dict[str, Any]]) -> set[str]:
-    """UIDs of the portal's bound pods being deleted that no job's books count any more: the
-    pods of a run whose stop ended without them, Terminating on a node that was unreachable
-    (``clusters.teardown``). When the node comes back they hold their GPUs until its kubelet
-    has stopped them (up to their grace period), so the books count them as used by others;
-    counted free, a job placed there would wait for them, Pending."""
-    dying: dict[str, tuple[Any, int | None]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if not meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
-            continue
-        labels = meta.get("labels") or {}
-        if (job_uuid := job_uuid_of(labels)) is not None and _uid(pod):
-            dying[_uid(pod)] = (job_uuid, volcano.attempt_of(labels))
-    if not dying:
-        return set()
-    holding = dict(
-        Job.objects.filter(
-            public_id__in={u for u, _ in dying.values()}, state__in=HOLDING_STATES
-        ).values_list("public_id", "attempt_number")
-    )
-    return {
-        uid
-        for uid, (job_uuid, attempt) in dying.items()
-        if job_uuid not in holding or attempt not in (None, holding[job_uuid])
-    }
 
 
 def inventory_sync(*, cluster: Cluster) -> InventoryResult:

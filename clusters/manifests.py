@@ -17,8 +17,8 @@ from typing import Any
 from django.conf import settings
 
 from clusters.clients import cluster_job_namespace
-from clusters.inventory import AMD_PRODUCT, GFD_PRODUCT, GPU_TAINT
 from clusters.models import Cluster, Node
+from clusters.nodes import AMD_PRODUCT, GFD_PRODUCT, GPU_TAINT
 from portal.models import Job
 from rules import volcano
 from scheduling.preemption_rules import termination_grace_seconds

@@ -7,7 +7,7 @@ Pod's node affinity") until the unschedulable bound (``clusters.deadlines``, ten
 requeued the job, spending one of its allowed requeues, while the job showed RUNNING.
 
 So the portal follows the nodes themselves. A node is *in trouble* when a replica can no
-longer run there (``clusters.inventory.node_trouble``): its Ready condition is not True
+longer run there (``clusters.nodes.node_trouble``): its Ready condition is not True
 (NotReady, or Unknown when the kubelet stopped reporting), it carries a ``NoExecute`` taint
 the portal's pods do not tolerate (the node lifecycle controller's
 ``node.kubernetes.io/unreachable``), or it was deleted. Every job holding GPUs with a replica

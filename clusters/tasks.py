@@ -300,7 +300,7 @@ def dispatch_job_enqueue(job_ids: Iterable[int]) -> None:
 
 def sync_inventory_enqueue(cluster_id: int) -> None:
     """Read the cluster's inventory again soon (a node came back: see
-    ``clusters.inventory.portal_pods_left_behind``); the minute's sync is the backstop."""
+    ``clusters.foreign_use.portal_pods_left_behind``); the minute's sync is the backstop."""
     try:
         sync_inventory.delay(cluster_id)
     except Exception:

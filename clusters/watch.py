@@ -44,10 +44,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from clusters.clients import ClusterUnavailable, cluster_client
-from clusters.inventory import node_ready, node_schedulable, node_trouble
 from clusters.kube import KubeClient, KubeError, WatchEvent
 from clusters.models import Cluster, ClusterState, ClusterWatch
 from clusters.node_failure import node_failure_requeue, node_rows_mark
+from clusters.nodes import node_ready, node_schedulable, node_trouble
 from clusters.observed import job_view, pod_view
 from clusters.reconcile import followed_jobs
 from clusters.status import job_status_apply, pods_apply
@@ -398,7 +398,7 @@ class ResourceWatcher:
         elif back:
             # Back from the dead: pods of runs stopped without them may still hold its GPUs
             # until its kubelet stops them; the inventory counts them before a cycle offers
-            # the GPUs (``clusters.inventory.portal_pods_left_behind``).
+            # the GPUs (``clusters.foreign_use.portal_pods_left_behind``).
             sync_inventory_enqueue(cluster.pk)
 
     def _apply(self, cluster: Cluster, event: WatchEvent) -> None:

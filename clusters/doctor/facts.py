@@ -104,7 +104,7 @@ class ModelFacts:
 @dataclass
 class CatalogFacts:
     """The GPU model catalog, indexed the ways a node's labels name a model (the same matching
-    as ``clusters.inventory.Catalog``: the cluster's label names a key or a product label,
+    as ``clusters.nodes.Catalog``: the cluster's label names a key or a product label,
     GPU Feature Discovery's product names a product label, both without regard to case)."""
 
     models: Sequence[ModelFacts] = ()

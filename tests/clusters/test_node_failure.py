@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from clusters.inventory import node_trouble
 from clusters.models import Node
 from clusters.node_failure import NODE_FAILURE_REASON
+from clusters.nodes import node_trouble
 from portal.jobs.attempts import job_attempts
 from portal.jobs.services import job_submit
 from portal.models import Job, JobEvent, JobState

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from clusters.clients import cluster_client
-from clusters.inventory import hami_devices, inventory_sync
+from clusters.inventory import inventory_sync
 from clusters.manifests import job_manifest
 from clusters.models import Node
+from clusters.nodes import hami_devices
 from clusters.queues import queues_desired_for_cluster, queues_sync
 from clusters.selectors import largest_node_gpus
 from portal.jobs.services import job_submit
