@@ -13,7 +13,7 @@ from typing import Any
 from clusters.bindings import job_uuid_of
 from clusters.devices import allocated_devices
 from clusters.kube import parse_quantity
-from clusters.nodes import SHARED_MEMORY_RESOURCES, _count, _is_gpu_resource
+from clusters.nodes import SHARED_MEMORY_RESOURCES, is_gpu_resource, quantity
 from portal.models import HOLDING_STATES, Job
 from rules import volcano
 
@@ -45,9 +45,9 @@ def _pod_gpu_requests(pod: dict[str, Any]) -> dict[str, int]:
         for section in ("limits", "requests"):
             for name, value in (resources.get(section) or {}).items():
                 if name in SHARED_MEMORY_RESOURCES:  # MiB of a device: a shared row's GiB
-                    out[name] = max(out.get(name, 0), math.ceil(_count(value) / 1024))
-                elif _is_gpu_resource(name):
-                    out[name] = max(out.get(name, 0), _count(value))
+                    out[name] = max(out.get(name, 0), math.ceil(quantity(value) / 1024))
+                elif is_gpu_resource(name):
+                    out[name] = max(out.get(name, 0), quantity(value))
         return out
 
     total: dict[str, int] = defaultdict(int)
@@ -139,7 +139,7 @@ def foreign_host_use(
     return used
 
 
-def _host_free(
+def host_free(
     allocatable: Mapping[str, Any], used: tuple[int, int]
 ) -> tuple[int | None, int | None]:
     cpu = allocatable.get("cpu")

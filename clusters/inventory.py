@@ -39,10 +39,10 @@ from clusters.bindings import node_plans_apply, pod_bindings, pod_devices
 from clusters.checkup import cluster_checkup
 from clusters.clients import ClusterUnavailable, cluster_client
 from clusters.foreign_use import (
-    _host_free,
     foreign_device_use,
     foreign_gpu_use,
     foreign_host_use,
+    host_free,
     portal_pods_left_behind,
 )
 from clusters.kube import KubeError
@@ -52,11 +52,11 @@ from clusters.nodes import (
     GFD_PRODUCT,
     MIG_PREFIX,
     Catalog,
-    _count,
-    _is_gpu_resource,
+    is_gpu_resource,
     node_ready,
     node_schedulable,
     node_trouble,
+    quantity,
     shared_device_rows,
     shared_memory_mib,
 )
@@ -121,7 +121,7 @@ def node_rows_from(
         labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         capacity = status.get("capacity") or {}
         allocatable = status.get("allocatable") or {}
-        resources = sorted({r for r in (*capacity, *allocatable) if _is_gpu_resource(r)})
+        resources = sorted({r for r in (*capacity, *allocatable) if is_gpu_resource(r)})
         if not resources and labels.get("nvidia.com/gpu.present") == "true":
             resources = ["nvidia.com/gpu"]  # a GPU node whose device plugin is not up (yet)
         annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
@@ -130,12 +130,12 @@ def node_rows_from(
             continue
         parent = catalog.whole(labels, gpu_label)
         product = labels.get(GFD_PRODUCT) or labels.get(AMD_PRODUCT) or labels.get(gpu_label, "")
-        mig = {r: _count(allocatable.get(r, 0)) for r in resources if r.startswith(MIG_PREFIX)}
+        mig = {r: quantity(allocatable.get(r, 0)) for r in resources if r.startswith(MIG_PREFIX)}
         ready = node_ready(node)
         schedulable = node_schedulable(node, tolerate_gpu_taint=tolerate_gpu_taint)
         taints = list((node.get("spec") or {}).get("taints") or [])
         # One node's CPU and memory, on each of its rows (a MIG node has a row per profile).
-        cpu_free, memory_free = _host_free(allocatable, host_used.get(name, (0, 0)))
+        cpu_free, memory_free = host_free(allocatable, host_used.get(name, (0, 0)))
         if shared is not None:
             # The node's devices are split between pods: one row of GiB, and no whole GPUs.
             resource, mib = shared
@@ -171,8 +171,8 @@ def node_rows_from(
                     gpu_resource=resource,
                     model_pk=model.pk if model else None,
                     gpu_product=shown[:253],
-                    capacity=_count(capacity.get(resource, allocatable.get(resource, 0))),
-                    allocatable=_count(allocatable.get(resource, 0)),
+                    capacity=quantity(capacity.get(resource, allocatable.get(resource, 0))),
+                    allocatable=quantity(allocatable.get(resource, 0)),
                     used_by_others=used.get((name, resource), 0),
                     mig_resources=mig,
                     ready=ready,

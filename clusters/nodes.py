@@ -141,13 +141,13 @@ def hami_devices(annotation: str) -> list[tuple[int, int]]:
             return []
         for item in items if isinstance(items, list) else []:
             if isinstance(item, dict) and item.get("health", True) is not False:
-                devices.append((_count(item.get("devmem")), _count(item.get("count"))))
+                devices.append((quantity(item.get("devmem")), quantity(item.get("count"))))
         return [d for d in devices if d[0]]
     for record in text.split(":"):
         parts = record.split(",")
         if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):
             continue
-        devices.append((_count(parts[2]), _count(parts[1])))
+        devices.append((quantity(parts[2]), quantity(parts[1])))
     return [d for d in devices if d[0]]
 
 
@@ -157,14 +157,14 @@ def shared_memory_mib(
     """(resource, device memory in MiB on the node) when the node shares its GPUs, else None:
     Volcano vGPU from allocatable ``volcano.sh/vgpu-memory``, HAMi from its registration."""
     if VGPU_MEMORY in allocatable or VGPU_NUMBER in allocatable:
-        return VGPU_MEMORY, _count(allocatable.get(VGPU_MEMORY, 0))
+        return VGPU_MEMORY, quantity(allocatable.get(VGPU_MEMORY, 0))
     register = annotations.get(HAMI_REGISTER)
     if register:
         return HAMI_MEMORY, sum(mem for mem, _ in hami_devices(register))
     return None
 
 
-def _count(value: Any) -> int:
+def quantity(value: Any) -> int:
     """A GPU quantity (always whole numbers; "8", 8)."""
     try:
         return max(0, int(str(value)))
@@ -182,7 +182,7 @@ def _mig_single(product: str) -> bool:
     return "-MIG-" in product
 
 
-def _is_gpu_resource(name: str) -> bool:
+def is_gpu_resource(name: str) -> bool:
     return name in WHOLE_GPU_RESOURCES or name.startswith(MIG_PREFIX)
 
 
