@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from clusters.deadlines import deadlines_enforce
+from clusters.models import VolcanoJobRecord
 from clusters.tasks import enforce_deadlines
 from portal.jobs.state import job_transition
 from portal.models import HOLDING_STATES, Job, JobEvent, JobState
@@ -33,6 +34,13 @@ def _vcjob(sim, job):
 
 def _events(job, **filters):
     return list(JobEvent.objects.filter(job_id=job.pk, **filters).order_by("created_at", "id"))
+
+
+def _bound_nodes(job):
+    """The nodes the watcher last saw the job's pods bound to."""
+    record = VolcanoJobRecord.objects.filter(job=job).first()
+    pods = (record.pods if record else None) or {}
+    return sorted(entry["node"] for entry in pods.values() if entry.get("node"))
 
 
 def _ended(job):
@@ -295,6 +303,9 @@ def test_a_restarted_gang_that_cannot_be_placed_again_is_requeued(sim, cluster, 
     sim.advance(2)
     pending = wait_for(lambda: _events(job, reason="PodsPending"))
     assert pending
+    # What the deadline judges: the watcher has seen every replica unplaced (the restart's
+    # delete of the pod on a100-0 can reach it after the job's phase does).
+    assert wait_for(lambda: not _bound_nodes(job)), _bound_nodes(job)
     bound = dt.timedelta(seconds=settings.GPUPOOL_UNSCHEDULABLE_SECONDS)
     assert deadlines_enforce(now=pending[0].created_at + bound / 2).evict == []
     _judge(pending[0].created_at + bound + dt.timedelta(seconds=1))
