@@ -28,6 +28,7 @@ __all__ = [
     "allocated_devices",
     "pod_device",
     "registered_devices",
+    "registration_records",
 ]
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
@@ -48,12 +49,19 @@ def _int(value: Any) -> int:
 def registered_devices(annotations: Mapping[str, Any]) -> list[tuple[str, int, int]]:
     """(UUID, memory MiB, cores %) per healthy device a shared node registered, in its order;
     empty when the node registered none (or nothing readable)."""
-    text = ""
-    for key in REGISTER_ANNOTATIONS:
-        if annotations.get(key):
-            text = str(annotations[key]).strip()
-            break
-    out: list[tuple[str, int, int]] = []
+    text = next((str(annotations[k]) for k in REGISTER_ANNOTATIONS if annotations.get(k)), "")
+    return [(uuid, mib, cores) for uuid, _, mib, cores in registration_records(text)]
+
+
+def registration_records(text: str) -> list[tuple[str, int, int, int]]:
+    """(UUID, split count, memory MiB, cores %) per healthy device of a node's registration
+    annotation, in its order; devices without memory and unreadable text give none.
+
+    Two encodings exist: the JSON list of newer releases (``[{"id": …, "count": 10,
+    "devmem": 81920, "devcore": 100, "type": "NVIDIA-…", "health": true}, …]``) and the older
+    ``id,count,devmem,devcore,type,numa,health:`` records separated by colons."""
+    text = text.strip()
+    out: list[tuple[str, int, int, int]] = []
     if text.startswith("["):
         try:
             items = json.loads(text)
@@ -62,9 +70,20 @@ def registered_devices(annotations: Mapping[str, Any]) -> list[tuple[str, int, i
         for item in items if isinstance(items, list) else []:
             if isinstance(item, dict) and item.get("health", True) is not False:
                 out.append(
-                    (str(item.get("id") or ""), _int(item.get("devmem")), _int(item.get("devcore")))
+                    (
+                        str(item.get("id") or ""),
+                        _int(item.get("count")),
+                        _int(item.get("devmem")),
+                        _int(item.get("devcore")),
+                    )
                 )
-        return [d for d in out if d[1]]
+    else:
+        for record in text.split(":"):
+            parts = record.split(",")
+            if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):
+                continue
+            out.append((parts[0].strip(), _int(parts[1]), _int(parts[2]), _int(parts[3])))
+    return [d for d in out if d[2]]
     for record in text.split(":"):
         parts = record.split(",")
         if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):

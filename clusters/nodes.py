@@ -5,13 +5,12 @@ schedulable, or in trouble."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.devices import registered_devices
+from clusters.devices import registered_devices, registration_records
 from rules.engine.sharing import memory_units
 from scheduling.models import GpuModel
 
@@ -125,30 +124,9 @@ def shared_device_rows(
 
 
 def hami_devices(annotation: str) -> list[tuple[int, int]]:
-    """(memory MiB, split count) per device from HAMi's node registration annotation.
-
-    Two encodings exist: the JSON list of newer releases (``[{"id": …, "count": 10,
-    "devmem": 81920, "devcore": 100, "type": "NVIDIA-…", "health": true}, …]``) and the older
-    ``id,count,devmem,devcore,type,numa,health:`` records separated by colons. Unhealthy or
-    unreadable devices are left out.
-    """
-    text = (annotation or "").strip()
-    devices: list[tuple[int, int]] = []
-    if text.startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError:
-            return []
-        for item in items if isinstance(items, list) else []:
-            if isinstance(item, dict) and item.get("health", True) is not False:
-                devices.append((quantity(item.get("devmem")), quantity(item.get("count"))))
-        return [d for d in devices if d[0]]
-    for record in text.split(":"):
-        parts = record.split(",")
-        if len(parts) < 4 or (len(parts) >= 7 and parts[6].strip().lower() == "false"):
-            continue
-        devices.append((quantity(parts[2]), quantity(parts[1])))
-    return [d for d in devices if d[0]]
+    """(memory MiB, split count) per healthy device of HAMi's node registration annotation
+    (either encoding: ``clusters.devices.registration_records``)."""
+    return [(mib, count) for _, count, mib, _ in registration_records(annotation or "")]
 
 
 def shared_memory_mib(
