@@ -8,7 +8,11 @@ one process, alternating the two ways of doing it, so a choice made on them can 
 * ``waits``: the cycle's write of 9,000 queued jobs' waits (``portal.jobs.waits.waits_write``),
   first (all inserted) and again (all updated in place), client CPU and wall time;
 * ``submit``: one ``POST /api/v1/jobs/`` in process (Django's test client, token auth, the
-  whole middleware stack), CPU per submit and Python function calls per submit.
+  whole middleware stack), CPU per submit and Python function calls per submit;
+* ``decide``: the engine on ``bench/engine_bench.py``'s pool with its 5,000 pending jobs, CPU
+  per decide (median and minimum) and Python function calls per decide. It reaches the
+  engine through ``engine_bench``'s own imports, so this script measures an older tree too
+  when copied into it.
 
 Uses its own database (created and dropped here).
 
@@ -196,6 +200,34 @@ def submit_figures(runs: int) -> None:
     )
 
 
+def decide_figures(runs: int, pending: int = 5000) -> None:
+    from dataclasses import replace
+
+    import engine_bench
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "bench/scenarios/engine.yaml").read_text())
+    pool = engine_bench.make_pool(spec, spec["seed"])
+    jobs = engine_bench.make_pending(spec, pool.teams, pending, spec["seed"] + 1)
+    snapshot = replace(pool, pending=engine_bench.in_line_order(jobs))
+    config = engine_bench.EngineConfig(lookback_per_team=10**9)  # as the engine bench's main case
+
+    def decide() -> None:
+        engine_bench.decide(snapshot, config)
+
+    decide()  # warm
+    spent = cpu_ms(decide, runs)
+    profile = cProfile.Profile()
+    profile.enable()
+    decide()
+    profile.disable()
+    calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+    print(
+        f"decide: {pending:,} pending, {statistics.median(spent):.1f} ms CPU median, "
+        f"{min(spent):.1f} min (of {runs}), {calls:,} Python function calls per decide"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run of every step")
@@ -210,6 +242,7 @@ def main() -> int:
         ids_figures(rows, runs)
         waits_figures(seed_queued(rows), runs)
         submit_figures(20 if args.quick else 300)
+        decide_figures(3 if args.quick else 15)
     finally:
         from django.db import connections
 
